@@ -1,0 +1,67 @@
+"""Server settings: command-line flags > environment > defaults."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .core.models import LLMConfig
+
+DEFAULT_LISTEN = "0.0.0.0:4088"
+DEFAULT_MAX_SESSIONS = 1000
+DEFAULT_MAX_TOOLS_PER_REQUEST = 50
+DEFAULT_MAX_CONTEXT_TOKENS = 128_000
+DEFAULT_GRACE_SECONDS = 10.0
+
+
+@dataclass
+class Settings:
+    listen: str = DEFAULT_LISTEN
+    workspace: Path = field(default_factory=Path.cwd)
+    data_dir: Path | None = None
+    log_level: str = "INFO"
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    max_tools_per_request: int = DEFAULT_MAX_TOOLS_PER_REQUEST
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
+
+    @property
+    def resolved_data_dir(self) -> Path:
+        """The data directory; `<workspace>/.a3s` unless set."""
+        return (self.data_dir or self.workspace / ".a3s").resolve()
+
+
+def llm_from_env(env: Mapping[str, str]) -> LLMConfig:
+    """Server-level LLM settings: A3S_LLM_* first, then the standard OPENAI_* names."""
+    return LLMConfig(
+        provider=env.get("A3S_LLM_PROVIDER", ""),
+        model=env.get("A3S_LLM_MODEL", ""),
+        api_key=env.get("A3S_LLM_API_KEY") or env.get("OPENAI_API_KEY", ""),
+        base_url=env.get("A3S_LLM_BASE_URL") or env.get("OPENAI_BASE_URL", ""),
+    )
+
+
+def settings_from(
+    *,
+    listen: str | None = None,
+    workspace: str | None = None,
+    data_dir: str | None = None,
+    log_level: str | None = None,
+    max_sessions: int | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    """Build settings from flag values (None = not given) over the environment."""
+    env = os.environ if env is None else env
+    workspace_value = workspace or env.get("WORKSPACE")
+    data_value = data_dir or env.get("A3S_DATA_DIR")
+    return Settings(
+        listen=listen or env.get("LISTEN_ADDR") or DEFAULT_LISTEN,
+        workspace=Path(workspace_value).resolve() if workspace_value else Path.cwd(),
+        data_dir=Path(data_value) if data_value else None,
+        log_level=(log_level or env.get("A3S_LOG_LEVEL") or "INFO").upper(),
+        llm=llm_from_env(env),
+        max_sessions=max_sessions or int(env.get("A3S_MAX_SESSIONS") or DEFAULT_MAX_SESSIONS),
+    )

@@ -1,0 +1,35 @@
+"""Domain errors. Faces map each kind to their own status codes (gRPC, HTTP)."""
+
+from __future__ import annotations
+
+
+class AgentError(Exception):
+    """Base of every error the core reports to a caller; the message names what is wrong."""
+
+
+class NotFound(AgentError):
+    """A session, tool, skill, task or other named thing does not exist."""
+
+
+class InvalidArgument(AgentError):
+    """Malformed input; the message names the field at fault."""
+
+
+class AlreadyExists(AgentError):
+    """Something with that name or id exists already."""
+
+
+class FailedPrecondition(AgentError):
+    """The request is well formed but the system is not in a state to serve it."""
+
+
+class ResourceExhausted(AgentError):
+    """A limit (sessions, generations, sizes) would be exceeded."""
+
+
+class Unavailable(AgentError):
+    """A dependency (the LLM provider, a backend) cannot be reached or keeps failing."""
+
+
+class Unimplemented(AgentError):
+    """The feature has not landed yet."""

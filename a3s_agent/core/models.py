@@ -1,0 +1,155 @@
+"""Core data types: sessions, their configuration and their messages."""
+
+from __future__ import annotations
+
+import base64
+import enum
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+
+class SessionState(enum.IntEnum):
+    """Numbers match the wire enum SessionState."""
+
+    ACTIVE = 1
+    PAUSED = 2
+    COMPLETED = 3
+    ERROR = 4
+
+
+@dataclass
+class LLMConfig:
+    """Which model to call and how. `api_key` lives in memory only: never stored, never returned."""
+
+    provider: str = ""
+    model: str = ""
+    api_key: str = ""
+    base_url: str = ""
+    temperature: float = 0.0
+    max_tokens: int = 0
+
+    def without_secret(self) -> LLMConfig:
+        return replace(self, api_key="")
+
+    def merged_over(self, base: LLMConfig | None) -> LLMConfig:
+        """This config with its empty fields filled from `base`."""
+        if base is None:
+            return replace(self)
+        return LLMConfig(
+            **{name: value or getattr(base, name) for name, value in asdict(self).items()}
+        )
+
+    def is_empty(self) -> bool:
+        return not any(asdict(self).values())
+
+
+@dataclass
+class SessionConfig:
+    name: str = ""
+    workspace: str = ""
+    llm: LLMConfig | None = None
+    system_prompt: str = ""
+    max_context_length: int = 0
+    auto_compact: bool = False
+
+    def to_storable(self) -> dict[str, Any]:
+        """A JSON-ready dict without the API key."""
+        data = asdict(self)
+        if self.llm is not None:
+            data["llm"] = asdict(self.llm.without_secret())
+        return data
+
+    @classmethod
+    def from_storable(cls, data: dict[str, Any]) -> SessionConfig:
+        llm = data.get("llm")
+        return cls(**{**data, "llm": LLMConfig(**llm) if llm is not None else None})
+
+
+@dataclass
+class Attachment:
+    """A file, image, code snippet or data blob sent with a message. `kind` is file|image|code|data."""
+
+    kind: str = "file"
+    name: str = ""
+    mime_type: str = ""
+    content: bytes = b""
+    url: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["content"] = base64.b64encode(self.content).decode("ascii")
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Attachment:
+        return cls(**{**data, "content": base64.b64decode(data.get("content", ""))})
+
+
+@dataclass
+class ToolCall:
+    """A call the model (or a client) made: `arguments` is the JSON text."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+@dataclass
+class Message:
+    """One entry of a conversation. `role` is user|assistant|system|tool."""
+
+    role: str
+    content: str = ""
+    attachments: list[Attachment] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str = ""
+    name: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The non-core fields as a JSON-ready dict (role and content are stored as columns)."""
+        data: dict[str, Any] = {}
+        if self.attachments:
+            data["attachments"] = [a.to_json() for a in self.attachments]
+        if self.metadata:
+            data["metadata"] = self.metadata
+        if self.tool_calls:
+            data["tool_calls"] = [asdict(c) for c in self.tool_calls]
+        if self.tool_call_id:
+            data["tool_call_id"] = self.tool_call_id
+        if self.name:
+            data["name"] = self.name
+        return data
+
+    @classmethod
+    def from_json(cls, role: str, content: str, data: dict[str, Any]) -> Message:
+        return cls(
+            role=role,
+            content=content,
+            attachments=[Attachment.from_json(a) for a in data.get("attachments", [])],
+            metadata=data.get("metadata", {}),
+            tool_calls=[ToolCall(**c) for c in data.get("tool_calls", [])],
+            tool_call_id=data.get("tool_call_id", ""),
+            name=data.get("name", ""),
+        )
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class Session:
+    id: str
+    config: SessionConfig
+    state: SessionState = SessionState.ACTIVE
+    created_at: int = 0
+    updated_at: int = 0
+    message_count: int = 0
+    usage: Usage = field(default_factory=Usage)

@@ -1,0 +1,140 @@
+"""Sessions: validated, kept in memory for fast reads, written through to the store."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from .errors import InvalidArgument, NotFound, ResourceExhausted
+from .models import Message, Session, SessionConfig, SessionState
+from .store import Store
+
+SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class SessionManager:
+    """Owns every session. All sessions are loaded at start; writes go to the store first."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        default_workspace: Callable[[], Path],
+        max_sessions: int,
+        max_context_tokens: int,
+    ) -> None:
+        self._store = store
+        self._default_workspace = default_workspace
+        self._max_sessions = max_sessions
+        self._max_context_tokens = max_context_tokens
+        self._sessions: dict[str, Session] = {}
+
+    async def load(self) -> None:
+        self._sessions = {s.id: s for s in await self._store.list_sessions()}
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def count(self, state: SessionState) -> int:
+        return sum(1 for s in self._sessions.values() if s.state == state)
+
+    def get(self, session_id: str) -> Session:
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise NotFound(f"session {session_id!r} not found") from None
+
+    def list(self) -> list[Session]:
+        return list(self._sessions.values())
+
+    async def create(
+        self, session_id: str | None, config: SessionConfig, initial_context: list[Message]
+    ) -> Session:
+        if session_id is None or session_id == "":
+            session_id = uuid.uuid4().hex
+        elif not SESSION_ID_PATTERN.fullmatch(session_id):
+            raise InvalidArgument(
+                "session_id must be 1-128 characters of letters, digits, '.', '_', ':' or '-'"
+            )
+        if len(self._sessions) >= self._max_sessions:
+            raise ResourceExhausted(
+                f"the server holds its maximum of {self._max_sessions} sessions; destroy some first"
+            )
+        config = self._validated(config)
+        stamp = now_ms()
+        session = Session(
+            id=session_id,
+            config=config,
+            state=SessionState.ACTIVE,
+            created_at=stamp,
+            updated_at=stamp,
+            message_count=len(initial_context),
+        )
+        await self._store.create_session(session, initial_context)
+        self._sessions[session_id] = session
+        return session
+
+    async def destroy(self, session_id: str) -> None:
+        self.get(session_id)
+        await self._store.delete_session(session_id)
+        self._sessions.pop(session_id, None)
+
+    async def configure(self, session_id: str, patch: SessionConfig) -> Session:
+        """Merge `patch` into the session's config: empty fields keep their old values."""
+        session = self.get(session_id)
+        old = session.config
+        llm = old.llm
+        if patch.llm is not None:
+            llm = patch.llm.merged_over(old.llm)
+        merged = SessionConfig(
+            name=patch.name or old.name,
+            workspace=patch.workspace or old.workspace,
+            llm=llm,
+            system_prompt=patch.system_prompt or old.system_prompt,
+            max_context_length=patch.max_context_length or old.max_context_length,
+            auto_compact=patch.auto_compact or old.auto_compact,
+        )
+        updated = replace(session, config=self._validated(merged), updated_at=self._next_stamp(session))
+        await self._store.update_session(updated)
+        self._sessions[session_id] = updated
+        return updated
+
+    async def append_messages(self, session_id: str, messages: list[Message]) -> Session:
+        session = self.get(session_id)
+        stamp = self._next_stamp(session)
+        await self._store.append_messages(session_id, messages, stamp)
+        session.message_count += len(messages)
+        session.updated_at = stamp
+        return session
+
+    async def history(self, session_id: str) -> list[Message]:
+        self.get(session_id)
+        return await self._store.load_messages(session_id)
+
+    @staticmethod
+    def _next_stamp(session: Session) -> int:
+        """Now, but always later than the session's last update."""
+        return max(now_ms(), session.updated_at + 1)
+
+    def _validated(self, config: SessionConfig) -> SessionConfig:
+        """The config with its workspace resolved and checked; InvalidArgument names the bad field."""
+        base = self._default_workspace()
+        workspace = (base / config.workspace).resolve() if config.workspace else base
+        if not workspace.exists():
+            raise InvalidArgument(f"config.workspace {str(workspace)!r} does not exist")
+        if not workspace.is_dir():
+            raise InvalidArgument(f"config.workspace {str(workspace)!r} is not a directory")
+        if config.max_context_length > self._max_context_tokens:
+            raise InvalidArgument(
+                f"config.max_context_length {config.max_context_length} exceeds the server limit"
+                f" of {self._max_context_tokens} tokens"
+            )
+        return replace(config, workspace=str(workspace))

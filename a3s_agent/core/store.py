@@ -1,0 +1,39 @@
+"""The store interface: durable sessions, their configuration and their messages.
+
+One implementation today (SQLite, `sqlite_store.py`); the protocol is the seam for
+another backend (PostgreSQL) when one machine is outgrown.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .models import Message, Session
+
+
+class Store(Protocol):
+    backend: str
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def create_session(self, session: Session, messages: list[Message]) -> None:
+        """Store a new session and its initial messages in one transaction.
+
+        Raises AlreadyExists when the id is taken."""
+
+    async def list_sessions(self) -> list[Session]:
+        """Every session, oldest first, with its message count."""
+
+    async def update_session(self, session: Session) -> None:
+        """Persist config, state, timestamps and usage of an existing session."""
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Remove a session and its messages; False when it did not exist."""
+
+    async def append_messages(self, session_id: str, messages: list[Message], updated_at: int) -> None:
+        """Append messages to a session's live history in one transaction."""
+
+    async def load_messages(self, session_id: str) -> list[Message]:
+        """The live (not archived) history of a session, in order."""

@@ -1,0 +1,1 @@
+"""The A3S CodeAgentService face over grpc.aio."""

@@ -1,0 +1,229 @@
+"""CodeAgentService: the A3S RPCs over the core. Conversion and error mapping only, no logic."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from ...core.errors import InvalidArgument, Unimplemented
+from ...core.models import SessionState
+from ...proto import code_agent_pb2 as pb
+from ...proto import code_agent_pb2_grpc as pb_grpc
+from ...runtime import Runtime
+from . import convert
+from .errors import rpc
+
+log = logging.getLogger(__name__)
+
+# RPCs whose issue has not landed yet, with the message a caller gets.
+NOT_YET: dict[str, str] = {
+    "Generate": "generation is not available yet (the agent loop has not landed)",
+    "StreamGenerate": "generation is not available yet (the agent loop has not landed)",
+    "GenerateStructured": "structured generation is not available yet (the agent loop has not landed)",
+    "StreamGenerateStructured": "structured generation is not available yet (the agent loop has not landed)",
+    "ExecuteTool": "tools are not available yet",
+    "ExecuteToolBatch": "tools are not available yet",
+    "ListTools": "tools are not available yet",
+    "RegisterTool": "client-side tools are not available yet (control plane has not landed)",
+    "LoadSkill": "skills are not available yet",
+    "UnloadSkill": "skills are not available yet",
+    "ListSkills": "skills are not available yet",
+    "GetContextUsage": "context management is not available yet",
+    "CompactContext": "context management is not available yet",
+    "ClearContext": "context management is not available yet",
+    "SubscribeEvents": "events are not available yet (control plane has not landed)",
+    "Cancel": "cancel is not available yet (control plane has not landed)",
+    "Pause": "pause is not available yet (control plane has not landed)",
+    "Resume": "resume is not available yet (control plane has not landed)",
+    "ConfirmToolExecution": "human confirmation is not available yet (control plane has not landed)",
+    "SetConfirmationPolicy": "human confirmation is not available yet (control plane has not landed)",
+    "GetConfirmationPolicy": "human confirmation is not available yet (control plane has not landed)",
+    "SetLaneHandler": "lanes are not available yet (control plane has not landed)",
+    "GetLaneHandler": "lanes are not available yet (control plane has not landed)",
+    "CompleteExternalTask": "external tasks are not available yet (control plane has not landed)",
+    "ListPendingExternalTasks": "external tasks are not available yet (control plane has not landed)",
+    "SetPermissionPolicy": "permission rules are not available yet (control plane has not landed)",
+    "GetPermissionPolicy": "permission rules are not available yet (control plane has not landed)",
+    "CheckPermission": "permission rules are not available yet (control plane has not landed)",
+    "AddPermissionRule": "permission rules are not available yet (control plane has not landed)",
+}
+
+# A feature is advertised only when every RPC it needs is served.
+FEATURE_RPCS: dict[str, tuple[str, ...]] = {
+    "lifecycle": ("HealthCheck", "GetCapabilities", "Initialize", "Shutdown"),
+    "sessions": ("CreateSession", "DestroySession", "ListSessions", "GetSession", "ConfigureSession"),
+    "persistent_sessions": ("CreateSession", "GetSession"),
+    "tool_execution": ("ExecuteTool", "ExecuteToolBatch", "ListTools"),
+    "code_generation": ("Generate",),
+    "streaming": ("StreamGenerate",),
+    "structured_output": ("GenerateStructured", "StreamGenerateStructured"),
+    "custom_tools": ("RegisterTool",),
+    "skills": ("LoadSkill", "UnloadSkill", "ListSkills"),
+    "context_management": ("GetContextUsage", "CompactContext", "ClearContext"),
+    "events": ("SubscribeEvents",),
+    "control": ("Cancel", "Pause", "Resume"),
+    "confirmation": ("ConfirmToolExecution", "SetConfirmationPolicy", "GetConfirmationPolicy"),
+    "lanes": ("SetLaneHandler", "GetLaneHandler"),
+    "external_tasks": ("CompleteExternalTask", "ListPendingExternalTasks"),
+    "permissions": ("SetPermissionPolicy", "GetPermissionPolicy", "CheckPermission", "AddPermissionRule"),
+}
+
+_LOG_LEVELS = {
+    pb.LogConfig.LEVEL_DEBUG: "DEBUG",
+    pb.LogConfig.LEVEL_INFO: "INFO",
+    pb.LogConfig.LEVEL_WARN: "WARNING",
+    pb.LogConfig.LEVEL_ERROR: "ERROR",
+}
+
+
+def served_features() -> list[str]:
+    return [name for name, rpcs in FEATURE_RPCS.items() if not any(r in NOT_YET for r in rpcs)]
+
+
+class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    @rpc
+    async def HealthCheck(self, request: pb.HealthCheckRequest, context: Any) -> pb.HealthCheckResponse:
+        rt = self.rt
+        if rt.shutting_down:
+            status, message = pb.HealthCheckResponse.STATUS_UNHEALTHY, "shutting down"
+        else:
+            status, message = pb.HealthCheckResponse.STATUS_HEALTHY, "ok"
+        return pb.HealthCheckResponse(
+            status=status,
+            message=message,
+            details={
+                "version": rt.info.version,
+                "uptime_s": f"{rt.uptime_s:.1f}",
+                "sessions": str(len(rt.sessions)),
+                "active_sessions": str(rt.sessions.count(SessionState.ACTIVE)),
+                "workspace": str(rt.workspace),
+                "store": rt.store.backend,
+            },
+        )
+
+    @rpc
+    async def GetCapabilities(
+        self, request: pb.GetCapabilitiesRequest, context: Any
+    ) -> pb.GetCapabilitiesResponse:
+        rt = self.rt
+        return pb.GetCapabilitiesResponse(
+            info=self._info(),
+            features=served_features(),
+            tools=[convert.tool_capability_to_pb(t) for t in rt.registry.list()],
+            models=[
+                pb.ModelCapability(provider=m.provider or "openai", model=m.model, features=["chat"])
+                for m in rt.configured_models()
+            ],
+            limits=pb.ResourceLimits(
+                max_context_tokens=rt.settings.max_context_tokens,
+                max_concurrent_sessions=rt.settings.max_sessions,
+                max_tools_per_request=rt.settings.max_tools_per_request,
+            ),
+            metadata={"store": rt.store.backend, "protocols": "grpc"},
+        )
+
+    @rpc
+    async def Initialize(self, request: pb.InitializeRequest, context: Any) -> pb.InitializeResponse:
+        config = request.config
+        level = _LOG_LEVELS.get(config.log.level) if config.HasField("log") else None
+        if config.HasField("log") and level is None:
+            raise InvalidArgument("config.log.level must be LEVEL_DEBUG, LEVEL_INFO, LEVEL_WARN or LEVEL_ERROR")
+        self.rt.initialize(
+            workspace=request.workspace,
+            llm=convert.llm_from_pb(config.llm) if config.HasField("llm") else None,
+            enabled_tools=list(config.tools.enabled_tools),
+            disabled_tools=list(config.tools.disabled_tools),
+            tool_config=dict(config.tools.tool_config),
+            log_level=level,
+            env=dict(request.env),
+        )
+        return pb.InitializeResponse(
+            success=True, message=f"initialized; workspace {self.rt.workspace}", info=self._info()
+        )
+
+    @rpc
+    async def Shutdown(self, request: pb.ShutdownRequest, context: Any) -> pb.ShutdownResponse:
+        self.rt.shutdown_requested.set()
+        return pb.ShutdownResponse(success=True, message="shutting down")
+
+    # --- sessions --------------------------------------------------------------------------
+
+    @rpc
+    async def CreateSession(self, request: pb.CreateSessionRequest, context: Any) -> pb.CreateSessionResponse:
+        session = await self.rt.sessions.create(
+            request.session_id if request.HasField("session_id") else None,
+            convert.session_config_from_pb(request.config),
+            convert.messages_from_pb(request.initial_context, "initial_context"),
+        )
+        return pb.CreateSessionResponse(session_id=session.id, session=convert.session_to_pb(session))
+
+    @rpc
+    async def DestroySession(
+        self, request: pb.DestroySessionRequest, context: Any
+    ) -> pb.DestroySessionResponse:
+        await self.rt.sessions.destroy(request.session_id)
+        return pb.DestroySessionResponse(success=True)
+
+    @rpc
+    async def ListSessions(self, request: pb.ListSessionsRequest, context: Any) -> pb.ListSessionsResponse:
+        return pb.ListSessionsResponse(sessions=[convert.session_to_pb(s) for s in self.rt.sessions.list()])
+
+    @rpc
+    async def GetSession(self, request: pb.GetSessionRequest, context: Any) -> pb.GetSessionResponse:
+        return pb.GetSessionResponse(session=convert.session_to_pb(self.rt.sessions.get(request.session_id)))
+
+    @rpc
+    async def ConfigureSession(
+        self, request: pb.ConfigureSessionRequest, context: Any
+    ) -> pb.ConfigureSessionResponse:
+        session = await self.rt.sessions.configure(
+            request.session_id, convert.session_config_from_pb(request.config)
+        )
+        return pb.ConfigureSessionResponse(session=convert.session_to_pb(session))
+
+    def _info(self) -> pb.AgentInfo:
+        info = self.rt.info
+        return pb.AgentInfo(
+            name=info.name,
+            version=info.version,
+            description=info.description,
+            author=info.author,
+            license=info.license,
+            homepage=info.homepage,
+        )
+
+
+def _not_yet(name: str, message: str, streaming: bool) -> Any:
+    if streaming:
+
+        async def stream(self: CodeAgentService, request: Any, context: Any) -> AsyncIterator[Any]:
+            raise Unimplemented(message)
+            yield  # pragma: no cover - makes this an async generator
+
+        stream.__name__ = name
+        return rpc(stream)
+
+    async def unary(self: CodeAgentService, request: Any, context: Any) -> Any:
+        raise Unimplemented(message)
+
+    unary.__name__ = name
+    return rpc(unary)
+
+
+_STREAMING = {"StreamGenerate", "StreamGenerateStructured", "SubscribeEvents"}
+for _name, _message in NOT_YET.items():
+    setattr(CodeAgentService, _name, _not_yet(_name, _message, _name in _STREAMING))
+
+
+def add_to_server(runtime: Runtime, server: grpc.aio.Server) -> CodeAgentService:
+    service = CodeAgentService(runtime)
+    pb_grpc.add_CodeAgentServiceServicer_to_server(service, server)
+    return service

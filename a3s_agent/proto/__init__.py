@@ -1,0 +1,1 @@
+"""Generated gRPC stubs (tools/gen_protos.py)."""

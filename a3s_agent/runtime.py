@@ -1,0 +1,132 @@
+"""The Runtime: one object holding the store, sessions, tools and settings, passed to every face."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import DESCRIPTION, HOMEPAGE, LICENSE, NAME, __version__
+from .config import Settings
+from .core.errors import InvalidArgument
+from .core.models import LLMConfig, Session
+from .core.sessions import SessionManager
+from .core.sqlite_store import SqliteStore
+from .core.store import Store
+from .tools.registry import ToolContext, ToolRegistry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    name: str = NAME
+    version: str = __version__
+    description: str = DESCRIPTION
+    author: str = "a3s-agent developers"
+    license: str = LICENSE
+    homepage: str = HOMEPAGE
+
+
+@dataclass
+class Initialization:
+    """What the last Initialize call set (empty until one is made)."""
+
+    llm: LLMConfig | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    enabled_tools: list[str] = field(default_factory=list)
+    disabled_tools: list[str] = field(default_factory=list)
+    tool_config: dict[str, str] = field(default_factory=dict)
+
+
+class Runtime:
+    def __init__(self, settings: Settings, store: Store | None = None, registry: ToolRegistry | None = None):
+        self.settings = settings
+        self.info = AgentInfo()
+        self.workspace: Path = settings.workspace.resolve()
+        self.store: Store = store or SqliteStore(settings.resolved_data_dir / "sessions.db")
+        self.registry = registry or ToolRegistry()
+        self.sessions = SessionManager(
+            self.store,
+            default_workspace=lambda: self.workspace,
+            max_sessions=settings.max_sessions,
+            max_context_tokens=settings.max_context_tokens,
+        )
+        self.init = Initialization()
+        self.started_at = time.monotonic()
+        # Set when a client asks for Shutdown; the server's main loop waits on it.
+        self.shutdown_requested = asyncio.Event()
+        self.shutting_down = False
+
+    async def start(self) -> None:
+        await self.store.open()
+        await self.sessions.load()
+        log.info(
+            "runtime ready: workspace=%s data=%s sessions=%d",
+            self.workspace,
+            self.settings.resolved_data_dir,
+            len(self.sessions),
+        )
+
+    async def close(self) -> None:
+        await self.store.close()
+
+    @property
+    def uptime_s(self) -> float:
+        return time.monotonic() - self.started_at
+
+    def initialize(
+        self,
+        *,
+        workspace: str,
+        llm: LLMConfig | None,
+        enabled_tools: list[str],
+        disabled_tools: list[str],
+        tool_config: dict[str, str],
+        log_level: str | None,
+        env: dict[str, str],
+    ) -> None:
+        """Apply an Initialize call. Everything is validated before anything changes."""
+        new_workspace = self.workspace
+        if workspace:
+            new_workspace = Path(workspace).resolve()
+            if not new_workspace.is_dir():
+                raise InvalidArgument(f"workspace {workspace!r} does not exist or is not a directory")
+        self.registry.configure(enabled_tools, disabled_tools)
+        self.workspace = new_workspace
+        self.init = Initialization(
+            llm=llm if llm is not None and not llm.is_empty() else None,
+            env=dict(env),
+            enabled_tools=list(enabled_tools),
+            disabled_tools=list(disabled_tools),
+            tool_config=dict(tool_config),
+        )
+        if log_level:
+            logging.getLogger("a3s_agent").setLevel(log_level)
+
+    def effective_llm(self, session: Session | None = None) -> LLMConfig:
+        """session config.llm > Initialize config.llm > server settings, field by field."""
+        merged = self.settings.llm
+        if self.init.llm is not None:
+            merged = self.init.llm.merged_over(merged)
+        if session is not None and session.config.llm is not None:
+            merged = session.config.llm.merged_over(merged)
+        return merged
+
+    def configured_models(self) -> list[LLMConfig]:
+        """The distinct models configured at server and Initialize level."""
+        models = []
+        for llm in (self.settings.llm, self.effective_llm()):
+            if llm.model and all((m.provider, m.model) != (llm.provider, llm.model) for m in models):
+                models.append(llm)
+        return models
+
+    def tool_context(self, session: Session | None) -> ToolContext:
+        workspace = Path(session.config.workspace) if session is not None else self.workspace
+        return ToolContext(
+            workspace=workspace,
+            env=dict(self.init.env),
+            session_id=session.id if session is not None else None,
+        )

@@ -1,0 +1,107 @@
+"""Assembles the runtime and the gRPC listener, and runs until SIGTERM/SIGINT or a Shutdown RPC."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2
+from grpc_reflection.v1alpha._async import ReflectionServicer
+
+from .config import Settings
+from .faces.grpc.service import add_to_server
+from .proto import code_agent_pb2 as pb
+from .runtime import Runtime
+from .tools.builtin import builtin_registry
+
+log = logging.getLogger(__name__)
+
+AGENT_SERVICE = pb.DESCRIPTOR.services_by_name["CodeAgentService"].full_name
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+class BindError(RuntimeError):
+    """The listen address could not be bound (usually: already in use)."""
+
+
+class AgentServer:
+    """The grpc.aio server with CodeAgentService, grpc.health.v1 and reflection (v1alpha and v1)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.server = grpc.aio.server(
+            options=[
+                # Never share a port with another process: a taken port must be an error.
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ]
+        )
+        add_to_server(runtime, self.server)
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        names = [AGENT_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME, REFLECTION_V1]
+        reflection.enable_server_reflection(names, self.server)
+        self._add_reflection_v1(names)
+        self.port = 0
+
+    def _add_reflection_v1(self, names: list[str]) -> None:
+        """grpcio-reflection serves only v1alpha; v1 has the same messages, so serve it too."""
+        servicer = ReflectionServicer(names)
+        handler = grpc.stream_stream_rpc_method_handler(
+            servicer.ServerReflectionInfo,
+            request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+            response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+        )
+        self.server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(REFLECTION_V1, {"ServerReflectionInfo": handler}),)
+        )
+
+    def bind(self, address: str) -> int:
+        try:
+            self.port = self.server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise BindError(
+                f"cannot listen on {address}: the address is already in use or not available"
+                " (choose another with --listen or LISTEN_ADDR)"
+            ) from exc
+        return self.port
+
+    async def start(self) -> None:
+        await self.server.start()
+        for name in ("", AGENT_SERVICE):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def stop(self, grace_s: float) -> None:
+        """Graceful stop: health NOT_SERVING, refuse new calls, let in-flight ones finish."""
+        self.runtime.shutting_down = True
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace_s)
+
+
+async def run(settings: Settings) -> int:
+    """Serve until asked to stop; the exit code of `a3s-agent serve`."""
+    runtime = Runtime(settings, registry=builtin_registry())
+    server = AgentServer(runtime)
+    try:
+        port = server.bind(settings.listen)
+    except BindError as exc:
+        log.error("%s", exc)
+        return 2
+    await runtime.start()
+    await server.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, runtime.shutdown_requested.set)
+    host = settings.listen.rsplit(":", 1)[0]
+    log.info("a3s-agent %s serving on %s:%d", runtime.info.version, host, port)
+    await runtime.shutdown_requested.wait()
+    log.info("shutting down (grace %.0fs)", settings.grace_seconds)
+    await server.stop(settings.grace_seconds)
+    await runtime.close()
+    log.info("stopped")
+    return 0

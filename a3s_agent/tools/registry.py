@@ -1,0 +1,204 @@
+"""The tool registry: named tools with pydantic argument models, validated and run in one place.
+
+A tool is an async function taking its argument model and a ToolContext. Its
+docstring is the description the LLM reads; its argument model gives the JSON
+Schema shown to LLMs and clients and validates every call.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_type_hints
+
+from pydantic import BaseModel, ValidationError
+
+from ..core.errors import InvalidArgument, NotFound
+
+DEFAULT_MAX_OUTPUT_BYTES = 100_000
+
+Family = Literal["file", "code", "command", "git", "web", "interaction"]
+Lane = Literal["query", "execute"]
+
+
+class ToolFailure(Exception):
+    """Raised by a tool that ran and failed; becomes ToolOutput(success=False, error=message)."""
+
+    def __init__(self, message: str, **metadata: Any) -> None:
+        super().__init__(message)
+        self.metadata = metadata
+
+
+@dataclass
+class ToolOutput:
+    success: bool = True
+    output: str = ""
+    error: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def string_metadata(self) -> dict[str, str]:
+        """Metadata as the wire wants it: strings, with JSON for lists and dicts."""
+        return {
+            key: value if isinstance(value, str) else json.dumps(value)
+            for key, value in self.metadata.items()
+        }
+
+
+@dataclass
+class ToolContext:
+    """Where and how a tool runs."""
+
+    workspace: Path
+    env: dict[str, str] = field(default_factory=dict)
+    session_id: str | None = None
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+
+
+ToolFunction = Callable[[Any, ToolContext], Awaitable[ToolOutput | str]]
+
+
+@dataclass
+class Tool:
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    run: ToolFunction
+    family: Family
+    lane: Lane
+    # Appended to cut output: how to see the rest (offset/limit, a narrower pattern...).
+    truncation_hint: str = "narrow the request to see the rest"
+    _schema: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def tags(self) -> list[str]:
+        return [self.family, self.lane]
+
+    @property
+    def parameters_schema(self) -> dict[str, Any]:
+        if self._schema is None:
+            self._schema = _clean_schema(self.args_model.model_json_schema())
+        return self._schema
+
+    @property
+    def parameter_names(self) -> list[str]:
+        return list(self.args_model.model_fields)
+
+    def parse_arguments(self, arguments: str | dict[str, Any]) -> BaseModel:
+        """Validate raw arguments; InvalidArgument lists every schema error."""
+        if isinstance(arguments, str):
+            text = arguments.strip() or "{}"
+            try:
+                arguments = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise InvalidArgument(f"arguments for {self.name} are not valid JSON: {exc}") from exc
+        if not isinstance(arguments, dict):
+            raise InvalidArgument(f"arguments for {self.name} must be a JSON object")
+        try:
+            return self.args_model.model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '(arguments)'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise InvalidArgument(f"invalid arguments for {self.name}: {problems}") from exc
+
+    async def execute(self, args: BaseModel, ctx: ToolContext) -> ToolOutput:
+        """Run with validated arguments: failures become results, output is capped."""
+        started = time.perf_counter()
+        try:
+            result = await self.run(args, ctx)
+        except ToolFailure as exc:
+            result = ToolOutput(success=False, error=str(exc), metadata=dict(exc.metadata))
+        if isinstance(result, str):
+            result = ToolOutput(output=result)
+        result.metadata.setdefault("duration_ms", round((time.perf_counter() - started) * 1000, 3))
+        return _capped(result, ctx.max_output_bytes, self.truncation_hint)
+
+
+def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Drop pydantic's titles, which only add noise for an LLM."""
+    if isinstance(schema, dict):
+        return {
+            key: _clean_schema(value)
+            for key, value in schema.items()
+            if not (key == "title" and isinstance(value, str))
+        }
+    if isinstance(schema, list):
+        return [_clean_schema(item) for item in schema]  # type: ignore[return-value]
+    return schema
+
+
+def _capped(result: ToolOutput, limit: int, hint: str) -> ToolOutput:
+    encoded = result.output.encode("utf-8", errors="replace")
+    if len(encoded) <= limit:
+        result.metadata.setdefault("truncated", False)
+        return result
+    kept = encoded[:limit].decode("utf-8", errors="ignore")
+    result.output = f"{kept}\n[output truncated at {limit} bytes of {len(encoded)}; {hint}]"
+    result.metadata["truncated"] = True
+    return result
+
+
+def tool(
+    name: str, *, family: Family, lane: Lane, truncation_hint: str | None = None
+) -> Callable[[ToolFunction], Tool]:
+    """Make a Tool of an async function `(args: Model, ctx: ToolContext)`; its docstring describes it."""
+
+    def wrap(fn: ToolFunction) -> Tool:
+        hints = get_type_hints(fn)
+        first = next(iter(inspect.signature(fn).parameters))
+        model = hints[first]
+        description = inspect.getdoc(fn) or ""
+        extra = {"truncation_hint": truncation_hint} if truncation_hint else {}
+        return Tool(name, description, model, fn, family, lane, **extra)
+
+    return wrap
+
+
+class ToolRegistry:
+    """Tools by name, with the server's enabled/disabled filter applied on lookup."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._enabled: set[str] | None = None
+        self._disabled: set[str] = set()
+        for item in tools:
+            self.register(item)
+
+    def register(self, item: Tool) -> None:
+        if item.name in self._tools:
+            raise ValueError(f"tool {item.name!r} is registered twice")
+        self._tools[item.name] = item
+
+    def configure(self, enabled: Iterable[str] = (), disabled: Iterable[str] = ()) -> None:
+        """Apply Initialize's tool lists: empty `enabled` means all; `disabled` always wins."""
+        enabled, disabled = set(enabled), set(disabled)
+        unknown = sorted((enabled | disabled) - set(self._tools))
+        if unknown:
+            raise InvalidArgument(f"config.tools names unknown tools: {', '.join(unknown)}")
+        self._enabled = enabled or None
+        self._disabled = disabled
+
+    def is_enabled(self, name: str) -> bool:
+        return name in self._tools and name not in self._disabled and (
+            self._enabled is None or name in self._enabled
+        )
+
+    def list(self) -> list[Tool]:
+        return [t for name, t in self._tools.items() if self.is_enabled(name)]
+
+    def get(self, name: str) -> Tool:
+        if name not in self._tools:
+            raise NotFound(f"unknown tool {name!r}")
+        if not self.is_enabled(name):
+            raise NotFound(f"tool {name!r} is disabled on this server")
+        return self._tools[name]
+
+    async def run(self, name: str, arguments: str | dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        """Look up, validate and execute one call."""
+        item = self.get(name)
+        return await item.execute(item.parse_arguments(arguments), ctx)
