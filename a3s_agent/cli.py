@@ -17,8 +17,12 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gRPC server")
     serve.add_argument("--listen", help="HOST:PORT to listen on (env LISTEN_ADDR; default 0.0.0.0:4088)")
-    serve.add_argument("--workspace", help="the workspace directory (env WORKSPACE; default: current directory)")
-    serve.add_argument("--data-dir", help="where sessions are stored (env A3S_DATA_DIR; default <workspace>/.a3s)")
+    serve.add_argument(
+        "--workspace", help="the workspace directory (env WORKSPACE; default: current directory)"
+    )
+    serve.add_argument(
+        "--data-dir", help="where sessions are stored (env A3S_DATA_DIR; default <workspace>/.a3s)"
+    )
     serve.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (env A3S_LOG_LEVEL; default INFO)")
     serve.add_argument("--max-sessions", type=int, help="most sessions held at once (env A3S_MAX_SESSIONS)")
     return parser

@@ -15,6 +15,7 @@ from .core.models import LLMConfig, Session
 from .core.sessions import SessionManager
 from .core.sqlite_store import SqliteStore
 from .core.store import Store
+from .core.tool_runner import ToolRunner
 from .tools.registry import ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,9 @@ class Runtime:
             default_workspace=lambda: self.workspace,
             max_sessions=settings.max_sessions,
             max_context_tokens=settings.max_context_tokens,
+        )
+        self.tools = ToolRunner(
+            self.registry, self.sessions, self.tool_context, settings.max_tools_per_request
         )
         self.init = Initialization()
         self.started_at = time.monotonic()

@@ -35,9 +35,7 @@ class LLMConfig:
         """This config with its empty fields filled from `base`."""
         if base is None:
             return replace(self)
-        return LLMConfig(
-            **{name: value or getattr(base, name) for name, value in asdict(self).items()}
-        )
+        return LLMConfig(**{name: value or getattr(base, name) for name, value in asdict(self).items()})
 
     def is_empty(self) -> bool:
         return not any(asdict(self).values())

@@ -184,8 +184,10 @@ class ToolRegistry:
         self._disabled = disabled
 
     def is_enabled(self, name: str) -> bool:
-        return name in self._tools and name not in self._disabled and (
-            self._enabled is None or name in self._enabled
+        return (
+            name in self._tools
+            and name not in self._disabled
+            and (self._enabled is None or name in self._enabled)
         )
 
     def list(self) -> list[Tool]:

@@ -99,9 +99,13 @@ def message_from_pb(message: pb.Message, field: str) -> Message:
         if kind is None:
             raise InvalidArgument(f"{field}.attachments[{index}].type must be one of TYPE_FILE..TYPE_DATA")
         attachments.append(
-            Attachment(kind=kind, name=item.name, mime_type=item.mime_type, content=item.content, url=item.url)
+            Attachment(
+                kind=kind, name=item.name, mime_type=item.mime_type, content=item.content, url=item.url
+            )
         )
-    return Message(role=role, content=message.content, attachments=attachments, metadata=dict(message.metadata))
+    return Message(
+        role=role, content=message.content, attachments=attachments, metadata=dict(message.metadata)
+    )
 
 
 def messages_from_pb(messages: Iterable[pb.Message], field: str) -> list[Message]:
@@ -114,7 +118,11 @@ def message_to_pb(message: Message) -> pb.Message:
         content=message.content,
         attachments=[
             pb.Attachment(
-                type=_ATTACHMENT_NUMBERS[a.kind], name=a.name, mime_type=a.mime_type, content=a.content, url=a.url
+                type=_ATTACHMENT_NUMBERS[a.kind],
+                name=a.name,
+                mime_type=a.mime_type,
+                content=a.content,
+                url=a.url,
             )
             for a in message.attachments
         ],

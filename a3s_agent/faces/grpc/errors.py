@@ -8,8 +8,7 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 
@@ -35,58 +34,67 @@ def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
 
 
-def _session_of(request: Any) -> str:
-    return getattr(request, "session_id", "") or "-"
+def _code_of(exc: BaseException, context: grpc.aio.ServicerContext) -> grpc.StatusCode:
+    if isinstance(exc, grpc.aio.AbortError):
+        return context.code() or grpc.StatusCode.UNKNOWN
+    if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):  # the client went away
+        return grpc.StatusCode.CANCELLED
+    return _status_for(exc)[0]
+
+
+async def _raise(exc: BaseException, method: str, context: grpc.aio.ServicerContext) -> NoReturn:
+    """End the call: aborts and cancellations pass through, everything else becomes a status."""
+    if isinstance(exc, (grpc.aio.AbortError, asyncio.CancelledError)) or not isinstance(exc, Exception):
+        raise exc
+    code, message = _status_for(exc)
+    if code is grpc.StatusCode.INTERNAL:
+        log.error("rpc %s failed unexpectedly", method, exc_info=exc)
+    await context.abort(code, message)
+    raise AssertionError("unreachable: abort raises")
 
 
 def _finish(method: str, request: Any, started: float, code: grpc.StatusCode) -> None:
-    log.info(
-        "rpc %s session=%s status=%s duration_ms=%.2f",
-        method,
-        _session_of(request),
-        code.name,
-        (time.perf_counter() - started) * 1000,
-    )
-
-
-@asynccontextmanager
-async def _guarded(method: str, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
-    started = time.perf_counter()
-    code = grpc.StatusCode.OK
-    try:
-        yield
-    except grpc.aio.AbortError:
-        code = context.code() or grpc.StatusCode.UNKNOWN
-        raise
-    except asyncio.CancelledError:
-        code = grpc.StatusCode.CANCELLED
-        raise
-    except Exception as exc:
-        code, message = _status_for(exc)
-        if code is grpc.StatusCode.INTERNAL:
-            log.exception("rpc %s failed unexpectedly", method)
-        await context.abort(code, message)
-    finally:
-        _finish(method, request, started, code)
+    if log.isEnabledFor(logging.INFO):
+        log.info(
+            "rpc %s session=%s status=%s duration_ms=%.2f",
+            method,
+            getattr(request, "session_id", "") or "-",
+            code.name,
+            (time.perf_counter() - started) * 1000,
+        )
 
 
 def rpc(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a unary or server-streaming servicer method."""
+    """Wrap a unary or server-streaming servicer method (plain try/except: this is the hot path)."""
     method = fn.__name__
 
     if inspect.isasyncgenfunction(fn):
 
         @functools.wraps(fn)
         async def stream(self: Any, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            async with _guarded(method, request, context):
+            started = time.perf_counter()
+            code = grpc.StatusCode.OK
+            try:
                 async for item in fn(self, request, context):
                     yield item
+            except BaseException as exc:
+                code = _code_of(exc, context)
+                await _raise(exc, method, context)
+            finally:
+                _finish(method, request, started, code)
 
         return stream
 
     @functools.wraps(fn)
     async def unary(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        async with _guarded(method, request, context):
+        started = time.perf_counter()
+        code = grpc.StatusCode.OK
+        try:
             return await fn(self, request, context)
+        except BaseException as exc:
+            code = _code_of(exc, context)
+            await _raise(exc, method, context)
+        finally:
+            _finish(method, request, started, code)
 
     return unary

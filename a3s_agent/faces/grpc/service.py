@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 
 from ...core.errors import InvalidArgument, Unimplemented
-from ...core.models import SessionState
+from ...core.models import SessionState, ToolCall
 from ...proto import code_agent_pb2 as pb
 from ...proto import code_agent_pb2_grpc as pb_grpc
 from ...runtime import Runtime
@@ -24,9 +24,6 @@ NOT_YET: dict[str, str] = {
     "StreamGenerate": "generation is not available yet (the agent loop has not landed)",
     "GenerateStructured": "structured generation is not available yet (the agent loop has not landed)",
     "StreamGenerateStructured": "structured generation is not available yet (the agent loop has not landed)",
-    "ExecuteTool": "tools are not available yet",
-    "ExecuteToolBatch": "tools are not available yet",
-    "ListTools": "tools are not available yet",
     "RegisterTool": "client-side tools are not available yet (control plane has not landed)",
     "LoadSkill": "skills are not available yet",
     "UnloadSkill": "skills are not available yet",
@@ -135,7 +132,9 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         config = request.config
         level = _LOG_LEVELS.get(config.log.level) if config.HasField("log") else None
         if config.HasField("log") and level is None:
-            raise InvalidArgument("config.log.level must be LEVEL_DEBUG, LEVEL_INFO, LEVEL_WARN or LEVEL_ERROR")
+            raise InvalidArgument(
+                "config.log.level must be LEVEL_DEBUG, LEVEL_INFO, LEVEL_WARN or LEVEL_ERROR"
+            )
         self.rt.initialize(
             workspace=request.workspace,
             llm=convert.llm_from_pb(config.llm) if config.HasField("llm") else None,
@@ -188,6 +187,29 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
             request.session_id, convert.session_config_from_pb(request.config)
         )
         return pb.ConfigureSessionResponse(session=convert.session_to_pb(session))
+
+    # --- tools -----------------------------------------------------------------------------
+
+    @rpc
+    async def ExecuteTool(self, request: pb.ExecuteToolRequest, context: Any) -> pb.ExecuteToolResponse:
+        if not request.tool_name:
+            raise InvalidArgument("tool_name is required")
+        result = await self.rt.tools.execute(request.session_id, request.tool_name, request.arguments)
+        return pb.ExecuteToolResponse(result=convert.tool_result_to_pb(result))
+
+    @rpc
+    async def ExecuteToolBatch(
+        self, request: pb.ExecuteToolBatchRequest, context: Any
+    ) -> pb.ExecuteToolBatchResponse:
+        calls = [ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in request.tool_calls]
+        results = await self.rt.tools.execute_batch(request.session_id, calls)
+        return pb.ExecuteToolBatchResponse(results=[convert.tool_result_to_pb(r) for r in results])
+
+    @rpc
+    async def ListTools(self, request: pb.ListToolsRequest, context: Any) -> pb.ListToolsResponse:
+        if request.session_id:
+            self.rt.sessions.get(request.session_id)
+        return pb.ListToolsResponse(tools=[convert.tool_to_pb(t) for t in self.rt.registry.list()])
 
     def _info(self) -> pb.AgentInfo:
         info = self.rt.info

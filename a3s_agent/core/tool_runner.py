@@ -1,0 +1,73 @@
+"""Running tool calls for a session (or the server workspace) and recording them in its history."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from ..tools.registry import ToolContext, ToolOutput, ToolRegistry
+from .errors import AgentError, InvalidArgument
+from .models import Message, Session, ToolCall
+from .sessions import SessionManager
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+class ToolRunner:
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        sessions: SessionManager,
+        context_for: Callable[[Session | None], ToolContext],
+        max_batch: int,
+    ) -> None:
+        self._registry = registry
+        self._sessions = sessions
+        self._context_for = context_for
+        self._max_batch = max_batch
+
+    async def execute(self, session_id: str, name: str, arguments: str) -> ToolOutput:
+        """One call; unknown tools and bad arguments raise (NotFound / InvalidArgument)."""
+        session = self._sessions.get(session_id) if session_id else None
+        call = ToolCall(id=new_call_id(), name=name, arguments=arguments)
+        result = await self._registry.run(name, arguments, self._context_for(session))
+        if session is not None:
+            await self._record(session, [(call, result)])
+        return result
+
+    async def execute_batch(self, session_id: str, calls: list[ToolCall]) -> list[ToolOutput]:
+        """Calls in order, one result each; a failing call (even an unknown tool) does not stop the rest."""
+        if len(calls) > self._max_batch:
+            raise InvalidArgument(f"tool_calls has {len(calls)} calls; at most {self._max_batch} per request")
+        session = self._sessions.get(session_id) if session_id else None
+        context = self._context_for(session)
+        done: list[tuple[ToolCall, ToolOutput]] = []
+        for call in calls:
+            call = ToolCall(id=call.id or new_call_id(), name=call.name, arguments=call.arguments)
+            try:
+                result = await self._registry.run(call.name, call.arguments, context)
+            except AgentError as exc:
+                result = ToolOutput(success=False, error=str(exc))
+            done.append((call, result))
+        if session is not None:
+            await self._record(session, done)
+        return [result for _, result in done]
+
+    async def _record(self, session: Session, done: list[tuple[ToolCall, ToolOutput]]) -> None:
+        """As a model would have made them: one assistant turn with the calls, then one result each."""
+        messages = [Message(role="assistant", tool_calls=[call for call, _ in done])]
+        messages += [
+            Message(
+                role="tool",
+                content=result.output
+                if result.success
+                else f"error: {result.error}\n{result.output}".rstrip(),
+                tool_call_id=call.id,
+                name=call.name,
+                metadata={"success": str(result.success).lower()},
+            )
+            for call, result in done
+        ]
+        await self._sessions.append_messages(session.id, messages)

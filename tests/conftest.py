@@ -1,0 +1,132 @@
+"""Shared fixtures: an in-process server on port 0 with a real client, and a subprocess server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from a3s_agent.config import Settings
+from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.runtime import Runtime
+from a3s_agent.server import AgentServer
+from a3s_agent.tools.builtin import builtin_registry
+
+
+@dataclass
+class LiveServer:
+    runtime: Runtime
+    server: AgentServer
+    address: str
+    channel: grpc.aio.Channel
+    stub: pb_grpc.CodeAgentServiceStub
+    workspace: Path
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "workspace"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+async def live(workspace: Path, tmp_path: Path) -> AsyncIterator[LiveServer]:
+    """The real server in this process on a free port, and a real client channel to it."""
+    settings = Settings(listen="127.0.0.1:0", workspace=workspace, data_dir=tmp_path / "data")
+    runtime = Runtime(settings, registry=builtin_registry())
+    server = AgentServer(runtime)
+    port = server.bind("127.0.0.1:0")
+    await runtime.start()
+    await server.start()
+    address = f"127.0.0.1:{port}"
+    channel = grpc.aio.insecure_channel(address)
+    try:
+        yield LiveServer(runtime, server, address, channel, pb_grpc.CodeAgentServiceStub(channel), workspace)
+    finally:
+        await channel.close()
+        await server.stop(0)
+        await runtime.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    """`a3s-agent serve` as a subprocess, as A3S Box would run it."""
+
+    def __init__(self, workspace: Path, data_dir: Path, env: dict[str, str] | None = None) -> None:
+        self.workspace = workspace
+        self.data_dir = data_dir
+        self.env = {**os.environ, **(env or {})}
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[str] | None = None
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "a3s_agent", "serve",
+            "--listen", self.address,
+            "--workspace", str(self.workspace),
+            "--data-dir", str(self.data_dir),
+        ]  # fmt: skip
+
+    def start(self, timeout_s: float = 15.0) -> ServerProcess:
+        self.proc = subprocess.Popen(
+            self.command(), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        wait_serving(self.address, timeout_s, self.proc)
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout_s)
+
+    def output(self) -> str:
+        assert self.proc is not None and self.proc.stdout is not None
+        return self.proc.stdout.read()
+
+    def channel(self) -> grpc.Channel:
+        return grpc.insecure_channel(self.address)
+
+
+def wait_serving(address: str, timeout_s: float, proc: subprocess.Popen[str] | None = None) -> None:
+    """Block until HealthCheck answers HEALTHY, failing early if the process died."""
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as channel:
+        stub = pb_grpc.CodeAgentServiceStub(channel)
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise AssertionError(f"server exited early: {proc.stdout.read() if proc.stdout else ''}")
+            try:
+                reply = stub.HealthCheck(pb.HealthCheckRequest(), timeout=0.5)
+                if reply.status == pb.HealthCheckResponse.STATUS_HEALTHY:
+                    return
+            except grpc.RpcError:
+                time.sleep(0.05)
+    raise AssertionError(f"server at {address} did not become healthy in {timeout_s}s")
+
+
+@pytest.fixture
+def server_process(tmp_path: Path) -> Iterator[ServerProcess]:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    server = ServerProcess(workspace, tmp_path / "data")
+    yield server
+    if server.proc is not None and server.proc.poll() is None:
+        server.proc.kill()
+        server.proc.wait()

@@ -1,0 +1,171 @@
+"""HealthCheck, GetCapabilities, Initialize and Shutdown through a real client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from a3s_agent import __version__
+from a3s_agent.proto import code_agent_pb2 as pb
+
+from .conftest import LiveServer
+
+
+async def test_health_check_reports_version_uptime_sessions_workspace_and_store(live: LiveServer) -> None:
+    await live.stub.CreateSession(pb.CreateSessionRequest())
+    reply = await live.stub.HealthCheck(pb.HealthCheckRequest())
+    assert reply.status == pb.HealthCheckResponse.STATUS_HEALTHY
+    assert reply.details["version"] == __version__
+    assert float(reply.details["uptime_s"]) >= 0
+    assert reply.details["active_sessions"] == "1"
+    assert reply.details["workspace"] == str(live.workspace.resolve())
+    assert reply.details["store"] == "sqlite"
+
+
+async def test_capabilities_describe_the_agent_and_enforced_limits(live: LiveServer) -> None:
+    reply = await live.stub.GetCapabilities(pb.GetCapabilitiesRequest())
+    assert reply.info.name == "a3s-agent"
+    assert reply.info.version == __version__
+    assert reply.info.license and reply.info.homepage and reply.info.description
+    assert {"lifecycle", "sessions", "persistent_sessions"} <= set(reply.features)
+    assert "code_generation" not in reply.features  # not served yet, so not advertised
+    assert [t.name for t in reply.tools] == [t.name for t in live.runtime.registry.list()]
+    assert reply.limits.max_concurrent_sessions == live.runtime.settings.max_sessions
+    assert reply.limits.max_context_tokens == live.runtime.settings.max_context_tokens
+    assert reply.limits.max_tools_per_request == live.runtime.settings.max_tools_per_request
+
+
+async def test_session_limit_is_enforced(live: LiveServer) -> None:
+    live.runtime.sessions._max_sessions = 2
+    for _ in range(2):
+        await live.stub.CreateSession(pb.CreateSessionRequest())
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await live.stub.CreateSession(pb.CreateSessionRequest())
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_initialize_sets_workspace_llm_and_env(live: LiveServer, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    reply = await live.stub.Initialize(
+        pb.InitializeRequest(
+            workspace=str(other),
+            config=pb.AgentConfig(
+                llm=pb.LLMConfig(provider="openai", model="gpt-test", api_key="sk-init-secret"),
+                log=pb.LogConfig(level=pb.LogConfig.LEVEL_WARN),
+            ),
+            env={"FOO": "bar"},
+        )
+    )
+    assert reply.success and reply.info.name == "a3s-agent"
+    health = await live.stub.HealthCheck(pb.HealthCheckRequest())
+    assert health.details["workspace"] == str(other.resolve())
+    created = await live.stub.CreateSession(pb.CreateSessionRequest())
+    assert created.session.config.workspace == str(other.resolve())
+    caps = await live.stub.GetCapabilities(pb.GetCapabilitiesRequest())
+    assert [(m.provider, m.model) for m in caps.models] == [("openai", "gpt-test")]
+    assert live.runtime.effective_llm().api_key == "sk-init-secret"
+    assert live.runtime.tool_context(None).env == {"FOO": "bar"}
+    # Calling it again re-initialises.
+    await live.stub.Initialize(pb.InitializeRequest(workspace=str(live.workspace)))
+    health = await live.stub.HealthCheck(pb.HealthCheckRequest())
+    assert health.details["workspace"] == str(live.workspace.resolve())
+    assert live.runtime.tool_context(None).env == {}
+
+
+@pytest.mark.parametrize("bad", ["does-not-exist", "a-file"])
+async def test_initialize_refuses_a_workspace_that_is_not_a_directory(
+    live: LiveServer, tmp_path: Path, bad: str
+) -> None:
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await live.stub.Initialize(pb.InitializeRequest(workspace=str(tmp_path / bad)))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "workspace" in err.value.details()
+    health = await live.stub.HealthCheck(pb.HealthCheckRequest())
+    assert health.details["workspace"] == str(live.workspace.resolve())
+
+
+async def test_initialize_refuses_unknown_tool_names(live: LiveServer) -> None:
+    request = pb.InitializeRequest(
+        config=pb.AgentConfig(tools=pb.ToolsConfig(disabled_tools=["no_such_tool"]))
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await live.stub.Initialize(request)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "no_such_tool" in err.value.details()
+
+
+async def test_shutdown_answers_then_health_reports_not_serving(live: LiveServer) -> None:
+    health = health_pb2_grpc.HealthStub(live.channel)
+    watch = health.Watch(health_pb2.HealthCheckRequest(service=""))
+    first = await watch.read()
+    assert first.status == health_pb2.HealthCheckResponse.SERVING
+    reply = await live.stub.Shutdown(pb.ShutdownRequest())
+    assert reply.success
+    assert live.runtime.shutdown_requested.is_set()
+    await live.server.stop(1)  # what the serve loop does once Shutdown is requested
+    update = await watch.read()
+    assert update.status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+@pytest.mark.parametrize(
+    ("method", "request_type", "area"),
+    [
+        ("Generate", pb.GenerateRequest, "generation"),
+        ("LoadSkill", pb.LoadSkillRequest, "skills"),
+        ("Cancel", pb.CancelRequest, "cancel"),
+    ],
+)
+async def test_rpcs_not_landed_yet_answer_unimplemented_with_a_message(
+    live: LiveServer, method: str, request_type: type, area: str
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await getattr(live.stub, method)(request_type())
+    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert area in err.value.details()
+
+
+async def test_streaming_rpc_not_landed_yet_ends_with_unimplemented(live: LiveServer) -> None:
+    call = live.stub.SubscribeEvents(pb.SubscribeEventsRequest())
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call.read()
+    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_reflection_v1_lists_services_for_clients_that_know_only_the_address(live: LiveServer) -> None:
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    call = live.channel.stream_stream(
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )()
+    await call.write(reflection_pb2.ServerReflectionRequest(list_services=""))
+    reply = await call.read()
+    await call.done_writing()
+    names = {s.name for s in reply.list_services_response.service}
+    assert "a3s.code.agent.v1.CodeAgentService" in names
+
+
+async def test_one_log_line_per_rpc_without_secrets(
+    live: LiveServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="a3s_agent")
+    await live.stub.CreateSession(
+        pb.CreateSessionRequest(
+            session_id="logged",
+            config=pb.SessionConfig(llm=pb.LLMConfig(api_key="sk-never-log-me")),
+            initial_context=[pb.Message(role=pb.Message.ROLE_USER, content="private words")],
+        )
+    )
+    with pytest.raises(grpc.aio.AioRpcError):
+        await live.stub.GetSession(pb.GetSessionRequest(session_id="missing"))
+    lines = [r.getMessage() for r in caplog.records if r.name == "a3s_agent.rpc"]
+    assert lines[0].startswith("rpc CreateSession session=logged status=OK duration_ms=")
+    assert lines[1].startswith("rpc GetSession session=missing status=NOT_FOUND duration_ms=")
+    assert len(lines) == 2
+    assert "sk-never-log-me" not in caplog.text and "private words" not in caplog.text
