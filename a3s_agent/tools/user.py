@@ -1,0 +1,63 @@
+"""ask_user: a question for the person behind the session. No client answers yet, so every call fails."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+
+NOBODY_CAN_ANSWER = (
+    "nobody can answer: no client is connected to answer questions "
+    "(the host answers ask_user through external tasks)"
+)
+
+
+class AskUserArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(
+        min_length=1,
+        max_length=4000,
+        description="The question, complete enough to answer without other context.",
+    )
+    options: list[str] = Field(
+        default_factory=list,
+        max_length=20,
+        description=(
+            'Answers to choose from, each distinct, e.g. ["keep the old API", "break it"]; '
+            "empty for a free-form answer."
+        ),
+    )
+
+    @field_validator("question")
+    @classmethod
+    def _question_has_text(cls, question: str) -> str:
+        if not question.strip():
+            raise ValueError("the question is blank")
+        return question.strip()
+
+    @field_validator("options")
+    @classmethod
+    def _options_distinct(cls, options: list[str]) -> list[str]:
+        cleaned = [option.strip() for option in options]
+        if not all(cleaned):
+            raise ValueError("an option is blank")
+        if len(set(cleaned)) != len(cleaned):
+            raise ValueError("options must be distinct")
+        return cleaned
+
+
+@tool("ask_user", family="interaction", lane="query")
+async def ask_user(args: AskUserArgs, ctx: ToolContext) -> ToolOutput:
+    """Ask the user a question and wait for the answer.
+
+    Use it only when you cannot go on without a decision or a fact that only the user has
+    (which of two incompatible designs, a credential's name, whether to delete something).
+    Give `options` when the answer is a choice. If nobody is there to answer, the call fails:
+    then make the most reasonable choice yourself and say which one you made.
+    Example: {"question": "Drop support for Python 3.10?", "options": ["yes", "no"]}
+    """
+    raise ToolFailure(NOBODY_CAN_ANSWER, question=args.question, options=args.options)
+
+
+TOOLS: list[Tool] = [ask_user]
