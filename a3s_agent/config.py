@@ -14,6 +14,8 @@ DEFAULT_MAX_SESSIONS = 1000
 DEFAULT_MAX_TOOLS_PER_REQUEST = 50
 DEFAULT_MAX_CONTEXT_TOKENS = 128_000
 DEFAULT_GRACE_SECONDS = 10.0
+DEFAULT_LLM_TIMEOUT_S = 120.0
+DEFAULT_LLM_RETRIES = 3
 
 
 @dataclass
@@ -27,6 +29,8 @@ class Settings:
     max_tools_per_request: int = DEFAULT_MAX_TOOLS_PER_REQUEST
     max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
     grace_seconds: float = DEFAULT_GRACE_SECONDS
+    llm_timeout_s: float = DEFAULT_LLM_TIMEOUT_S
+    llm_retries: int = DEFAULT_LLM_RETRIES
 
     @property
     def resolved_data_dir(self) -> Path:
@@ -64,4 +68,6 @@ def settings_from(
         log_level=(log_level or env.get("A3S_LOG_LEVEL") or "INFO").upper(),
         llm=llm_from_env(env),
         max_sessions=max_sessions or int(env.get("A3S_MAX_SESSIONS") or DEFAULT_MAX_SESSIONS),
+        llm_timeout_s=float(env.get("A3S_LLM_TIMEOUT_S") or DEFAULT_LLM_TIMEOUT_S),
+        llm_retries=int(env.get("A3S_LLM_RETRIES") or DEFAULT_LLM_RETRIES),
     )

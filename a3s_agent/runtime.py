@@ -10,12 +10,14 @@ from pathlib import Path
 
 from . import DESCRIPTION, HOMEPAGE, LICENSE, NAME, __version__
 from .config import Settings
+from .core.agent import Agent
 from .core.errors import InvalidArgument
 from .core.models import LLMConfig, Session
 from .core.sessions import SessionManager
 from .core.sqlite_store import SqliteStore
 from .core.store import Store
 from .core.tool_runner import ToolRunner
+from .llm.factory import ProviderCache
 from .tools.registry import ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,14 @@ class Runtime:
         self.tools = ToolRunner(
             self.registry, self.sessions, self.tool_context, settings.max_tools_per_request
         )
+        self.providers = ProviderCache(timeout_s=settings.llm_timeout_s, max_retries=settings.llm_retries)
+        self.agent = Agent(
+            self.sessions,
+            self.registry,
+            llm_for=self.effective_llm,
+            provider_for=self.providers.get,
+            context_for=self.tool_context,
+        )
         self.init = Initialization()
         self.started_at = time.monotonic()
         # Set when a client asks for Shutdown; the server's main loop waits on it.
@@ -75,6 +85,7 @@ class Runtime:
         )
 
     async def close(self) -> None:
+        await self.providers.close()
         await self.store.close()
 
     @property

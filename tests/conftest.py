@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,10 +41,9 @@ def workspace(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-async def live(workspace: Path, tmp_path: Path) -> AsyncIterator[LiveServer]:
+@asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[LiveServer]:
     """The real server in this process on a free port, and a real client channel to it."""
-    settings = Settings(listen="127.0.0.1:0", workspace=workspace, data_dir=tmp_path / "data")
     runtime = Runtime(settings, registry=builtin_registry())
     server = AgentServer(runtime)
     port = server.bind("127.0.0.1:0")
@@ -52,11 +52,20 @@ async def live(workspace: Path, tmp_path: Path) -> AsyncIterator[LiveServer]:
     address = f"127.0.0.1:{port}"
     channel = grpc.aio.insecure_channel(address)
     try:
-        yield LiveServer(runtime, server, address, channel, pb_grpc.CodeAgentServiceStub(channel), workspace)
+        stub = pb_grpc.CodeAgentServiceStub(channel)
+        yield LiveServer(runtime, server, address, channel, stub, settings.workspace)
     finally:
         await channel.close()
         await server.stop(0)
         await runtime.close()
+
+
+@pytest.fixture
+async def live(workspace: Path, tmp_path: Path) -> AsyncIterator[LiveServer]:
+    async with running(
+        Settings(listen="127.0.0.1:0", workspace=workspace, data_dir=tmp_path / "data")
+    ) as server:
+        yield server
 
 
 def free_port() -> int:

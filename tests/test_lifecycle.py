@@ -31,7 +31,7 @@ async def test_capabilities_describe_the_agent_and_enforced_limits(live: LiveSer
     assert reply.info.version == __version__
     assert reply.info.license and reply.info.homepage and reply.info.description
     assert {"lifecycle", "sessions", "persistent_sessions"} <= set(reply.features)
-    assert "code_generation" not in reply.features  # not served yet, so not advertised
+    assert "skills" not in reply.features  # not served yet, so not advertised
     assert [t.name for t in reply.tools] == [t.name for t in live.runtime.registry.list()]
     assert reply.limits.max_concurrent_sessions == live.runtime.settings.max_sessions
     assert reply.limits.max_context_tokens == live.runtime.settings.max_context_tokens
@@ -115,7 +115,7 @@ async def test_shutdown_answers_then_health_reports_not_serving(live: LiveServer
 @pytest.mark.parametrize(
     ("method", "request_type", "area"),
     [
-        ("Generate", pb.GenerateRequest, "generation"),
+        ("CompactContext", pb.CompactContextRequest, "context"),
         ("LoadSkill", pb.LoadSkillRequest, "skills"),
         ("Cancel", pb.CancelRequest, "cancel"),
     ],

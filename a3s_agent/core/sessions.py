@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
@@ -10,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .errors import InvalidArgument, NotFound, ResourceExhausted
-from .models import Message, Session, SessionConfig, SessionState
+from .models import Message, Session, SessionConfig, SessionState, Usage
 from .store import Store
 
 SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -36,6 +37,7 @@ class SessionManager:
         self._max_sessions = max_sessions
         self._max_context_tokens = max_context_tokens
         self._sessions: dict[str, Session] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
 
     async def load(self) -> None:
         self._sessions = {s.id: s for s in await self._store.list_sessions()}
@@ -47,6 +49,8 @@ class SessionManager:
         return sum(1 for s in self._sessions.values() if s.state == state)
 
     def get(self, session_id: str) -> Session:
+        if not session_id:
+            raise InvalidArgument("session_id is required")
         try:
             return self._sessions[session_id]
         except KeyError:
@@ -86,6 +90,7 @@ class SessionManager:
         self.get(session_id)
         await self._store.delete_session(session_id)
         self._sessions.pop(session_id, None)
+        self._locks.pop(session_id, None)
 
     async def configure(self, session_id: str, patch: SessionConfig) -> Session:
         """Merge `patch` into the session's config: empty fields keep their old values."""
@@ -114,6 +119,20 @@ class SessionManager:
         session.message_count += len(messages)
         session.updated_at = stamp
         return session
+
+    def generation_lock(self, session_id: str) -> asyncio.Lock:
+        """Held while a generation runs, so two never interleave one session's history."""
+        self.get(session_id)
+        return self._locks.setdefault(session_id, asyncio.Lock())
+
+    async def add_usage(self, session_id: str, usage: Usage) -> None:
+        session = self.get(session_id)
+        session.usage = Usage(
+            session.usage.prompt_tokens + usage.prompt_tokens,
+            session.usage.completion_tokens + usage.completion_tokens,
+        )
+        session.updated_at = self._next_stamp(session)
+        await self._store.update_session(session)
 
     async def history(self, session_id: str) -> list[Message]:
         self.get(session_id)

@@ -15,6 +15,18 @@ def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
+def tool_message(call: ToolCall, result: ToolOutput) -> Message:
+    """The history entry for a finished call: what the model reads back."""
+    content = result.output if result.success else f"error: {result.error}\n{result.output}".rstrip()
+    return Message(
+        role="tool",
+        content=content,
+        tool_call_id=call.id,
+        name=call.name,
+        metadata={"success": str(result.success).lower()},
+    )
+
+
 class ToolRunner:
     def __init__(
         self,
@@ -58,16 +70,5 @@ class ToolRunner:
     async def _record(self, session: Session, done: list[tuple[ToolCall, ToolOutput]]) -> None:
         """As a model would have made them: one assistant turn with the calls, then one result each."""
         messages = [Message(role="assistant", tool_calls=[call for call, _ in done])]
-        messages += [
-            Message(
-                role="tool",
-                content=result.output
-                if result.success
-                else f"error: {result.error}\n{result.output}".rstrip(),
-                tool_call_id=call.id,
-                name=call.name,
-                metadata={"success": str(result.success).lower()},
-            )
-            for call, result in done
-        ]
+        messages += [tool_message(call, result) for call, result in done]
         await self._sessions.append_messages(session.id, messages)

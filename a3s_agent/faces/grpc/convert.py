@@ -5,8 +5,19 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
+from ...core.agent import (
+    DEFAULT_MAX_TOOL_CALLS,
+    AgentEvent,
+    DoneEvent,
+    GenerateOptions,
+    Generation,
+    TextEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    TurnEvent,
+)
 from ...core.errors import InvalidArgument
-from ...core.models import Attachment, LLMConfig, Message, Session, SessionConfig
+from ...core.models import Attachment, LLMConfig, Message, Session, SessionConfig, ToolCall, Usage
 from ...proto import code_agent_pb2 as pb
 from ...tools.registry import Tool, ToolOutput
 
@@ -149,4 +160,121 @@ def tool_to_pb(item: Tool) -> pb.Tool:
 def tool_capability_to_pb(item: Tool) -> pb.ToolCapability:
     return pb.ToolCapability(
         name=item.name, description=item.description, parameters=item.parameter_names, **{"async": True}
+    )
+
+
+FINISH_REASONS = {
+    "stop": pb.FINISH_REASON_STOP,
+    "length": pb.FINISH_REASON_LENGTH,
+    "tool_calls": pb.FINISH_REASON_TOOL_CALLS,
+    "content_filter": pb.FINISH_REASON_CONTENT_FILTER,
+}
+
+
+def options_from_pb(request: pb.GenerateRequest | pb.GenerateStructuredRequest) -> GenerateOptions:
+    """Without `options` tools are on; with them, enable_tools (or a non-empty allowed_tools) decides.
+    Zero values mean the provider's (or the LLM config's) defaults."""
+    if not request.HasField("options"):
+        return GenerateOptions()
+    o = request.options
+    return GenerateOptions(
+        enable_tools=o.enable_tools or bool(o.allowed_tools),
+        allowed_tools=list(o.allowed_tools),
+        max_tool_calls=o.max_tool_calls or DEFAULT_MAX_TOOL_CALLS,
+        temperature=o.temperature or None,
+        max_tokens=o.max_tokens or None,
+        stop_sequences=list(o.stop_sequences),
+        return_intermediate_steps=o.return_intermediate_steps,
+    )
+
+
+def usage_to_pb(usage: Usage) -> pb.Usage:
+    return pb.Usage(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        total_tokens=usage.total_tokens,
+    )
+
+
+def usage_metadata(usage: Usage) -> dict[str, str]:
+    return {
+        "prompt_tokens": str(usage.prompt_tokens),
+        "completion_tokens": str(usage.completion_tokens),
+        "total_tokens": str(usage.total_tokens),
+    }
+
+
+def tool_call_to_pb(call: ToolCall, result: ToolOutput | None = None) -> pb.ToolCall:
+    out = pb.ToolCall(id=call.id, name=call.name, arguments=call.arguments)
+    if result is not None:
+        out.result.CopyFrom(tool_result_to_pb(result))
+    return out
+
+
+def generation_metadata(generation: Generation, with_steps: bool) -> dict[str, str]:
+    metadata = {
+        "model": generation.model,
+        "turns": str(generation.turns),
+        "duration_ms": f"{generation.duration_ms:.1f}",
+        "finish_reason": generation.finish_reason,
+    }
+    if with_steps:
+        metadata["intermediate_steps"] = json.dumps(
+            [
+                {
+                    "content": m.content,
+                    "tool_calls": [
+                        {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
+                    ],
+                }
+                for m in generation.intermediate
+            ]
+        )
+    return metadata
+
+
+def generate_response(session_id: str, generation: Generation, with_steps: bool) -> pb.GenerateResponse:
+    return pb.GenerateResponse(
+        session_id=session_id,
+        message=message_to_pb(generation.message),
+        tool_calls=[tool_call_to_pb(call, result) for call, result in generation.tool_calls],
+        usage=usage_to_pb(generation.usage),
+        finish_reason=FINISH_REASONS[generation.finish_reason],
+        metadata=generation_metadata(generation, with_steps),
+    )
+
+
+def event_to_chunk(session_id: str, event: AgentEvent, with_steps: bool) -> pb.GenerateChunk:
+    """One stream chunk per agent event; TOOL_RESULT carries its call's id in tool_call."""
+    if isinstance(event, TextEvent):
+        return pb.GenerateChunk(
+            type=pb.GenerateChunk.CHUNK_TYPE_CONTENT, session_id=session_id, content=event.text
+        )
+    if isinstance(event, ToolCallEvent):
+        return pb.GenerateChunk(
+            type=pb.GenerateChunk.CHUNK_TYPE_TOOL_CALL,
+            session_id=session_id,
+            tool_call=tool_call_to_pb(event.call),
+        )
+    if isinstance(event, ToolResultEvent):
+        return pb.GenerateChunk(
+            type=pb.GenerateChunk.CHUNK_TYPE_TOOL_RESULT,
+            session_id=session_id,
+            tool_call=tool_call_to_pb(event.call),
+            tool_result=tool_result_to_pb(event.result),
+            metadata={"tool_call_id": event.call.id},
+        )
+    if isinstance(event, TurnEvent):
+        return pb.GenerateChunk(
+            type=pb.GenerateChunk.CHUNK_TYPE_METADATA,
+            session_id=session_id,
+            metadata={"type": "usage", "turn": str(event.turn), **usage_metadata(event.usage)},
+        )
+    assert isinstance(event, DoneEvent)
+    generation = event.generation
+    return pb.GenerateChunk(
+        type=pb.GenerateChunk.CHUNK_TYPE_DONE,
+        session_id=session_id,
+        content=generation.message.content,
+        metadata={**generation_metadata(generation, with_steps), **usage_metadata(generation.usage)},
     )

@@ -8,8 +8,10 @@ from typing import Any
 
 import grpc
 
+from ...core.agent import DoneEvent, TextEvent
 from ...core.errors import InvalidArgument, Unimplemented
 from ...core.models import SessionState, ToolCall
+from ...core.structured import StructuredDone, run_structured
 from ...proto import code_agent_pb2 as pb
 from ...proto import code_agent_pb2_grpc as pb_grpc
 from ...runtime import Runtime
@@ -20,10 +22,6 @@ log = logging.getLogger(__name__)
 
 # RPCs whose issue has not landed yet, with the message a caller gets.
 NOT_YET: dict[str, str] = {
-    "Generate": "generation is not available yet (the agent loop has not landed)",
-    "StreamGenerate": "generation is not available yet (the agent loop has not landed)",
-    "GenerateStructured": "structured generation is not available yet (the agent loop has not landed)",
-    "StreamGenerateStructured": "structured generation is not available yet (the agent loop has not landed)",
     "RegisterTool": "client-side tools are not available yet (control plane has not landed)",
     "LoadSkill": "skills are not available yet",
     "UnloadSkill": "skills are not available yet",
@@ -187,6 +185,61 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
             request.session_id, convert.session_config_from_pb(request.config)
         )
         return pb.ConfigureSessionResponse(session=convert.session_to_pb(session))
+
+    # --- generation ------------------------------------------------------------------------
+
+    @rpc
+    async def Generate(self, request: pb.GenerateRequest, context: Any) -> pb.GenerateResponse:
+        options = convert.options_from_pb(request)
+        messages = convert.messages_from_pb(request.messages, "messages")
+        async for event in self.rt.agent.run(request.session_id, messages, options):
+            if isinstance(event, DoneEvent):
+                return convert.generate_response(
+                    request.session_id, event.generation, options.return_intermediate_steps
+                )
+        raise AssertionError("the agent loop ended without a result")
+
+    @rpc
+    async def StreamGenerate(
+        self, request: pb.GenerateRequest, context: Any
+    ) -> AsyncIterator[pb.GenerateChunk]:
+        options = convert.options_from_pb(request)
+        messages = convert.messages_from_pb(request.messages, "messages")
+        async for event in self.rt.agent.run(request.session_id, messages, options):
+            yield convert.event_to_chunk(request.session_id, event, options.return_intermediate_steps)
+
+    @rpc
+    async def GenerateStructured(
+        self, request: pb.GenerateStructuredRequest, context: Any
+    ) -> pb.GenerateStructuredResponse:
+        async for event in self._structured(request):
+            if isinstance(event, StructuredDone):
+                return pb.GenerateStructuredResponse(
+                    session_id=request.session_id,
+                    data=event.data,
+                    usage=convert.usage_to_pb(event.usage),
+                    metadata={"model": event.model, "attempts": str(event.attempts)},
+                )
+        raise AssertionError("structured generation ended without a result")
+
+    @rpc
+    async def StreamGenerateStructured(
+        self, request: pb.GenerateStructuredRequest, context: Any
+    ) -> AsyncIterator[pb.GenerateStructuredChunk]:
+        async for event in self._structured(request):
+            if isinstance(event, TextEvent):
+                yield pb.GenerateStructuredChunk(session_id=request.session_id, data=event.text)
+            elif isinstance(event, StructuredDone):
+                yield pb.GenerateStructuredChunk(session_id=request.session_id, data=event.data, done=True)
+
+    def _structured(self, request: pb.GenerateStructuredRequest) -> AsyncIterator[Any]:
+        return run_structured(
+            self.rt.agent,
+            request.session_id,
+            convert.messages_from_pb(request.messages, "messages"),
+            convert.options_from_pb(request),
+            request.schema,
+        )
 
     # --- tools -----------------------------------------------------------------------------
 

@@ -1,0 +1,289 @@
+"""The agent loop: call the model with the session's history and tools, run the calls it makes,
+feed the results back, and repeat until it answers. Everything is stored as it happens."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..llm.messages import to_openai
+from ..llm.provider import CompletionRequest, Provider, TextDelta, ToolCallReady, TurnEnd
+from ..tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
+from .errors import AgentError, FailedPrecondition, InvalidArgument
+from .models import LLMConfig, Message, Session, ToolCall, Usage
+from .prompts import system_prompt
+from .sessions import SessionManager
+from .tool_runner import new_call_id, tool_message
+
+DEFAULT_MAX_TOOL_CALLS = 50
+
+NO_LLM_MESSAGE = (
+    "no LLM is configured: set A3S_LLM_MODEL (with A3S_LLM_BASE_URL and A3S_LLM_API_KEY, or OPENAI_API_KEY),"
+    " or send config.llm {model, base_url, api_key} in Initialize, or set config.llm on the session"
+)
+
+
+@dataclass
+class GenerateOptions:
+    """The request's options. Tools are on unless the request turned them off."""
+
+    enable_tools: bool = True
+    allowed_tools: list[str] = field(default_factory=list)
+    max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS
+    temperature: float | None = None
+    max_tokens: int | None = None
+    stop_sequences: list[str] = field(default_factory=list)
+    return_intermediate_steps: bool = False
+    response_format: dict[str, Any] | None = None
+
+
+@dataclass
+class TextEvent:
+    text: str
+
+
+@dataclass
+class ToolCallEvent:
+    call: ToolCall
+
+
+@dataclass
+class ToolResultEvent:
+    call: ToolCall
+    result: ToolOutput
+
+
+@dataclass
+class TurnEvent:
+    """One model turn finished, with its usage."""
+
+    turn: int
+    usage: Usage
+    finish_reason: str
+
+
+@dataclass
+class Generation:
+    """The outcome of a run. finish_reason: stop | length | tool_calls | content_filter."""
+
+    message: Message
+    tool_calls: list[tuple[ToolCall, ToolOutput]]
+    usage: Usage
+    finish_reason: str
+    turns: int
+    model: str
+    duration_ms: float
+    intermediate: list[Message]
+
+
+@dataclass
+class DoneEvent:
+    generation: Generation
+
+
+AgentEvent = TextEvent | ToolCallEvent | ToolResultEvent | TurnEvent | DoneEvent
+
+
+class Agent:
+    def __init__(
+        self,
+        sessions: SessionManager,
+        registry: ToolRegistry,
+        *,
+        llm_for: Callable[[Session], LLMConfig],
+        provider_for: Callable[[LLMConfig], Provider],
+        context_for: Callable[[Session], ToolContext],
+    ) -> None:
+        self._sessions = sessions
+        self._registry = registry
+        self._llm_for = llm_for
+        self._provider_for = provider_for
+        self._context_for = context_for
+
+    async def run(
+        self, session_id: str, messages: list[Message], options: GenerateOptions
+    ) -> AsyncIterator[AgentEvent]:
+        """Run one generation; yields events as they happen and a DoneEvent last."""
+        session = self._sessions.get(session_id)
+        if not messages:
+            raise InvalidArgument("messages must hold at least one message")
+        llm = self._llm_for(session)
+        if not llm.model:
+            raise FailedPrecondition(NO_LLM_MESSAGE)
+        run = _Run(self, session, llm, self._provider_for(llm), options)
+        async with self._sessions.generation_lock(session_id):
+            async for event in run.execute(messages):
+                yield event
+
+    def offered_tools(self, options: GenerateOptions) -> list[Tool]:
+        if not options.enable_tools:
+            return []
+        tools = self._registry.list()
+        if options.allowed_tools:
+            allowed = set(options.allowed_tools)
+            unknown = sorted(allowed - {t.name for t in tools})
+            if unknown:
+                raise InvalidArgument(
+                    f"options.allowed_tools names unknown or disabled tools: {', '.join(unknown)}"
+                )
+            tools = [t for t in tools if t.name in allowed]
+        return tools
+
+
+class _Run:
+    """The state of one generation."""
+
+    def __init__(
+        self, agent: Agent, session: Session, llm: LLMConfig, provider: Provider, options: GenerateOptions
+    ) -> None:
+        self.agent = agent
+        self.session = session
+        self.llm = llm
+        self.provider = provider
+        self.options = options
+        self.tools = {t.name: t for t in agent.offered_tools(options)}
+        self.context = agent._context_for(session)
+        self.usage = Usage()
+        self.calls: list[tuple[ToolCall, ToolOutput]] = []
+        self.intermediate: list[Message] = []
+        self.started = time.perf_counter()
+
+    async def _store(self, *messages: Message) -> None:
+        await self.agent._sessions.append_messages(self.session.id, list(messages))
+
+    async def execute(self, new_messages: list[Message]) -> AsyncIterator[AgentEvent]:
+        history = await self.agent._sessions.history(self.session.id)
+        await self._store(*new_messages)
+        conversation = [
+            {
+                "role": "system",
+                "content": system_prompt(self.session.config.system_prompt, str(self.context.workspace)),
+            },
+            *(to_openai(m) for m in history),
+            *(to_openai(m) for m in new_messages),
+        ]
+        tool_schemas = [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": t.parameters_schema},
+            }
+            for t in self.tools.values()
+        ]
+        limit = self.options.max_tool_calls or DEFAULT_MAX_TOOL_CALLS
+        turn = 0
+        while True:
+            turn += 1
+            text: list[str] = []
+            requested: list[ToolCall] = []
+            finish_reason = "stop"
+            turn_usage = Usage()
+            request = CompletionRequest(
+                model=self.llm.model,
+                messages=conversation,
+                tools=tool_schemas,
+                temperature=self.options.temperature or self.llm.temperature or None,
+                max_tokens=self.options.max_tokens or self.llm.max_tokens or None,
+                stop=self.options.stop_sequences,
+                response_format=self.options.response_format,
+            )
+            async for event in self.provider.stream(request):
+                if isinstance(event, TextDelta):
+                    text.append(event.text)
+                    yield TextEvent(event.text)
+                elif isinstance(event, ToolCallReady):
+                    call = ToolCall(id=event.id or new_call_id(), name=event.name, arguments=event.arguments)
+                    requested.append(call)
+                    yield ToolCallEvent(call)
+                elif isinstance(event, TurnEnd):
+                    finish_reason = event.finish_reason
+                    turn_usage = event.usage or Usage()
+            self.usage = Usage(
+                self.usage.prompt_tokens + turn_usage.prompt_tokens,
+                self.usage.completion_tokens + turn_usage.completion_tokens,
+            )
+            await self.agent._sessions.add_usage(self.session.id, turn_usage)
+            yield TurnEvent(turn, turn_usage, finish_reason)
+            assistant = Message(role="assistant", content="".join(text), tool_calls=requested)
+            await self._store(assistant)
+            conversation.append(to_openai(assistant))
+            if not requested:
+                yield DoneEvent(self._generation(assistant, _final_reason(finish_reason), turn))
+                return
+            self.intermediate.append(assistant)
+            budget = limit - len(self.calls)
+            async for event in self._run_calls(requested, budget, conversation):
+                yield event
+            if len(self.calls) >= limit:
+                note = f"Stopped after {len(self.calls)} tool calls: the max_tool_calls limit ({limit}) was reached."
+                final = Message(role="assistant", content=(assistant.content + "\n\n" + note).strip())
+                yield DoneEvent(self._generation(final, "tool_calls", turn))
+                return
+
+    async def _run_calls(
+        self, requested: list[ToolCall], budget: int, conversation: list[dict[str, Any]]
+    ) -> AsyncIterator[AgentEvent]:
+        """Run the turn's calls in order; consecutive read-only calls run concurrently."""
+        within, beyond = requested[: max(budget, 0)], requested[max(budget, 0) :]
+        for group in _groups(within, self.tools):
+            results = await asyncio.gather(*(self._run_one(call) for call in group))
+            for call, result in zip(group, results, strict=True):
+                yield ToolResultEvent(call, result)
+                await self._finish_call(call, result, conversation)
+        for call in beyond:
+            result = ToolOutput(success=False, error="not run: the max_tool_calls limit was reached")
+            yield ToolResultEvent(call, result)
+            message = tool_message(call, result)
+            await self._store(message)
+            conversation.append(to_openai(message))
+
+    async def _finish_call(
+        self, call: ToolCall, result: ToolOutput, conversation: list[dict[str, Any]]
+    ) -> None:
+        self.calls.append((call, result))
+        message = tool_message(call, result)
+        await self._store(message)
+        conversation.append(to_openai(message))
+
+    async def _run_one(self, call: ToolCall) -> ToolOutput:
+        """A model's call never raises: unknown tools and bad arguments go back to the model as errors."""
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return ToolOutput(success=False, error=f"tool {call.name!r} is not available in this request")
+        try:
+            return await tool.execute(tool.parse_arguments(call.arguments), self.context)
+        except AgentError as exc:
+            return ToolOutput(success=False, error=str(exc))
+
+    def _generation(self, message: Message, finish_reason: str, turns: int) -> Generation:
+        return Generation(
+            message=message,
+            tool_calls=self.calls,
+            usage=self.usage,
+            finish_reason=finish_reason,
+            turns=turns,
+            model=self.llm.model,
+            duration_ms=round((time.perf_counter() - self.started) * 1000, 3),
+            intermediate=self.intermediate,
+        )
+
+
+def _final_reason(provider_reason: str) -> str:
+    return provider_reason if provider_reason in {"stop", "length", "content_filter"} else "stop"
+
+
+def _groups(calls: list[ToolCall], tools: dict[str, Tool]) -> list[list[ToolCall]]:
+    """Split calls into runs: consecutive read-only (query lane) calls share a group."""
+    groups: list[list[ToolCall]] = []
+    for call in calls:
+        if _is_query(call, tools) and groups and _is_query(groups[-1][0], tools):
+            groups[-1].append(call)
+        else:
+            groups.append([call])
+    return groups
+
+
+def _is_query(call: ToolCall, tools: dict[str, Tool]) -> bool:
+    return call.name in tools and tools[call.name].lane == "query"

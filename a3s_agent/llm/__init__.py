@@ -1,0 +1,1 @@
+"""LLM providers: one small streaming interface, implementations behind it."""

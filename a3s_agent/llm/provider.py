@@ -1,0 +1,59 @@
+"""The provider interface: stream one model turn given messages, tool schemas and options."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..core.models import Usage
+
+
+@dataclass
+class CompletionRequest:
+    """One model call. `messages` and `tools` are in the Chat Completions JSON shape."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    temperature: float | None = None
+    max_tokens: int | None = None
+    stop: list[str] = field(default_factory=list)
+    response_format: dict[str, Any] | None = None
+
+
+@dataclass
+class TextDelta:
+    text: str
+
+
+@dataclass
+class ToolCallReady:
+    """A tool call whose id, name and complete JSON arguments are known."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class TurnEnd:
+    """The model's turn is over. finish_reason: stop | length | tool_calls | content_filter."""
+
+    finish_reason: str
+    usage: Usage | None = None
+
+
+ProviderEvent = TextDelta | ToolCallReady | TurnEnd
+
+
+class Provider(Protocol):
+    def stream(self, request: CompletionRequest) -> AsyncIterator[ProviderEvent]:
+        """Yield text deltas and tool calls as they arrive, then exactly one TurnEnd.
+
+        Raises core errors: Unavailable (unreachable, failing after retries, timed out),
+        FailedPrecondition (the key was rejected), InvalidArgument (the request was refused)."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
