@@ -23,6 +23,8 @@ from a3s_agent.runtime import Runtime
 from a3s_agent.server import AgentServer
 from a3s_agent.tools.builtin import builtin_registry
 
+from .fake_llm import FakeLLM
+
 
 @dataclass
 class LiveServer:
@@ -139,3 +141,45 @@ def server_process(tmp_path: Path) -> Iterator[ServerProcess]:
     if server.proc is not None and server.proc.poll() is None:
         server.proc.kill()
         server.proc.wait()
+
+
+# --- the agent against the fake LLM -------------------------------------------------------
+
+
+def user(content: str) -> pb.Message:
+    return pb.Message(role=pb.Message.ROLE_USER, content=content)
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeLLM]:
+    async with FakeLLM() as server:
+        yield server
+
+
+def agent_settings(workspace: Path, data: Path) -> Settings:
+    return Settings(
+        listen="127.0.0.1:0", workspace=workspace, data_dir=data, llm_timeout_s=1.0, llm_retries=2
+    )
+
+
+@pytest.fixture
+async def agent(workspace: Path, tmp_path: Path, fake: FakeLLM) -> AsyncIterator[LiveServer]:
+    """A server whose Initialize points at the fake LLM."""
+    async with running(agent_settings(workspace, tmp_path / "data")) as server:
+        await initialize(server, fake)
+        yield server
+
+
+async def initialize(server: LiveServer, fake: FakeLLM) -> None:
+    await server.stub.Initialize(
+        pb.InitializeRequest(
+            config=pb.AgentConfig(
+                llm=pb.LLMConfig(provider="openai", model="fake-model", base_url=fake.base_url)
+            )
+        )
+    )
+
+
+async def new_session(server: LiveServer, **config: object) -> str:
+    reply = await server.stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(**config)))
+    return reply.session_id

@@ -4,58 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import pytest
 
-from a3s_agent.config import Settings
 from a3s_agent.proto import code_agent_pb2 as pb
 
-from .conftest import LiveServer, running
+from .conftest import LiveServer, agent_settings, initialize, new_session, running, user
 from .fake_llm import FakeLLM, broken_stream, call, error, hang, text, tool_call, tool_calls
-
-USER = pb.Message.ROLE_USER
-
-
-def user(content: str) -> pb.Message:
-    return pb.Message(role=USER, content=content)
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeLLM]:
-    async with FakeLLM() as server:
-        yield server
-
-
-def agent_settings(workspace: Path, data: Path) -> Settings:
-    return Settings(
-        listen="127.0.0.1:0", workspace=workspace, data_dir=data, llm_timeout_s=1.0, llm_retries=2
-    )
-
-
-@pytest.fixture
-async def agent(workspace: Path, tmp_path: Path, fake: FakeLLM) -> AsyncIterator[LiveServer]:
-    """A server whose Initialize points at the fake LLM."""
-    async with running(agent_settings(workspace, tmp_path / "data")) as server:
-        await initialize(server, fake)
-        yield server
-
-
-async def initialize(server: LiveServer, fake: FakeLLM) -> None:
-    await server.stub.Initialize(
-        pb.InitializeRequest(
-            config=pb.AgentConfig(
-                llm=pb.LLMConfig(provider="openai", model="fake-model", base_url=fake.base_url)
-            )
-        )
-    )
-
-
-async def new_session(server: LiveServer, **config: object) -> str:
-    reply = await server.stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(**config)))
-    return reply.session_id
 
 
 async def test_multi_step_tool_use_edits_files_and_runs_bash(agent: LiveServer, fake: FakeLLM) -> None:
@@ -199,7 +156,7 @@ async def test_attachments_become_image_parts_and_named_text_blocks(agent: LiveS
     fake.script(text("seen"))
     session_id = await new_session(agent)
     message = pb.Message(
-        role=USER,
+        role=pb.Message.ROLE_USER,
         content="look",
         attachments=[
             pb.Attachment(
