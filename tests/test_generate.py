@@ -222,7 +222,7 @@ async def test_rate_limit_then_success_is_retried(agent: LiveServer, fake: FakeL
     session_id = await new_session(agent)
     reply = await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("x")]))
     assert reply.message.content == "after retry"
-    assert [r.headers.get("x-stainless-retry-count") for r in fake.requests] == ["0", "1"]
+    assert len(fake.requests) == 2
 
 
 async def _generate_error(server: LiveServer, content: str = "x") -> grpc.aio.AioRpcError:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import random
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from a3s_agent.proto import code_agent_pb2 as pb  # noqa: E402
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc  # noqa: E402
+from a3s_agent.tools.process import find_binary  # noqa: E402
 
 CONCURRENCY = 32
 
@@ -168,8 +172,207 @@ async def bench_foundation(seconds: float, workspace: Path) -> list[Row]:
     ]
 
 
+def _read_file_call(path: str) -> Callable[[pb_grpc.CodeAgentServiceStub], Awaitable[object]]:
+    request = pb.ExecuteToolRequest(tool_name="read_file", arguments=json.dumps({"path": path}))
+
+    async def call(stub: pb_grpc.CodeAgentServiceStub) -> None:
+        reply = await stub.ExecuteTool(request)
+        assert reply.result.success, reply.result.error
+
+    return call
+
+
+def _generate_tree(root: Path, megabytes: int, needle: str) -> None:
+    """Text files of pseudo-random words, ~50 KB each; the needle on one line of every 100th file."""
+    rng = random.Random(7)
+    words = [f"w{rng.randrange(10**6):06d}" for _ in range(5000)]
+    for index in range(megabytes * 20):
+        folder = root / f"d{index % 40:02d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = [" ".join(rng.choices(words, k=9)) for _ in range(780)]
+        if index % 100 == 0:
+            lines[rng.randrange(len(lines))] += f" {needle}"
+        (folder / f"f{index:05d}.txt").write_text("\n".join(lines) + "\n")
+
+
+def _generate_sources(root: Path, count: int, symbol: str) -> None:
+    """`count` small Python modules; one defines `symbol`, a few call it."""
+    for index in range(count):
+        folder = root / f"pkg{index % 100:02d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        body = f"def helper_{index}(x):\n    return x + {index}\n\n\nclass Thing{index}:\n    pass\n"
+        if index == count // 2:
+            body += f"\n\ndef {symbol}(value):\n    return value * 2\n"
+        elif index % 1000 == 0:
+            body += f"\n\nprint({symbol}(1))\n"
+        (folder / f"mod{index:05d}.py").write_text(body)
+
+
+def _median_time(fn: Callable[[], object], runs: int = 3) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+async def bench_tools(seconds: float, workspace: Path) -> list[Row]:
+    (workspace / "small.txt").write_text(("lorem ipsum dolor sit amet " * 3 + "\n") * 50)  # ~4 KB
+    tree = workspace / "tree"
+    _generate_tree(tree, 100, "NEEDLE_4f2a")
+    sources = workspace / "src"
+    _generate_sources(sources, 10_000, "target_symbol")
+    with agent_process(workspace) as agent:
+        agent.wait_healthy()
+        health_rate = await calls_per_second(agent.address, _health, seconds)
+        read_rate = await calls_per_second(agent.address, _read_file_call("small.txt"), seconds)
+        with grpc.insecure_channel(agent.address) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+
+            def tool(name: str, **arguments: object) -> pb.ToolResult:
+                request = pb.ExecuteToolRequest(tool_name=name, arguments=json.dumps(arguments))
+                result = stub.ExecuteTool(request, timeout=120).result
+                assert result.success, result.error
+                return result
+
+            rg = find_binary("rg")
+            assert rg is not None
+            direct = _median_time(
+                lambda: subprocess.run([rg, "-n", "NEEDLE_4f2a", str(tree)], capture_output=True, check=True)
+            )
+            through = _median_time(lambda: tool("grep", pattern="NEEDLE_4f2a", path="tree"))
+            matches = tool("grep", pattern="NEEDLE_4f2a", path="tree").metadata["matches"]
+            definition = _median_time(lambda: tool("find_definition", symbol="target_symbol", path="src"))
+            found = tool("find_definition", symbol="target_symbol", path="src").output.splitlines()[0]
+    size_mb = sum(p.stat().st_size for p in tree.rglob("*") if p.is_file()) / 1e6
+    return [
+        Row("ExecuteTool(read_file 4 KB) calls/s", f"{read_rate:,.0f}"),
+        Row("read_file calls/s / HealthCheck calls/s", f"{read_rate / health_rate:.2f}", ">= 0.7"),
+        Row(f"grep over {size_mb:.0f} MB ({matches} matches): rg direct (s)", f"{direct:.3f}"),
+        Row("grep through ExecuteTool (s)", f"{through:.3f}"),
+        Row("grep ratio (ExecuteTool / rg)", f"{through / direct:.2f}", "<= 1.2"),
+        Row(f"find_definition in 10,000 files (s) [{found.split(':')[0]}]", f"{definition:.3f}", "< 1"),
+    ]
+
+
+class FakeLLMProcess:
+    """tests/fake_llm.py as a subprocess: each conversation makes `rounds` read_file calls, then answers."""
+
+    def __init__(self, rounds: int, delay_ms: float = 0) -> None:
+        argv = [sys.executable, str(ROOT / "tests" / "fake_llm.py"), "--port", "0",
+                "--tool-rounds", str(rounds), "--tool-args", '{"path": "small.txt"}',
+                "--delay-ms", str(delay_ms)]  # fmt: skip
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        self.base_url = line.split()[-1]
+
+    def __enter__(self) -> FakeLLMProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+async def _initialize(stub: pb_grpc.CodeAgentServiceStub, base_url: str) -> None:
+    llm = pb.LLMConfig(provider="openai", model="fake-model", base_url=base_url, api_key="sk-bench")
+    await stub.Initialize(pb.InitializeRequest(config=pb.AgentConfig(llm=llm)))
+
+
+async def _stream_generation(stub: pb_grpc.CodeAgentServiceStub) -> int:
+    """One StreamGenerate on a new session; returns the number of model turns."""
+    created = await stub.CreateSession(pb.CreateSessionRequest())
+    request = pb.GenerateRequest(
+        session_id=created.session_id, messages=[pb.Message(role=pb.Message.ROLE_USER, content="go")]
+    )
+    turns = 0
+    async for chunk in stub.StreamGenerate(request):
+        if chunk.type == pb.GenerateChunk.CHUNK_TYPE_METADATA:
+            turns += 1
+    return turns
+
+
+async def _direct_turns(base_url: str, turns: int) -> float:
+    """Seconds for `turns` streamed completions made straight to the fake with the openai client."""
+    import openai
+
+    async with openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench", max_retries=0) as client:
+        messages: list[dict[str, object]] = [{"role": "user", "content": "go"}]
+        started = time.perf_counter()
+        for _ in range(turns):
+            stream = await client.chat.completions.create(
+                model="fake-model", messages=messages, stream=True, stream_options={"include_usage": True}
+            )
+            async for chunk in stream:
+                for choice in chunk.choices:
+                    for call in choice.delta.tool_calls or []:
+                        if call.id:
+                            messages.append(
+                                {
+                                    "role": "assistant",
+                                    "content": None,
+                                    "tool_calls": [
+                                        {
+                                            "id": call.id,
+                                            "type": "function",
+                                            "function": {
+                                                "name": "read_file",
+                                                "arguments": '{"path": "small.txt"}',
+                                            },
+                                        }
+                                    ],
+                                }
+                            )
+                            messages.append({"role": "tool", "tool_call_id": call.id, "content": "lorem"})
+        return time.perf_counter() - started
+
+
+async def bench_agent(seconds: float, workspace: Path) -> list[Row]:
+    (workspace / "small.txt").write_text("lorem ipsum\n" * 300)
+    rounds = 19  # 20 model turns per generation
+    with FakeLLMProcess(rounds) as fake, agent_process(workspace) as agent:
+        agent.wait_healthy()
+        async with grpc.aio.insecure_channel(agent.address) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            await _initialize(stub, fake.base_url)
+            await _stream_generation(stub)  # warm up
+            runs, agent_time, turns = 5, 0.0, 0
+            for _ in range(runs):
+                started = time.perf_counter()
+                turns += await _stream_generation(stub)
+                agent_time += time.perf_counter() - started
+        direct_time = sum([await _direct_turns(fake.base_url, rounds + 1) for _ in range(runs)])
+    per_turn_agent = agent_time / turns * 1000
+    per_turn_direct = direct_time / (runs * (rounds + 1)) * 1000
+    with FakeLLMProcess(2, delay_ms=200) as slow, agent_process(workspace) as agent:
+        agent.wait_healthy()
+        async with grpc.aio.insecure_channel(agent.address) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            await _initialize(stub, slow.base_url)
+            await _stream_generation(stub)  # warm up: connections to the fake, first-use costs
+            started = time.perf_counter()
+            await _stream_generation(stub)
+            one = time.perf_counter() - started
+            started = time.perf_counter()
+            await asyncio.gather(*(_stream_generation(stub) for _ in range(100)))
+            hundred = time.perf_counter() - started
+    return [
+        Row("model turn through StreamGenerate (ms)", f"{per_turn_agent:.2f}"),
+        Row("direct openai streamed call to the fake (ms)", f"{per_turn_direct:.2f}"),
+        Row("agent overhead per model turn (ms)", f"{per_turn_agent - per_turn_direct:.2f}", "<= 5"),
+        Row("turn time ratio (agent / direct)", f"{per_turn_agent / per_turn_direct:.2f}", "report"),
+        Row("one 3-turn generation, 200 ms per reply (s)", f"{one:.2f}"),
+        Row("100 concurrent 3-turn generations (s)", f"{hundred:.2f}"),
+        Row("concurrency ratio (100 concurrent / one)", f"{hundred / one:.2f}", "<= 2.0"),
+    ]
+
+
 SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "foundation": bench_foundation,
+    "tools": bench_tools,
+    "agent": bench_agent,
 }
 
 

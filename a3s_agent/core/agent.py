@@ -204,10 +204,9 @@ class _Run:
                 self.usage.prompt_tokens + turn_usage.prompt_tokens,
                 self.usage.completion_tokens + turn_usage.completion_tokens,
             )
-            await self.agent._sessions.add_usage(self.session.id, turn_usage)
-            yield TurnEvent(turn, turn_usage, finish_reason)
             assistant = Message(role="assistant", content="".join(text), tool_calls=requested)
-            await self._store(assistant)
+            await self.agent._sessions.append_messages(self.session.id, [assistant], usage=turn_usage)
+            yield TurnEvent(turn, turn_usage, finish_reason)
             conversation.append(to_openai(assistant))
             if not requested:
                 yield DoneEvent(self._generation(assistant, _final_reason(finish_reason), turn))
@@ -225,27 +224,28 @@ class _Run:
     async def _run_calls(
         self, requested: list[ToolCall], budget: int, conversation: list[dict[str, Any]]
     ) -> AsyncIterator[AgentEvent]:
-        """Run the turn's calls in order; consecutive read-only calls run concurrently."""
+        """Run the turn's calls in order; consecutive read-only calls run concurrently.
+        Each group's results are stored together as soon as the group is done."""
         within, beyond = requested[: max(budget, 0)], requested[max(budget, 0) :]
         for group in _groups(within, self.tools):
             results = await asyncio.gather(*(self._run_one(call) for call in group))
-            for call, result in zip(group, results, strict=True):
-                yield ToolResultEvent(call, result)
-                await self._finish_call(call, result, conversation)
-        for call in beyond:
-            result = ToolOutput(success=False, error="not run: the max_tool_calls limit was reached")
-            yield ToolResultEvent(call, result)
-            message = tool_message(call, result)
-            await self._store(message)
-            conversation.append(to_openai(message))
+            self.calls.extend(zip(group, results, strict=True))
+            async for event in self._finish(list(zip(group, results, strict=True)), conversation):
+                yield event
+        skipped = ToolOutput(success=False, error="not run: the max_tool_calls limit was reached")
+        async for event in self._finish([(call, skipped) for call in beyond], conversation):
+            yield event
 
-    async def _finish_call(
-        self, call: ToolCall, result: ToolOutput, conversation: list[dict[str, Any]]
-    ) -> None:
-        self.calls.append((call, result))
-        message = tool_message(call, result)
-        await self._store(message)
-        conversation.append(to_openai(message))
+    async def _finish(
+        self, done: list[tuple[ToolCall, ToolOutput]], conversation: list[dict[str, Any]]
+    ) -> AsyncIterator[AgentEvent]:
+        if not done:
+            return
+        messages = [tool_message(call, result) for call, result in done]
+        await self._store(*messages)
+        conversation.extend(to_openai(m) for m in messages)
+        for call, result in done:
+            yield ToolResultEvent(call, result)
 
     async def _run_one(self, call: ToolCall) -> ToolOutput:
         """A model's call never raises: unknown tools and bad arguments go back to the model as errors."""

@@ -112,27 +112,29 @@ class SessionManager:
         self._sessions[session_id] = updated
         return updated
 
-    async def append_messages(self, session_id: str, messages: list[Message]) -> Session:
+    async def append_messages(
+        self, session_id: str, messages: list[Message], usage: Usage | None = None
+    ) -> Session:
+        """Store messages, adding `usage` (a model turn's) to the session's totals in the same write."""
         session = self.get(session_id)
         stamp = self._next_stamp(session)
-        await self._store.append_messages(session_id, messages, stamp)
+        totals = None
+        if usage is not None:
+            totals = Usage(
+                session.usage.prompt_tokens + usage.prompt_tokens,
+                session.usage.completion_tokens + usage.completion_tokens,
+            )
+        await self._store.append_messages(session_id, messages, stamp, totals)
         session.message_count += len(messages)
         session.updated_at = stamp
+        if totals is not None:
+            session.usage = totals
         return session
 
     def generation_lock(self, session_id: str) -> asyncio.Lock:
         """Held while a generation runs, so two never interleave one session's history."""
         self.get(session_id)
         return self._locks.setdefault(session_id, asyncio.Lock())
-
-    async def add_usage(self, session_id: str, usage: Usage) -> None:
-        session = self.get(session_id)
-        session.usage = Usage(
-            session.usage.prompt_tokens + usage.prompt_tokens,
-            session.usage.completion_tokens + usage.completion_tokens,
-        )
-        session.updated_at = self._next_stamp(session)
-        await self._store.update_session(session)
 
     async def history(self, session_id: str) -> list[Message]:
         self.get(session_id)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .models import Message, Session
+from .models import Message, Session, Usage
 
 
 class Store(Protocol):
@@ -32,8 +32,11 @@ class Store(Protocol):
     async def delete_session(self, session_id: str) -> bool:
         """Remove a session and its messages; False when it did not exist."""
 
-    async def append_messages(self, session_id: str, messages: list[Message], updated_at: int) -> None:
-        """Append messages to a session's live history in one transaction."""
+    async def append_messages(
+        self, session_id: str, messages: list[Message], updated_at: int, usage: Usage | None = None
+    ) -> None:
+        """Append messages to a session's live history, and set its usage totals when given,
+        in one transaction."""
 
     async def load_messages(self, session_id: str) -> list[Message]:
         """The live (not archived) history of a session, in order."""

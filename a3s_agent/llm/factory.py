@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..core.models import LLMConfig
-from .openai_provider import OpenAIProvider
+from .openai_compat import OpenAICompatibleProvider
 from .provider import Provider
 
 
@@ -20,7 +20,7 @@ class ProviderCache:
         provider = self._providers.get(key)
         if provider is None:
             # Every provider name we know today speaks the OpenAI Chat Completions protocol.
-            provider = OpenAIProvider(llm, timeout_s=self._timeout_s, max_retries=self._max_retries)
+            provider = OpenAICompatibleProvider(llm, timeout_s=self._timeout_s, max_retries=self._max_retries)
             self._providers[key] = provider
         return provider
 
