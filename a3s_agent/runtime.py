@@ -11,14 +11,17 @@ from pathlib import Path
 from . import DESCRIPTION, HOMEPAGE, LICENSE, NAME, __version__
 from .config import Settings
 from .core.agent import Agent
+from .core.client_tools import ClientTools
+from .core.control import ControlPlane
 from .core.errors import InvalidArgument
+from .core.events import EventBus
 from .core.models import LLMConfig, Session
 from .core.sessions import SessionManager
 from .core.sqlite_store import SqliteStore
 from .core.store import Store
 from .core.tool_runner import ToolRunner
 from .llm.factory import ProviderCache
-from .tools.registry import ToolContext, ToolRegistry
+from .tools.registry import Tool, ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -51,22 +54,28 @@ class Runtime:
         self.workspace: Path = settings.workspace.resolve()
         self.store: Store = store or SqliteStore(settings.resolved_data_dir / "sessions.db")
         self.registry = registry or ToolRegistry()
+        self.events = EventBus()
         self.sessions = SessionManager(
             self.store,
             default_workspace=lambda: self.workspace,
             max_sessions=settings.max_sessions,
             max_context_tokens=settings.max_context_tokens,
+            events=self.events,
         )
+        self.control = ControlPlane(self.sessions, self.events)
+        self.client_tools = ClientTools(self.sessions, self.registry)
         self.tools = ToolRunner(
             self.registry, self.sessions, self.tool_context, settings.max_tools_per_request
         )
         self.providers = ProviderCache(timeout_s=settings.llm_timeout_s, max_retries=settings.llm_retries)
         self.agent = Agent(
             self.sessions,
-            self.registry,
             llm_for=self.effective_llm,
             provider_for=self.providers.get,
             context_for=self.tool_context,
+            tools_for=self.session_tools,
+            control=self.control,
+            events=self.events,
         )
         self.init = Initialization()
         self.started_at = time.monotonic()
@@ -85,6 +94,7 @@ class Runtime:
         )
 
     async def close(self) -> None:
+        self.events.close()
         await self.providers.close()
         await self.store.close()
 
@@ -137,6 +147,10 @@ class Runtime:
             if llm.model and all((m.provider, m.model) != (llm.provider, llm.model) for m in models):
                 models.append(llm)
         return models
+
+    def session_tools(self, session: Session | None) -> list[Tool]:
+        """What a session's model may call: the enabled built-in tools, then client tools."""
+        return [*self.registry.list(), *self.client_tools.for_session(session)]
 
     def tool_context(self, session: Session | None) -> ToolContext:
         workspace = Path(session.config.workspace) if session is not None else self.workspace

@@ -80,6 +80,7 @@ class AgentServer:
         """Graceful stop: health NOT_SERVING, refuse new calls, let in-flight ones finish."""
         self.runtime.shutting_down = True
         await self.health.enter_graceful_shutdown()
+        self.runtime.events.close()  # event streams end now; they would otherwise use up the grace
         await self.server.stop(grace_s)
 
 

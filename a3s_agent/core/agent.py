@@ -11,11 +11,14 @@ from typing import Any
 
 from ..llm.messages import to_openai
 from ..llm.provider import CompletionRequest, Provider, TextDelta, ToolCallReady, TurnEnd
-from ..tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
-from .errors import AgentError, FailedPrecondition, InvalidArgument
-from .models import LLMConfig, Message, Session, ToolCall, Usage
+from ..tools.registry import Tool, ToolContext, ToolOutput
+from .control import ControlPlane
+from .errors import AgentError, Cancelled, FailedPrecondition, InvalidArgument
+from .events import EventBus, EventType
+from .models import LLMConfig, Message, Session, SessionState, ToolCall, Usage
 from .prompts import system_prompt
 from .sessions import SessionManager
+from .tool_gate import ToolGate
 from .tool_runner import new_call_id, tool_message
 
 DEFAULT_MAX_TOOL_CALLS = 50
@@ -80,28 +83,40 @@ class Generation:
 
 
 @dataclass
+class NoticeEvent:
+    """Something the caller should know while the run waits (e.g. a confirmation request)."""
+
+    data: dict[str, str]
+
+
+@dataclass
 class DoneEvent:
     generation: Generation
 
 
-AgentEvent = TextEvent | ToolCallEvent | ToolResultEvent | TurnEvent | DoneEvent
+AgentEvent = TextEvent | ToolCallEvent | ToolResultEvent | TurnEvent | NoticeEvent | DoneEvent
 
 
 class Agent:
     def __init__(
         self,
         sessions: SessionManager,
-        registry: ToolRegistry,
         *,
         llm_for: Callable[[Session], LLMConfig],
         provider_for: Callable[[LLMConfig], Provider],
         context_for: Callable[[Session], ToolContext],
+        tools_for: Callable[[Session], list[Tool]],
+        control: ControlPlane,
+        events: EventBus,
     ) -> None:
         self._sessions = sessions
-        self._registry = registry
         self._llm_for = llm_for
         self._provider_for = provider_for
         self._context_for = context_for
+        self._tools_for = tools_for
+        self._control = control
+        self._events = events
+        self._gate = ToolGate(control, events)
 
     async def run(
         self, session_id: str, messages: list[Message], options: GenerateOptions
@@ -114,14 +129,46 @@ class Agent:
         if not llm.model:
             raise FailedPrecondition(NO_LLM_MESSAGE)
         run = _Run(self, session, llm, self._provider_for(llm), options)
+        if session.state == SessionState.PAUSED:  # fail now rather than after waiting for the lock
+            raise FailedPrecondition(f"session {session_id!r} is paused; Resume it first")
         async with self._sessions.generation_lock(session_id):
-            async for event in run.execute(messages):
-                yield event
+            control = self._control.start_run(session_id)
+            self._events.publish(
+                EventType.GENERATION_STARTED, session_id, "generation started", {"model": llm.model}
+            )
+            try:
+                async for event in run.execute(messages):
+                    if isinstance(event, DoneEvent):
+                        generation = event.generation
+                        self._events.publish(
+                            EventType.GENERATION_COMPLETED, session_id, "generation completed",
+                            {"finish_reason": generation.finish_reason, "turns": generation.turns,
+                             "prompt_tokens": generation.usage.prompt_tokens,
+                             "completion_tokens": generation.usage.completion_tokens,
+                             "duration_ms": generation.duration_ms},
+                        )  # fmt: skip
+                    yield event
+            except asyncio.CancelledError:
+                if not control.cancel_requested:
+                    raise  # the caller went away: nothing more to tell anyone
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
+                await self._sessions.append_messages(
+                    session_id, [Message(role="assistant", content="[the run was cancelled by the client]")]
+                )
+                self._events.publish(EventType.WARNING, session_id, "generation cancelled by the client")
+                raise Cancelled("the generation was cancelled") from None
+            except AgentError as exc:
+                self._events.publish(EventType.ERROR, session_id, f"generation failed: {exc}")
+                raise
+            finally:
+                self._control.end_run(session_id)
 
-    def offered_tools(self, options: GenerateOptions) -> list[Tool]:
+    def offered_tools(self, session: Session, options: GenerateOptions) -> list[Tool]:
         if not options.enable_tools:
             return []
-        tools = self._registry.list()
+        tools = self._tools_for(session)
         if options.allowed_tools:
             allowed = set(options.allowed_tools)
             unknown = sorted(allowed - {t.name for t in tools})
@@ -144,7 +191,8 @@ class _Run:
         self.llm = llm
         self.provider = provider
         self.options = options
-        self.tools = {t.name: t for t in agent.offered_tools(options)}
+        self.tools = {t.name: t for t in agent.offered_tools(session, options)}
+        self.notices: asyncio.Queue[dict[str, str]] = asyncio.Queue()
         self.context = agent._context_for(session)
         self.usage = Usage()
         self.calls: list[tuple[ToolCall, ToolOutput]] = []
@@ -176,6 +224,7 @@ class _Run:
         turn = 0
         while True:
             turn += 1
+            await self.agent._control.checkpoint(self.session.id)
             text: list[str] = []
             requested: list[ToolCall] = []
             finish_reason = "stop"
@@ -228,7 +277,10 @@ class _Run:
         Each group's results are stored together as soon as the group is done."""
         within, beyond = requested[: max(budget, 0)], requested[max(budget, 0) :]
         for group in _groups(within, self.tools):
-            results = await asyncio.gather(*(self._run_one(call) for call in group))
+            await self.agent._control.checkpoint(self.session.id)
+            results: list[ToolOutput] = []
+            async for event in self._run_group(group, results):
+                yield event
             self.calls.extend(zip(group, results, strict=True))
             async for event in self._finish(list(zip(group, results, strict=True)), conversation):
                 yield event
@@ -247,15 +299,32 @@ class _Run:
         for call, result in done:
             yield ToolResultEvent(call, result)
 
-    async def _run_one(self, call: ToolCall) -> ToolOutput:
-        """A model's call never raises: unknown tools and bad arguments go back to the model as errors."""
-        tool = self.tools.get(call.name)
-        if tool is None:
-            return ToolOutput(success=False, error=f"tool {call.name!r} is not available in this request")
+    async def _run_group(self, group: list[ToolCall], results: list[ToolOutput]) -> AsyncIterator[AgentEvent]:
+        """Run a group of calls, passing on notices (such as confirmation requests) while they run."""
+        tasks = [
+            asyncio.create_task(
+                self.agent._gate.run(
+                    self.session, call, self.tools.get(call.name), self.context, self.notices.put_nowait
+                )
+            )
+            for call in group
+        ]
         try:
-            return await tool.execute(tool.parse_arguments(call.arguments), self.context)
-        except AgentError as exc:
-            return ToolOutput(success=False, error=str(exc))
+            pending: set[asyncio.Future[Any]] = set(tasks)
+            while pending:
+                notice = asyncio.ensure_future(self.notices.get())
+                done, _ = await asyncio.wait({*pending, notice}, return_when=asyncio.FIRST_COMPLETED)
+                pending -= done
+                if notice in done:
+                    yield NoticeEvent(notice.result())
+                else:
+                    notice.cancel()
+            while not self.notices.empty():
+                yield NoticeEvent(self.notices.get_nowait())
+            results.extend(task.result() for task in tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
 
     def _generation(self, message: Message, finish_reason: str, turns: int) -> Generation:
         return Generation(

@@ -33,3 +33,7 @@ class Unavailable(AgentError):
 
 class Unimplemented(AgentError):
     """The feature has not landed yet."""
+
+
+class Cancelled(AgentError):
+    """The operation was cancelled on request (Cancel), not by the caller going away."""

@@ -151,3 +151,5 @@ class Session:
     updated_at: int = 0
     message_count: int = 0
     usage: Usage = field(default_factory=Usage)
+    # Settings kept with the session besides its config (policies, lane handlers, skills), JSON-ready.
+    extras: dict[str, Any] = field(default_factory=dict)

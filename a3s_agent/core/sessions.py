@@ -9,8 +9,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from .errors import InvalidArgument, NotFound, ResourceExhausted
+from .events import EventBus, EventType
 from .models import Message, Session, SessionConfig, SessionState, Usage
 from .store import Store
 
@@ -31,8 +33,10 @@ class SessionManager:
         default_workspace: Callable[[], Path],
         max_sessions: int,
         max_context_tokens: int,
+        events: EventBus,
     ) -> None:
         self._store = store
+        self._events = events
         self._default_workspace = default_workspace
         self._max_sessions = max_sessions
         self._max_context_tokens = max_context_tokens
@@ -84,6 +88,7 @@ class SessionManager:
         )
         await self._store.create_session(session, initial_context)
         self._sessions[session_id] = session
+        self._events.publish(EventType.SESSION_CREATED, session_id, f"session {session_id} created")
         return session
 
     async def destroy(self, session_id: str) -> None:
@@ -91,6 +96,7 @@ class SessionManager:
         await self._store.delete_session(session_id)
         self._sessions.pop(session_id, None)
         self._locks.pop(session_id, None)
+        self._events.publish(EventType.SESSION_DESTROYED, session_id, f"session {session_id} destroyed")
 
     async def configure(self, session_id: str, patch: SessionConfig) -> Session:
         """Merge `patch` into the session's config: empty fields keep their old values."""
@@ -130,6 +136,22 @@ class SessionManager:
         if totals is not None:
             session.usage = totals
         return session
+
+    async def set_extra(self, session_id: str, key: str, value: Any) -> Session:
+        """Persist one of the session's extra settings (a JSON-ready value)."""
+        session = self.get(session_id)
+        extras = {**session.extras, key: value}
+        updated = replace(session, extras=extras, updated_at=self._next_stamp(session))
+        await self._store.update_session(updated)
+        self._sessions[session_id] = updated
+        return updated
+
+    async def set_state(self, session_id: str, state: SessionState) -> Session:
+        session = self.get(session_id)
+        updated = replace(session, state=state, updated_at=self._next_stamp(session))
+        await self._store.update_session(updated)
+        self._sessions[session_id] = updated
+        return updated
 
     def generation_lock(self, session_id: str) -> asyncio.Lock:
         """Held while a generation runs, so two never interleave one session's history."""

@@ -47,6 +47,8 @@ _MIGRATIONS: list[str] = [
     );
     CREATE INDEX messages_by_session ON messages(session_id, archived, seq);
     """,
+    # Per-session settings that are not SessionConfig: policies, lane handlers, loaded skills.
+    "ALTER TABLE sessions ADD COLUMN extras TEXT NOT NULL DEFAULT '{}'",
 ]
 
 
@@ -90,13 +92,15 @@ class SqliteStore:
         def write(db: sqlite3.Connection) -> None:
             with _transaction(db):
                 db.execute(
-                    "INSERT INTO sessions (id, config, state, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+                    "INSERT INTO sessions (id, config, state, created_at, updated_at, extras)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
                     (
                         session.id,
                         json.dumps(session.config.to_storable()),
                         int(session.state),
                         session.created_at,
                         session.updated_at,
+                        json.dumps(session.extras),
                     ),
                 )
                 _insert_messages(db, session.id, messages, session.created_at)
@@ -109,7 +113,7 @@ class SqliteStore:
     async def list_sessions(self) -> list[Session]:
         query = """
             SELECT s.id, s.config, s.state, s.created_at, s.updated_at, s.prompt_tokens,
-                   s.completion_tokens,
+                   s.completion_tokens, s.extras,
                    (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND m.archived = 0)
             FROM sessions s ORDER BY s.created_at, s.id
         """
@@ -122,7 +126,8 @@ class SqliteStore:
                 created_at=row[3],
                 updated_at=row[4],
                 usage=Usage(prompt_tokens=row[5], completion_tokens=row[6]),
-                message_count=row[7],
+                extras=json.loads(row[7]),
+                message_count=row[8],
             )
             for row in rows
         ]
@@ -134,6 +139,7 @@ class SqliteStore:
             session.updated_at,
             session.usage.prompt_tokens,
             session.usage.completion_tokens,
+            json.dumps(session.extras),
             session.id,
         )
 
@@ -141,7 +147,7 @@ class SqliteStore:
             with _transaction(db):
                 db.execute(
                     "UPDATE sessions SET config = ?, state = ?, updated_at = ?, prompt_tokens = ?,"
-                    " completion_tokens = ? WHERE id = ?",
+                    " completion_tokens = ?, extras = ? WHERE id = ?",
                     values,
                 )
 

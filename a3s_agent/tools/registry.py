@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..core.errors import InvalidArgument, NotFound
 
@@ -71,6 +71,10 @@ class Tool:
     lane: Lane
     # Appended to cut output: how to see the rest (offset/limit, a narrower pattern...).
     truncation_hint: str = "narrow the request to see the rest"
+    # Run by the host, not here: calls become external tasks the client completes (RegisterTool).
+    external: bool = False
+    # Tools defined by clients and skills bring a JSON Schema instead of a pydantic model.
+    json_schema: dict[str, Any] | None = None
     _schema: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
@@ -80,11 +84,13 @@ class Tool:
     @property
     def parameters_schema(self) -> dict[str, Any]:
         if self._schema is None:
-            self._schema = _clean_schema(self.args_model.model_json_schema())
+            self._schema = self.json_schema or _clean_schema(self.args_model.model_json_schema())
         return self._schema
 
     @property
     def parameter_names(self) -> list[str]:
+        if self.json_schema is not None:
+            return list(self.json_schema.get("properties", {}))
         return list(self.args_model.model_fields)
 
     def parse_arguments(self, arguments: str | dict[str, Any]) -> BaseModel:
@@ -97,6 +103,8 @@ class Tool:
                 raise InvalidArgument(f"arguments for {self.name} are not valid JSON: {exc}") from exc
         if not isinstance(arguments, dict):
             raise InvalidArgument(f"arguments for {self.name} must be a JSON object")
+        if self.json_schema is not None:
+            return _validated_by_schema(self.name, self.json_schema, arguments)
         try:
             return self.args_model.model_validate(arguments)
         except ValidationError as exc:
@@ -117,6 +125,40 @@ class Tool:
             result = ToolOutput(output=result)
         result.metadata.setdefault("duration_ms", round((time.perf_counter() - started) * 1000, 3))
         return _capped(result, ctx.max_output_bytes, self.truncation_hint)
+
+
+class JsonArguments(BaseModel):
+    """Arguments of a tool described by a JSON Schema: validated by jsonschema, kept as given."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def _validated_by_schema(name: str, schema: dict[str, Any], arguments: dict[str, Any]) -> JsonArguments:
+    import jsonschema  # only tools defined by clients and skills need it
+
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    problems = [
+        f"{'.'.join(str(p) for p in error.absolute_path) or '(arguments)'}: {error.message}"
+        for error in sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    ]
+    if problems:
+        raise InvalidArgument(f"invalid arguments for {name}: {'; '.join(problems)}")
+    return JsonArguments(**arguments)
+
+
+def check_json_schema(schema: Any, field: str) -> dict[str, Any]:
+    """A tool's parameter schema from a client or a skill, or InvalidArgument naming the fault."""
+    import jsonschema
+
+    if not isinstance(schema, dict):
+        raise InvalidArgument(f"{field} must be a JSON Schema object")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise InvalidArgument(f"{field} is not a valid JSON Schema: {exc.message}") from exc
+    if schema.get("type", "object") != "object":
+        raise InvalidArgument(f"{field} must describe an object (type: object)")
+    return schema
 
 
 def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +186,7 @@ def _capped(result: ToolOutput, limit: int, hint: str) -> ToolOutput:
 
 
 def tool(
-    name: str, *, family: Family, lane: Lane, truncation_hint: str | None = None
+    name: str, *, family: Family, lane: Lane, truncation_hint: str | None = None, external: bool = False
 ) -> Callable[[ToolFunction], Tool]:
     """Make a Tool of an async function `(args: Model, ctx: ToolContext)`; its docstring describes it."""
 
@@ -154,7 +196,7 @@ def tool(
         model = hints[first]
         description = inspect.getdoc(fn) or ""
         extra = {"truncation_hint": truncation_hint} if truncation_hint else {}
-        return Tool(name, description, model, fn, family, lane, **extra)
+        return Tool(name, description, model, fn, family, lane, external=external, **extra)
 
     return wrap
 
@@ -182,6 +224,10 @@ class ToolRegistry:
             raise InvalidArgument(f"config.tools names unknown tools: {', '.join(unknown)}")
         self._enabled = enabled or None
         self._disabled = disabled
+
+    def has(self, name: str) -> bool:
+        """Registered, whether enabled or not."""
+        return name in self._tools
 
     def is_enabled(self, name: str) -> bool:
         return (

@@ -1,4 +1,8 @@
-"""ask_user: a question for the person behind the session. No client answers yet, so every call fails."""
+"""ask_user: a question for the person behind the session.
+
+Inside a generation the question becomes an external task (command_type `ask_user`) that the
+host answers with CompleteExternalTask. Called directly (ExecuteTool) there is no run to wait in,
+so the call says that nobody can answer."""
 
 from __future__ import annotations
 
@@ -7,8 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
 
 NOBODY_CAN_ANSWER = (
-    "nobody can answer: no client is connected to answer questions "
-    "(the host answers ask_user through external tasks)"
+    "nobody can answer: ask_user is answered by the host through external tasks during a generation"
 )
 
 
@@ -47,7 +50,7 @@ class AskUserArgs(BaseModel):
         return cleaned
 
 
-@tool("ask_user", family="interaction", lane="query")
+@tool("ask_user", family="interaction", lane="query", external=True)
 async def ask_user(args: AskUserArgs, ctx: ToolContext) -> ToolOutput:
     """Ask the user a question and wait for the answer.
 

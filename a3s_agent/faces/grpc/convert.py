@@ -11,13 +11,17 @@ from ...core.agent import (
     DoneEvent,
     GenerateOptions,
     Generation,
+    NoticeEvent,
     TextEvent,
     ToolCallEvent,
     ToolResultEvent,
     TurnEvent,
 )
+from ...core.control import ConfirmationPolicy, ExternalTask, HandlerMode, Lane, LaneHandler
 from ...core.errors import InvalidArgument
+from ...core.events import Event
 from ...core.models import Attachment, LLMConfig, Message, Session, SessionConfig, ToolCall, Usage
+from ...core.permissions import PermissionPolicy
 from ...proto import code_agent_pb2 as pb
 from ...tools.registry import Tool, ToolOutput
 
@@ -264,6 +268,10 @@ def event_to_chunk(session_id: str, event: AgentEvent, with_steps: bool) -> pb.G
             tool_result=tool_result_to_pb(event.result),
             metadata={"tool_call_id": event.call.id},
         )
+    if isinstance(event, NoticeEvent):
+        return pb.GenerateChunk(
+            type=pb.GenerateChunk.CHUNK_TYPE_METADATA, session_id=session_id, metadata=event.data
+        )
     if isinstance(event, TurnEvent):
         return pb.GenerateChunk(
             type=pb.GenerateChunk.CHUNK_TYPE_METADATA,
@@ -277,4 +285,101 @@ def event_to_chunk(session_id: str, event: AgentEvent, with_steps: bool) -> pb.G
         session_id=session_id,
         content=generation.message.content,
         metadata={**generation_metadata(generation, with_steps), **usage_metadata(generation.usage)},
+    )
+
+
+def event_to_pb(event: Event) -> pb.AgentEvent:
+    out = pb.AgentEvent(
+        type=int(event.type), timestamp=event.timestamp, message=event.message, data=event.data
+    )
+    if event.session_id is not None:
+        out.session_id = event.session_id
+    return out
+
+
+_DECISIONS = {
+    pb.PERMISSION_DECISION_ALLOW: "allow",
+    pb.PERMISSION_DECISION_DENY: "deny",
+    pb.PERMISSION_DECISION_ASK: "ask",
+}
+DECISION_NUMBERS = {name: number for number, name in _DECISIONS.items()}
+
+
+def permission_policy_from_pb(policy: pb.PermissionPolicy) -> PermissionPolicy:
+    """UNKNOWN (unset) default_decision means allow; rules are validated (InvalidArgument)."""
+    return PermissionPolicy.from_dict(
+        {
+            "deny": [r.rule for r in policy.deny],
+            "allow": [r.rule for r in policy.allow],
+            "ask": [r.rule for r in policy.ask],
+            "default_decision": _DECISIONS.get(policy.default_decision, "allow"),
+            "enabled": policy.enabled,
+        }
+    )
+
+
+def permission_policy_to_pb(policy: PermissionPolicy) -> pb.PermissionPolicy:
+    return pb.PermissionPolicy(
+        deny=[pb.PermissionRule(rule=r) for r in policy.deny],
+        allow=[pb.PermissionRule(rule=r) for r in policy.allow],
+        ask=[pb.PermissionRule(rule=r) for r in policy.ask],
+        default_decision=DECISION_NUMBERS[policy.default_decision],
+        enabled=policy.enabled,
+    )
+
+
+def confirmation_policy_from_pb(policy: pb.ConfirmationPolicy) -> ConfirmationPolicy:
+    lanes = [int(lane) for lane in policy.yolo_lanes]
+    if any(lane not in pb.SessionLane.values() or lane == 0 for lane in lanes):
+        raise InvalidArgument(
+            "policy.yolo_lanes must hold SESSION_LANE_CONTROL, _QUERY, _EXECUTE or _GENERATE"
+        )
+    return ConfirmationPolicy(
+        enabled=policy.enabled,
+        auto_approve_tools=list(policy.auto_approve_tools),
+        require_confirm_tools=list(policy.require_confirm_tools),
+        default_timeout_ms=policy.default_timeout_ms,
+        auto_approve_on_timeout=policy.timeout_action == pb.TIMEOUT_ACTION_AUTO_APPROVE,
+        yolo_lanes=lanes,
+    )
+
+
+def confirmation_policy_to_pb(policy: ConfirmationPolicy) -> pb.ConfirmationPolicy:
+    return pb.ConfirmationPolicy(
+        enabled=policy.enabled,
+        auto_approve_tools=policy.auto_approve_tools,
+        require_confirm_tools=policy.require_confirm_tools,
+        default_timeout_ms=policy.default_timeout_ms,
+        timeout_action=pb.TIMEOUT_ACTION_AUTO_APPROVE
+        if policy.auto_approve_on_timeout
+        else pb.TIMEOUT_ACTION_REJECT,
+        yolo_lanes=policy.yolo_lanes,
+    )
+
+
+def lane_from_pb(lane: int) -> Lane:
+    if lane not in {1, 2, 3, 4}:
+        raise InvalidArgument("lane must be SESSION_LANE_CONTROL, _QUERY, _EXECUTE or _GENERATE")
+    return Lane(lane)
+
+
+def lane_handler_from_pb(config: pb.LaneHandlerConfig) -> LaneHandler:
+    if config.mode not in {0, 1, 2, 3}:
+        raise InvalidArgument("config.mode must be TASK_HANDLER_MODE_INTERNAL, _EXTERNAL or _HYBRID")
+    return LaneHandler(HandlerMode(config.mode or HandlerMode.INTERNAL), config.timeout_ms)
+
+
+def lane_handler_to_pb(handler: LaneHandler) -> pb.LaneHandlerConfig:
+    return pb.LaneHandlerConfig(mode=int(handler.mode), timeout_ms=handler.timeout_ms)
+
+
+def external_task_to_pb(task: ExternalTask) -> pb.ExternalTask:
+    return pb.ExternalTask(
+        task_id=task.task_id,
+        session_id=task.session_id,
+        lane=int(task.lane),
+        command_type=task.command_type,
+        payload=task.payload,
+        timeout_ms=task.timeout_ms,
+        remaining_ms=task.remaining_ms,
     )

@@ -24,6 +24,7 @@ STATUS_OF: dict[type[errors.AgentError], grpc.StatusCode] = {
     errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
     errors.Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
+    errors.Cancelled: grpc.StatusCode.CANCELLED,
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -10,7 +11,9 @@ import grpc
 
 from ...core.agent import DoneEvent, TextEvent
 from ...core.errors import InvalidArgument, Unimplemented
+from ...core.events import parse_event_types
 from ...core.models import SessionState, ToolCall
+from ...core.permissions import PermissionPolicy, add_rule, evaluate
 from ...core.structured import StructuredDone, run_structured
 from ...proto import code_agent_pb2 as pb
 from ...proto import code_agent_pb2_grpc as pb_grpc
@@ -22,28 +25,12 @@ log = logging.getLogger(__name__)
 
 # RPCs whose issue has not landed yet, with the message a caller gets.
 NOT_YET: dict[str, str] = {
-    "RegisterTool": "client-side tools are not available yet (control plane has not landed)",
     "LoadSkill": "skills are not available yet",
     "UnloadSkill": "skills are not available yet",
     "ListSkills": "skills are not available yet",
     "GetContextUsage": "context management is not available yet",
     "CompactContext": "context management is not available yet",
     "ClearContext": "context management is not available yet",
-    "SubscribeEvents": "events are not available yet (control plane has not landed)",
-    "Cancel": "cancel is not available yet (control plane has not landed)",
-    "Pause": "pause is not available yet (control plane has not landed)",
-    "Resume": "resume is not available yet (control plane has not landed)",
-    "ConfirmToolExecution": "human confirmation is not available yet (control plane has not landed)",
-    "SetConfirmationPolicy": "human confirmation is not available yet (control plane has not landed)",
-    "GetConfirmationPolicy": "human confirmation is not available yet (control plane has not landed)",
-    "SetLaneHandler": "lanes are not available yet (control plane has not landed)",
-    "GetLaneHandler": "lanes are not available yet (control plane has not landed)",
-    "CompleteExternalTask": "external tasks are not available yet (control plane has not landed)",
-    "ListPendingExternalTasks": "external tasks are not available yet (control plane has not landed)",
-    "SetPermissionPolicy": "permission rules are not available yet (control plane has not landed)",
-    "GetPermissionPolicy": "permission rules are not available yet (control plane has not landed)",
-    "CheckPermission": "permission rules are not available yet (control plane has not landed)",
-    "AddPermissionRule": "permission rules are not available yet (control plane has not landed)",
 }
 
 # A feature is advertised only when every RPC it needs is served.
@@ -166,6 +153,8 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     async def DestroySession(
         self, request: pb.DestroySessionRequest, context: Any
     ) -> pb.DestroySessionResponse:
+        self.rt.sessions.get(request.session_id)
+        self.rt.control.forget(request.session_id)  # a running generation stops with its session
         await self.rt.sessions.destroy(request.session_id)
         return pb.DestroySessionResponse(success=True)
 
@@ -263,6 +252,155 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         if request.session_id:
             self.rt.sessions.get(request.session_id)
         return pb.ListToolsResponse(tools=[convert.tool_to_pb(t) for t in self.rt.registry.list()])
+
+    @rpc
+    async def RegisterTool(self, request: pb.RegisterToolRequest, context: Any) -> pb.RegisterToolResponse:
+        tool = request.tool
+        spec = self.rt.client_tools.validate(
+            tool.name, tool.description, tool.parameters_schema, list(tool.tags)
+        )
+        await self.rt.client_tools.register(request.session_id, spec)
+        return pb.RegisterToolResponse(success=True)
+
+    # --- events and control ---------------------------------------------------------------
+
+    @rpc
+    async def SubscribeEvents(
+        self, request: pb.SubscribeEventsRequest, context: Any
+    ) -> AsyncIterator[pb.AgentEvent]:
+        session_id = request.session_id if request.HasField("session_id") and request.session_id else None
+        if session_id is not None:
+            self.rt.sessions.get(session_id)
+        types = parse_event_types(request.event_types)
+        subscription = self.rt.events.subscribe(session_id, types)
+        try:
+            async for event in subscription:
+                yield convert.event_to_pb(event)
+        finally:
+            subscription.close()
+
+    @rpc
+    async def Cancel(self, request: pb.CancelRequest, context: Any) -> pb.CancelResponse:
+        operation = request.operation_id if request.HasField("operation_id") else None
+        return pb.CancelResponse(success=self.rt.control.cancel(request.session_id, operation))
+
+    @rpc
+    async def Pause(self, request: pb.PauseRequest, context: Any) -> pb.PauseResponse:
+        await self.rt.control.pause(request.session_id)
+        return pb.PauseResponse(success=True)
+
+    @rpc
+    async def Resume(self, request: pb.ResumeRequest, context: Any) -> pb.ResumeResponse:
+        await self.rt.control.resume(request.session_id)
+        return pb.ResumeResponse(success=True)
+
+    @rpc
+    async def ConfirmToolExecution(
+        self, request: pb.ConfirmToolExecutionRequest, context: Any
+    ) -> pb.ConfirmToolExecutionResponse:
+        self.rt.control.confirm(request.session_id, request.tool_id, request.approved, request.reason)
+        return pb.ConfirmToolExecutionResponse(success=True)
+
+    @rpc
+    async def SetConfirmationPolicy(
+        self, request: pb.SetConfirmationPolicyRequest, context: Any
+    ) -> pb.SetConfirmationPolicyResponse:
+        self.rt.sessions.get(request.session_id)
+        policy = await self.rt.control.set_confirmation_policy(
+            request.session_id, convert.confirmation_policy_from_pb(request.policy)
+        )
+        return pb.SetConfirmationPolicyResponse(
+            success=True, policy=convert.confirmation_policy_to_pb(policy)
+        )
+
+    @rpc
+    async def GetConfirmationPolicy(
+        self, request: pb.GetConfirmationPolicyRequest, context: Any
+    ) -> pb.GetConfirmationPolicyResponse:
+        policy = self.rt.control.confirmation_policy(request.session_id)
+        return pb.GetConfirmationPolicyResponse(policy=convert.confirmation_policy_to_pb(policy))
+
+    @rpc
+    async def SetLaneHandler(
+        self, request: pb.SetLaneHandlerRequest, context: Any
+    ) -> pb.SetLaneHandlerResponse:
+        self.rt.sessions.get(request.session_id)
+        handler = await self.rt.control.set_lane_handler(
+            request.session_id,
+            convert.lane_from_pb(request.lane),
+            convert.lane_handler_from_pb(request.config),
+        )
+        return pb.SetLaneHandlerResponse(success=True, config=convert.lane_handler_to_pb(handler))
+
+    @rpc
+    async def GetLaneHandler(
+        self, request: pb.GetLaneHandlerRequest, context: Any
+    ) -> pb.GetLaneHandlerResponse:
+        self.rt.sessions.get(request.session_id)
+        handler = self.rt.control.lane_handler(request.session_id, convert.lane_from_pb(request.lane))
+        return pb.GetLaneHandlerResponse(config=convert.lane_handler_to_pb(handler))
+
+    @rpc
+    async def CompleteExternalTask(
+        self, request: pb.CompleteExternalTaskRequest, context: Any
+    ) -> pb.CompleteExternalTaskResponse:
+        self.rt.control.complete_external(
+            request.session_id, request.task_id, request.success, request.result, request.error
+        )
+        return pb.CompleteExternalTaskResponse(success=True)
+
+    @rpc
+    async def ListPendingExternalTasks(
+        self, request: pb.ListPendingExternalTasksRequest, context: Any
+    ) -> pb.ListPendingExternalTasksResponse:
+        tasks = self.rt.control.pending_external(request.session_id)
+        return pb.ListPendingExternalTasksResponse(tasks=[convert.external_task_to_pb(t) for t in tasks])
+
+    # --- permissions ----------------------------------------------------------------------
+
+    def _permission_policy(self, session_id: str) -> PermissionPolicy:
+        return PermissionPolicy.from_dict(self.rt.sessions.get(session_id).extras.get("permissions") or {})
+
+    @rpc
+    async def SetPermissionPolicy(
+        self, request: pb.SetPermissionPolicyRequest, context: Any
+    ) -> pb.SetPermissionPolicyResponse:
+        self.rt.sessions.get(request.session_id)
+        policy = convert.permission_policy_from_pb(request.policy)
+        await self.rt.sessions.set_extra(request.session_id, "permissions", policy.to_dict())
+        return pb.SetPermissionPolicyResponse(success=True, policy=convert.permission_policy_to_pb(policy))
+
+    @rpc
+    async def GetPermissionPolicy(
+        self, request: pb.GetPermissionPolicyRequest, context: Any
+    ) -> pb.GetPermissionPolicyResponse:
+        policy = self._permission_policy(request.session_id)
+        return pb.GetPermissionPolicyResponse(policy=convert.permission_policy_to_pb(policy))
+
+    @rpc
+    async def CheckPermission(
+        self, request: pb.CheckPermissionRequest, context: Any
+    ) -> pb.CheckPermissionResponse:
+        policy = self._permission_policy(request.session_id)
+        try:
+            arguments = json.loads(request.arguments or "{}")
+        except ValueError as exc:
+            raise InvalidArgument(f"arguments is not valid JSON: {exc}") from exc
+        if not isinstance(arguments, dict):
+            raise InvalidArgument("arguments must be a JSON object")
+        workspace = self.rt.sessions.get(request.session_id).config.workspace
+        verdict = evaluate(policy, request.tool_name, arguments, workspace)
+        return pb.CheckPermissionResponse(
+            decision=convert.DECISION_NUMBERS[verdict.decision], matching_rules=list(verdict.matching_rules)
+        )
+
+    @rpc
+    async def AddPermissionRule(
+        self, request: pb.AddPermissionRuleRequest, context: Any
+    ) -> pb.AddPermissionRuleResponse:
+        policy = add_rule(self._permission_policy(request.session_id), request.rule_type, request.rule)
+        await self.rt.sessions.set_extra(request.session_id, "permissions", policy.to_dict())
+        return pb.AddPermissionRuleResponse(success=True)
 
     def _info(self) -> pb.AgentInfo:
         info = self.rt.info

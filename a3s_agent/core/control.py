@@ -1,0 +1,285 @@
+"""The control plane of running generations: cancel, pause/resume, human confirmation, lanes and
+external tasks. Every wait here has a bound."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import InvalidArgument, NotFound
+from .events import EventBus, EventType
+from .models import SessionState
+from .sessions import SessionManager
+
+DEFAULT_CONFIRMATION_TIMEOUT_MS = 30_000
+DEFAULT_EXTERNAL_TIMEOUT_MS = 60_000
+MAX_WAIT_MS = 3_600_000
+
+
+class Lane(enum.IntEnum):
+    """Numbers match the wire enum SessionLane. Control actions never queue behind the others."""
+
+    CONTROL = 1
+    QUERY = 2
+    EXECUTE = 3
+    GENERATE = 4
+
+
+class HandlerMode(enum.IntEnum):
+    """Numbers match the wire enum TaskHandlerMode."""
+
+    INTERNAL = 1
+    EXTERNAL = 2
+    HYBRID = 3
+
+
+# How many operations of one session may run at once in each lane.
+LANE_LIMITS = {Lane.QUERY: 8, Lane.EXECUTE: 1, Lane.GENERATE: 1}
+
+
+@dataclass
+class ConfirmationPolicy:
+    enabled: bool = False
+    auto_approve_tools: list[str] = field(default_factory=list)
+    require_confirm_tools: list[str] = field(default_factory=list)
+    default_timeout_ms: int = DEFAULT_CONFIRMATION_TIMEOUT_MS
+    auto_approve_on_timeout: bool = False
+    yolo_lanes: list[int] = field(default_factory=list)
+
+    def needs_confirmation(self, tool: str, lane: Lane) -> bool:
+        """Enabled, not auto-approved, not in a yolo lane, and (when a list is given) listed."""
+        if not self.enabled or tool in self.auto_approve_tools or int(lane) in self.yolo_lanes:
+            return False
+        return not self.require_confirm_tools or tool in self.require_confirm_tools
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> ConfirmationPolicy:
+        return cls(**data) if data else cls()
+
+
+@dataclass
+class LaneHandler:
+    mode: HandlerMode = HandlerMode.INTERNAL
+    timeout_ms: int = DEFAULT_EXTERNAL_TIMEOUT_MS
+
+
+@dataclass
+class ExternalTask:
+    task_id: str
+    session_id: str
+    lane: Lane
+    command_type: str
+    payload: str
+    timeout_ms: int
+    deadline: float
+    future: asyncio.Future[tuple[bool, str, str]]
+
+    @property
+    def remaining_ms(self) -> int:
+        return max(0, int((self.deadline - time.monotonic()) * 1000))
+
+
+@dataclass
+class Outcome:
+    """How a wait for a person or a host ended."""
+
+    approved: bool
+    detail: str
+
+
+class SessionControl:
+    """The live (not persisted) control state of one session."""
+
+    def __init__(self) -> None:
+        self.run_task: asyncio.Task[Any] | None = None
+        self.cancel_requested = False
+        self.running = asyncio.Event()  # cleared while paused
+        self.running.set()
+        self.tool_tasks: dict[str, asyncio.Task[Any]] = {}
+        self.cancelled_tools: set[str] = set()
+        self.confirmations: dict[str, asyncio.Future[Outcome]] = {}
+        self.external: dict[str, ExternalTask] = {}
+        self.lanes = {lane: asyncio.Semaphore(limit) for lane, limit in LANE_LIMITS.items()}
+
+
+def _bounded_ms(value: int, default: int) -> int:
+    return min(value or default, MAX_WAIT_MS)
+
+
+class ControlPlane:
+    def __init__(self, sessions: SessionManager, events: EventBus) -> None:
+        self._sessions = sessions
+        self._events = events
+        self._controls: dict[str, SessionControl] = {}
+
+    def of(self, session_id: str) -> SessionControl:
+        self._sessions.get(session_id)
+        return self._controls.setdefault(session_id, SessionControl())
+
+    def forget(self, session_id: str) -> None:
+        control = self._controls.pop(session_id, None)
+        if control is not None and control.run_task is not None:
+            control.run_task.cancel()
+
+    # --- runs: cancel, pause, resume ------------------------------------------------------
+
+    def start_run(self, session_id: str) -> SessionControl:
+        control = self.of(session_id)
+        control.run_task = asyncio.current_task()
+        control.cancel_requested = False
+        return control
+
+    def end_run(self, session_id: str) -> None:
+        control = self._controls.get(session_id)
+        if control is not None:
+            control.run_task = None
+            control.cancel_requested = False
+            control.cancelled_tools.clear()
+
+    def cancel(self, session_id: str, operation_id: str | None) -> bool:
+        """Stop the running generation (or only the tool call `operation_id`); False when idle."""
+        control = self.of(session_id)
+        if control.run_task is None or control.run_task.done():
+            return False
+        if operation_id:
+            task = control.tool_tasks.get(operation_id)
+            if task is None or task.done():
+                return False
+            control.cancelled_tools.add(operation_id)
+            task.cancel()
+            return True
+        control.cancel_requested = True
+        for waiter in control.confirmations.values():
+            waiter.cancel()
+        for task in control.external.values():
+            task.future.cancel()
+        control.running.set()  # a paused run must wake up to stop
+        control.run_task.cancel()
+        return True
+
+    async def pause(self, session_id: str) -> None:
+        self.of(session_id).running.clear()
+        await self._sessions.set_state(session_id, SessionState.PAUSED)
+
+    async def resume(self, session_id: str) -> None:
+        self.of(session_id).running.set()
+        await self._sessions.set_state(session_id, SessionState.ACTIVE)
+
+    async def checkpoint(self, session_id: str) -> None:
+        """A step boundary: wait here while the session is paused."""
+        await self.of(session_id).running.wait()
+
+    # --- human confirmation ---------------------------------------------------------------
+
+    def confirmation_policy(self, session_id: str) -> ConfirmationPolicy:
+        return ConfirmationPolicy.from_json(self._sessions.get(session_id).extras.get("confirmation"))
+
+    async def set_confirmation_policy(
+        self, session_id: str, policy: ConfirmationPolicy
+    ) -> ConfirmationPolicy:
+        policy.default_timeout_ms = _bounded_ms(policy.default_timeout_ms, DEFAULT_CONFIRMATION_TIMEOUT_MS)
+        await self._sessions.set_extra(session_id, "confirmation", asdict(policy))
+        return policy
+
+    async def wait_for_confirmation(
+        self, session_id: str, tool_id: str, tool_name: str, arguments: str, timeout_ms: int, on_timeout: bool
+    ) -> Outcome:
+        """Ask the host; approval, rejection or the timeout action, never an unbounded wait."""
+        control = self.of(session_id)
+        waiter: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        control.confirmations[tool_id] = waiter
+        data = {"tool_id": tool_id, "tool_name": tool_name, "arguments": arguments, "timeout_ms": timeout_ms}
+        self._events.publish(
+            EventType.CONFIRMATION_REQUIRED, session_id, f"{tool_name} needs confirmation", data
+        )
+        try:
+            return await asyncio.wait_for(waiter, timeout_ms / 1000)
+        except TimeoutError:
+            action = "approved" if on_timeout else "rejected"
+            self._events.publish(
+                EventType.CONFIRMATION_TIMEOUT,
+                session_id,
+                f"no answer for {tool_name} within {timeout_ms} ms: {action}",
+                {"tool_id": tool_id, "tool_name": tool_name, "action": action},
+            )
+            return Outcome(on_timeout, f"no confirmation within {timeout_ms} ms")
+        finally:
+            control.confirmations.pop(tool_id, None)
+
+    def confirm(self, session_id: str, tool_id: str, approved: bool, reason: str) -> None:
+        waiter = self.of(session_id).confirmations.get(tool_id)
+        if waiter is None or waiter.done():
+            raise NotFound(f"no tool call {tool_id!r} is waiting for confirmation in session {session_id!r}")
+        waiter.set_result(Outcome(approved, reason))
+        self._events.publish(
+            EventType.CONFIRMATION_RECEIVED,
+            session_id,
+            f"tool call {tool_id} {'approved' if approved else 'rejected'}",
+            {"tool_id": tool_id, "approved": str(approved).lower(), "reason": reason},
+        )
+
+    # --- lanes and external tasks ---------------------------------------------------------
+
+    def lane_handler(self, session_id: str, lane: Lane) -> LaneHandler:
+        if lane not in Lane.__members__.values():
+            raise InvalidArgument("lane must be one of CONTROL, QUERY, EXECUTE, GENERATE")
+        stored = self._sessions.get(session_id).extras.get("lanes", {}).get(str(int(lane)))
+        return LaneHandler(HandlerMode(stored["mode"]), stored["timeout_ms"]) if stored else LaneHandler()
+
+    async def set_lane_handler(self, session_id: str, lane: Lane, handler: LaneHandler) -> LaneHandler:
+        handler.timeout_ms = _bounded_ms(handler.timeout_ms, DEFAULT_EXTERNAL_TIMEOUT_MS)
+        lanes = dict(self._sessions.get(session_id).extras.get("lanes", {}))
+        lanes[str(int(lane))] = {"mode": int(handler.mode), "timeout_ms": handler.timeout_ms}
+        await self._sessions.set_extra(session_id, "lanes", lanes)
+        return handler
+
+    async def run_external(
+        self, session_id: str, lane: Lane, command_type: str, payload: str, timeout_ms: int
+    ) -> tuple[bool, str, str]:
+        """Hand an operation to the host and wait (bounded) for CompleteExternalTask."""
+        control = self.of(session_id)
+        timeout_ms = _bounded_ms(timeout_ms, DEFAULT_EXTERNAL_TIMEOUT_MS)
+        task = ExternalTask(
+            task_id=f"task_{uuid.uuid4().hex[:20]}",
+            session_id=session_id,
+            lane=lane,
+            command_type=command_type,
+            payload=payload,
+            timeout_ms=timeout_ms,
+            deadline=time.monotonic() + timeout_ms / 1000,
+            future=asyncio.get_running_loop().create_future(),
+        )
+        control.external[task.task_id] = task
+        self._events.publish(
+            EventType.EXTERNAL_TASK_PENDING,
+            session_id,
+            f"{command_type} is waiting for the host",
+            {"task_id": task.task_id, "lane": lane.name, "command_type": command_type, "payload": payload},
+        )
+        try:
+            return await asyncio.wait_for(task.future, timeout_ms / 1000)
+        except TimeoutError:
+            return False, "", f"the host did not complete {command_type} within {timeout_ms} ms"
+        finally:
+            control.external.pop(task.task_id, None)
+
+    def complete_external(
+        self, session_id: str, task_id: str, success: bool, result: str, error: str
+    ) -> None:
+        task = self.of(session_id).external.get(task_id)
+        if task is None or task.future.done():
+            raise NotFound(f"no pending external task {task_id!r} in session {session_id!r}")
+        task.future.set_result((success, result, error))
+        self._events.publish(
+            EventType.EXTERNAL_TASK_COMPLETED,
+            session_id,
+            f"{task.command_type} completed by the host",
+            {"task_id": task_id, "success": str(success).lower()},
+        )
+
+    def pending_external(self, session_id: str) -> list[ExternalTask]:
+        return list(self.of(session_id).external.values())

@@ -1,0 +1,502 @@
+"""The control plane through the real server and the fake LLM: events, cancel, pause/resume,
+confirmation, permissions, lanes and external tasks, client tools, ask_user."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import grpc
+import pytest
+
+from a3s_agent.core.events import EventBus, EventType
+from a3s_agent.proto import code_agent_pb2 as pb
+
+from .conftest import LiveServer, agent_settings, new_session, running, user
+from .fake_llm import FakeLLM, Reply, call, text, tool_call, tool_calls
+
+CHUNK = pb.GenerateChunk
+
+
+async def eventually(check: Callable[[], Awaitable[bool] | bool], within_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within_s
+    while True:
+        result = check()
+        if isinstance(result, Awaitable):
+            result = await result
+        if result:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+def generate(server: LiveServer, session_id: str, content: str = "go") -> asyncio.Task[pb.GenerateResponse]:
+    return asyncio.ensure_future(
+        server.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user(content)]))
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+# --- events ---------------------------------------------------------------------------------
+
+
+async def test_a_subscriber_sees_the_exact_sequence_of_a_multi_tool_run(
+    agent: LiveServer, fake: FakeLLM
+) -> None:
+    fake.script(
+        tool_calls(
+            [call("write_file", {"path": "a.txt", "content": "x"}), call("read_file", {"path": "a.txt"})]
+        ),
+        text("done"),
+    )
+    session_id = await new_session(agent)
+    stream = agent.stub.SubscribeEvents(pb.SubscribeEventsRequest(session_id=session_id))
+    await asyncio.sleep(0.1)  # the subscription is in place
+    await generate(agent, session_id)
+    events = []
+    async for event in stream:
+        events.append(event)
+        if event.type == pb.AgentEvent.EVENT_TYPE_GENERATION_COMPLETED:
+            break
+    stream.cancel()
+    names = [pb.AgentEvent.EventType.Name(e.type).removeprefix("EVENT_TYPE_") for e in events]
+    assert names == [
+        "GENERATION_STARTED",
+        "TOOL_CALLED", "TOOL_COMPLETED",
+        "TOOL_CALLED", "TOOL_COMPLETED",
+        "GENERATION_COMPLETED",
+    ]  # fmt: skip
+    assert all(e.session_id == session_id and e.timestamp > 0 and e.message for e in events)
+    called = events[1]
+    assert (
+        called.data["tool_name"] == "write_file" and json.loads(called.data["arguments"])["path"] == "a.txt"
+    )
+    assert events[2].data["success"] == "true" and float(events[2].data["duration_ms"]) >= 0
+    assert events[-1].data["finish_reason"] == "stop" and events[-1].data["turns"] == "2"
+
+
+async def test_event_type_filters_take_both_name_forms_and_refuse_unknown_ones(live: LiveServer) -> None:
+    stream = live.stub.SubscribeEvents(
+        pb.SubscribeEventsRequest(event_types=["EVENT_TYPE_SESSION_DESTROYED", "session_created"])
+    )
+    await asyncio.sleep(0.1)
+    session_id = await new_session(live)
+    await live.stub.DestroySession(pb.DestroySessionRequest(session_id=session_id))
+    first, second = await stream.read(), await stream.read()
+    stream.cancel()
+    assert (first.type, second.type) == (
+        pb.AgentEvent.EVENT_TYPE_SESSION_CREATED,
+        pb.AgentEvent.EVENT_TYPE_SESSION_DESTROYED,
+    )
+    bad = live.stub.SubscribeEvents(pb.SubscribeEventsRequest(event_types=["tool_exploded"]))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await bad.read()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "tool_exploded" in err.value.details()
+
+
+async def test_a_slow_subscriber_loses_events_and_is_told_how_many() -> None:
+    bus = EventBus()
+    slow = bus.subscribe(size=5)
+    for index in range(100):
+        bus.publish(EventType.INFO, "s", f"event {index}")  # never waits for the subscriber
+    bus.close()
+    received = [event async for event in slow]
+    assert [e.message for e in received[:5]] == [f"event {i}" for i in range(5)]
+    warning = received[5]
+    assert warning.type == EventType.WARNING and warning.data["dropped"] == "95"
+
+
+async def test_event_streams_end_cleanly_on_shutdown(live: LiveServer) -> None:
+    stream = live.stub.SubscribeEvents(pb.SubscribeEventsRequest())
+    await asyncio.sleep(0.1)
+    await live.server.stop(5)
+    assert [e async for e in stream] == []
+    assert await stream.code() == grpc.StatusCode.OK
+
+
+# --- cancel, pause, resume -------------------------------------------------------------------
+
+
+async def test_cancel_during_a_long_bash_call_stops_it_and_its_process(
+    agent: LiveServer, fake: FakeLLM
+) -> None:
+    marker = agent.workspace / "pid"
+    fake.script(tool_call("bash", {"command": f"echo $$ > {marker}; sleep 60"}), text("never reached"))
+    session_id = await new_session(agent)
+    running_generation = generate(agent, session_id)
+    await eventually(lambda: marker.exists() and marker.read_text().strip() != "")
+    pid = int(marker.read_text())
+    started = asyncio.get_running_loop().time()
+    reply = await agent.stub.Cancel(pb.CancelRequest(session_id=session_id))
+    assert reply.success
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await running_generation
+    assert err.value.code() == grpc.StatusCode.CANCELLED
+    assert asyncio.get_running_loop().time() - started < 2
+    await eventually(lambda: not _alive(pid))
+    history = await agent.runtime.sessions.history(session_id)
+    assert "cancelled" in history[-1].content
+    assert len(fake.requests) == 1
+    # Nothing runs now: Cancel says so without an error.
+    assert not (await agent.stub.Cancel(pb.CancelRequest(session_id=session_id))).success
+
+
+async def test_cancel_during_a_streaming_reply_ends_the_stream_with_cancelled(
+    agent: LiveServer, fake: FakeLLM
+) -> None:
+    fake.script(Reply(content="word " * 200, chunk_delay=0.02))
+    session_id = await new_session(agent)
+    stream = agent.stub.StreamGenerate(pb.GenerateRequest(session_id=session_id, messages=[user("talk")]))
+    first = await stream.read()
+    assert first.type == CHUNK.CHUNK_TYPE_CONTENT
+    assert (await agent.stub.Cancel(pb.CancelRequest(session_id=session_id))).success
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        while True:
+            chunk = await stream.read()
+            assert chunk is not grpc.aio.EOF and chunk.type == CHUNK.CHUNK_TYPE_CONTENT
+    assert err.value.code() == grpc.StatusCode.CANCELLED
+
+
+async def test_cancelling_one_tool_call_lets_the_run_continue(agent: LiveServer, fake: FakeLLM) -> None:
+    fake.script(tool_call("bash", {"command": "sleep 60"}, id="call_slow"), text("carried on"))
+    session_id = await new_session(agent)
+    running_generation = generate(agent, session_id)
+    await eventually(lambda: "call_slow" in agent.runtime.control.of(session_id).tool_tasks)
+    reply = await agent.stub.Cancel(pb.CancelRequest(session_id=session_id, operation_id="call_slow"))
+    assert reply.success
+    result = await running_generation
+    assert result.message.content == "carried on"
+    assert result.tool_calls[0].result.error == "cancelled by the client"
+
+
+async def test_pause_stops_at_the_next_step_and_resume_continues(agent: LiveServer, fake: FakeLLM) -> None:
+    fake.script(
+        tool_call("write_file", {"path": "after-resume.txt", "content": "ok"}, delay=0.3),
+        text("finished"),
+    )
+    session_id = await new_session(agent)
+    running_generation = generate(agent, session_id)
+    await asyncio.sleep(0.05)
+    assert (await agent.stub.Pause(pb.PauseRequest(session_id=session_id))).success
+    session = (await agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
+    assert session.state == pb.SESSION_STATE_PAUSED
+    await asyncio.sleep(0.6)  # the model answered; the tool call waits at the step boundary
+    assert not (agent.workspace / "after-resume.txt").exists()
+    assert not running_generation.done()
+    other = await new_session(agent)
+    await agent.stub.Pause(pb.PauseRequest(session_id=other))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await agent.stub.Generate(pb.GenerateRequest(session_id=other, messages=[user("x")]))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "paused" in err.value.details()
+    assert (await agent.stub.Resume(pb.ResumeRequest(session_id=session_id))).success
+    reply = await running_generation
+    assert reply.message.content == "finished"
+    assert (agent.workspace / "after-resume.txt").read_text() == "ok"
+    session = (await agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
+    assert session.state == pb.SESSION_STATE_ACTIVE
+
+
+# --- human confirmation ----------------------------------------------------------------------
+
+
+async def _confirming_session(server: LiveServer, timeout_ms: int = 5000, auto_approve: bool = False) -> str:
+    session_id = await new_session(server)
+    policy = pb.ConfirmationPolicy(
+        enabled=True,
+        require_confirm_tools=["write_file"],
+        default_timeout_ms=timeout_ms,
+        timeout_action=pb.TIMEOUT_ACTION_AUTO_APPROVE if auto_approve else pb.TIMEOUT_ACTION_REJECT,
+    )
+    reply = await server.stub.SetConfirmationPolicy(
+        pb.SetConfirmationPolicyRequest(session_id=session_id, policy=policy)
+    )
+    assert reply.success and reply.policy.default_timeout_ms == timeout_ms
+    return session_id
+
+
+async def _confirmation_chunk(stream: grpc.aio.UnaryStreamCall) -> pb.GenerateChunk:
+    async for chunk in stream:
+        if chunk.type == CHUNK.CHUNK_TYPE_METADATA and chunk.metadata.get("type") == "confirmation_required":
+            return chunk
+    raise AssertionError("no confirmation request")
+
+
+@pytest.mark.parametrize("approved", [True, False])
+async def test_confirmation_approve_and_reject(agent: LiveServer, fake: FakeLLM, approved: bool) -> None:
+    fake.script(tool_call("write_file", {"path": "c.txt", "content": "x"}), text("ok"))
+    session_id = await _confirming_session(agent)
+    stream = agent.stub.StreamGenerate(pb.GenerateRequest(session_id=session_id, messages=[user("write")]))
+    chunk = await _confirmation_chunk(stream)
+    assert chunk.metadata["tool_name"] == "write_file"
+    assert not (agent.workspace / "c.txt").exists()
+    await agent.stub.ConfirmToolExecution(
+        pb.ConfirmToolExecutionRequest(
+            session_id=session_id, tool_id=chunk.metadata["tool_id"], approved=approved, reason="not today"
+        )
+    )
+    results = [c async for c in stream if c.type == CHUNK.CHUNK_TYPE_TOOL_RESULT]
+    assert (agent.workspace / "c.txt").exists() is approved
+    if not approved:
+        assert results[0].tool_result.error == "rejected by user: not today"
+        assert "rejected by user" in fake.requests[1].messages[-1]["content"]
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await agent.stub.ConfirmToolExecution(
+            pb.ConfirmToolExecutionRequest(session_id=session_id, tool_id="nope")
+        )
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("auto_approve", [False, True])
+async def test_confirmation_timeout_applies_the_timeout_action(
+    agent: LiveServer, fake: FakeLLM, auto_approve: bool
+) -> None:
+    fake.script(tool_call("write_file", {"path": "t.txt", "content": "x"}), text("ok"))
+    session_id = await _confirming_session(agent, timeout_ms=200, auto_approve=auto_approve)
+    events = agent.stub.SubscribeEvents(
+        pb.SubscribeEventsRequest(session_id=session_id, event_types=["confirmation_timeout"])
+    )
+    await asyncio.sleep(0.1)
+    reply = await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("write")]))
+    timeout_event = await events.read()
+    events.cancel()
+    assert timeout_event.data["action"] == ("approved" if auto_approve else "rejected")
+    assert (agent.workspace / "t.txt").exists() is auto_approve
+    assert reply.tool_calls[0].result.success is auto_approve
+
+
+# --- permissions -----------------------------------------------------------------------------
+
+
+async def test_deny_rules_stop_a_call_and_tell_the_model(agent: LiveServer, fake: FakeLLM) -> None:
+    fake.script(tool_call("bash", {"command": "rm -rf build"}), text("understood"))
+    session_id = await new_session(agent)
+    policy = pb.PermissionPolicy(enabled=True, deny=[pb.PermissionRule(rule="Bash(rm:*)")])
+    await agent.stub.SetPermissionPolicy(pb.SetPermissionPolicyRequest(session_id=session_id, policy=policy))
+    (agent.workspace / "build").mkdir()
+    denied = agent.stub.SubscribeEvents(
+        pb.SubscribeEventsRequest(session_id=session_id, event_types=["permission_denied"])
+    )
+    await asyncio.sleep(0.1)
+    reply = await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("clean")]))
+    event = await denied.read()
+    denied.cancel()
+    assert (agent.workspace / "build").exists()
+    assert reply.tool_calls[0].result.error == "denied by policy: Bash(rm:*)"
+    assert event.data["tool_name"] == "bash"
+
+
+async def test_ask_rules_without_confirmation_fall_back_to_the_timeout_action(
+    agent: LiveServer, fake: FakeLLM
+) -> None:
+    fake.script(tool_call("write_file", {"path": "w.txt", "content": "x"}), text("ok"))
+    session_id = await new_session(agent)
+    policy = pb.PermissionPolicy(enabled=True, ask=[pb.PermissionRule(rule="Write")])
+    await agent.stub.SetPermissionPolicy(pb.SetPermissionPolicyRequest(session_id=session_id, policy=policy))
+    reply = await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("write")]))
+    assert not (agent.workspace / "w.txt").exists()
+    assert reply.tool_calls[0].result.error.startswith("rejected by user")
+
+
+async def test_permission_policy_rpcs(live: LiveServer) -> None:
+    session_id = await new_session(live)
+    policy = pb.PermissionPolicy(
+        enabled=True,
+        allow=[pb.PermissionRule(rule="Bash(cargo:*)")],
+        deny=[pb.PermissionRule(rule="Read(secrets/**)")],
+        default_decision=pb.PERMISSION_DECISION_ASK,
+    )
+    reply = await live.stub.SetPermissionPolicy(
+        pb.SetPermissionPolicyRequest(session_id=session_id, policy=policy)
+    )
+    assert reply.policy == policy
+    await live.stub.AddPermissionRule(
+        pb.AddPermissionRuleRequest(session_id=session_id, rule_type="deny", rule="Bash(cargo publish:*)")
+    )
+    got = (await live.stub.GetPermissionPolicy(pb.GetPermissionPolicyRequest(session_id=session_id))).policy
+    assert [r.rule for r in got.deny] == ["Read(secrets/**)", "Bash(cargo publish:*)"]
+
+    async def check(tool: str, arguments: dict[str, object]) -> pb.CheckPermissionResponse:
+        return await live.stub.CheckPermission(
+            pb.CheckPermissionRequest(session_id=session_id, tool_name=tool, arguments=json.dumps(arguments))
+        )
+
+    allowed = await check("bash", {"command": "cargo test"})
+    assert allowed.decision == pb.PERMISSION_DECISION_ALLOW and list(allowed.matching_rules) == [
+        "Bash(cargo:*)"
+    ]
+    denied = await check("bash", {"command": "cargo publish --dry-run"})
+    assert denied.decision == pb.PERMISSION_DECISION_DENY
+    assert (await check("read_file", {"path": "secrets/key.pem"})).decision == pb.PERMISSION_DECISION_DENY
+    asked = await check("write_file", {"path": "x"})
+    assert asked.decision == pb.PERMISSION_DECISION_ASK and list(asked.matching_rules) == []
+    for rule_type, rule in (("deny", "Bash("), ("sometimes", "Bash")):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await live.stub.AddPermissionRule(
+                pb.AddPermissionRuleRequest(session_id=session_id, rule_type=rule_type, rule=rule)
+            )
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+# --- lanes, external tasks, client tools, ask_user ------------------------------------------------
+
+
+async def _pending_task(server: LiveServer, session_id: str) -> pb.ExternalTask:
+    tasks: list[pb.ExternalTask] = []
+
+    async def has_task() -> bool:
+        reply = await server.stub.ListPendingExternalTasks(
+            pb.ListPendingExternalTasksRequest(session_id=session_id)
+        )
+        tasks[:] = reply.tasks
+        return bool(tasks)
+
+    await eventually(has_task)
+    return tasks[0]
+
+
+async def test_an_external_lane_hands_calls_to_the_host(agent: LiveServer, fake: FakeLLM) -> None:
+    fake.script(tool_call("bash", {"command": "make deploy"}), text("deployed"))
+    session_id = await new_session(agent)
+    config = pb.LaneHandlerConfig(mode=pb.TASK_HANDLER_MODE_EXTERNAL, timeout_ms=5000)
+    await agent.stub.SetLaneHandler(
+        pb.SetLaneHandlerRequest(session_id=session_id, lane=pb.SESSION_LANE_EXECUTE, config=config)
+    )
+    got = await agent.stub.GetLaneHandler(
+        pb.GetLaneHandlerRequest(session_id=session_id, lane=pb.SESSION_LANE_EXECUTE)
+    )
+    assert got.config == config
+    running_generation = generate(agent, session_id)
+    task = await _pending_task(agent, session_id)
+    assert task.command_type == "bash" and json.loads(task.payload) == {"command": "make deploy"}
+    assert task.lane == pb.SESSION_LANE_EXECUTE and 0 < task.remaining_ms <= 5000
+    await agent.stub.CompleteExternalTask(
+        pb.CompleteExternalTaskRequest(
+            session_id=session_id, task_id=task.task_id, success=True, result="deployed v2"
+        )
+    )
+    reply = await running_generation
+    assert reply.tool_calls[0].result.output == "deployed v2"
+    assert fake.requests[1].messages[-1]["content"] == "deployed v2"
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await agent.stub.CompleteExternalTask(
+            pb.CompleteExternalTaskRequest(session_id=session_id, task_id=task.task_id)
+        )
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_an_external_task_times_out(agent: LiveServer, fake: FakeLLM) -> None:
+    fake.script(tool_call("bash", {"command": "true"}), text("ok"))
+    session_id = await new_session(agent)
+    config = pb.LaneHandlerConfig(mode=pb.TASK_HANDLER_MODE_EXTERNAL, timeout_ms=200)
+    await agent.stub.SetLaneHandler(
+        pb.SetLaneHandlerRequest(session_id=session_id, lane=pb.SESSION_LANE_EXECUTE, config=config)
+    )
+    reply = await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("x")]))
+    assert "did not complete bash within 200 ms" in reply.tool_calls[0].result.error
+
+
+async def test_a_registered_client_tool_is_called_by_the_model_and_answered_by_the_host(
+    agent: LiveServer, fake: FakeLLM
+) -> None:
+    fake.script(tool_call("lookup_ticket", {"ticket": "OPS-7"}), text("the ticket is closed"))
+    session_id = await new_session(agent)
+    schema = {"type": "object", "properties": {"ticket": {"type": "string"}}, "required": ["ticket"]}
+    await agent.stub.RegisterTool(
+        pb.RegisterToolRequest(
+            session_id=session_id,
+            tool=pb.Tool(
+                name="lookup_ticket", description="Look a ticket up.", parameters_schema=json.dumps(schema)
+            ),
+        )
+    )
+    running_generation = generate(agent, session_id)
+    task = await _pending_task(agent, session_id)
+    assert task.command_type == "lookup_ticket"
+    await agent.stub.CompleteExternalTask(
+        pb.CompleteExternalTaskRequest(
+            session_id=session_id, task_id=task.task_id, success=True, result="closed"
+        )
+    )
+    reply = await running_generation
+    assert reply.tool_calls[0].result.output == "closed"
+    offered = {t["function"]["name"]: t["function"] for t in fake.requests[0].tools}
+    assert offered["lookup_ticket"]["parameters"] == schema
+    for bad in (
+        pb.Tool(name="bash", parameters_schema="{}"),
+        pb.Tool(name="x", parameters_schema='{"type": "nonsense"}'),
+        pb.Tool(name="has space"),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await agent.stub.RegisterTool(pb.RegisterToolRequest(session_id=session_id, tool=bad))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_ask_user_is_answered_by_the_host(agent: LiveServer, fake: FakeLLM) -> None:
+    fake.script(tool_call("ask_user", {"question": "Ship it?", "options": ["yes", "no"]}), text("shipping"))
+    session_id = await new_session(agent)
+    running_generation = generate(agent, session_id)
+    task = await _pending_task(agent, session_id)
+    assert task.command_type == "ask_user" and json.loads(task.payload)["question"] == "Ship it?"
+    await agent.stub.CompleteExternalTask(
+        pb.CompleteExternalTaskRequest(
+            session_id=session_id, task_id=task.task_id, success=True, result="yes"
+        )
+    )
+    reply = await running_generation
+    assert reply.tool_calls[0].result.output == "yes"
+
+
+async def test_policies_and_lane_handlers_survive_a_restart(workspace: Path, tmp_path: Path) -> None:
+    settings = agent_settings(workspace, tmp_path / "data")
+    permission = pb.PermissionPolicy(enabled=True, deny=[pb.PermissionRule(rule="Edit")])
+    confirmation = pb.ConfirmationPolicy(
+        enabled=True, auto_approve_tools=["read_file"], default_timeout_ms=1234
+    )
+    lane = pb.LaneHandlerConfig(mode=pb.TASK_HANDLER_MODE_HYBRID, timeout_ms=999)
+    async with running(settings) as first:
+        session_id = await new_session(first)
+        await first.stub.SetPermissionPolicy(
+            pb.SetPermissionPolicyRequest(session_id=session_id, policy=permission)
+        )
+        await first.stub.SetConfirmationPolicy(
+            pb.SetConfirmationPolicyRequest(session_id=session_id, policy=confirmation)
+        )
+        await first.stub.SetLaneHandler(
+            pb.SetLaneHandlerRequest(session_id=session_id, lane=pb.SESSION_LANE_QUERY, config=lane)
+        )
+    async with running(settings) as second:
+        got_permission = await second.stub.GetPermissionPolicy(
+            pb.GetPermissionPolicyRequest(session_id=session_id)
+        )
+        got_confirmation = await second.stub.GetConfirmationPolicy(
+            pb.GetConfirmationPolicyRequest(session_id=session_id)
+        )
+        got_lane = await second.stub.GetLaneHandler(
+            pb.GetLaneHandlerRequest(session_id=session_id, lane=pb.SESSION_LANE_QUERY)
+        )
+    assert got_permission.policy.deny[0].rule == "Edit"
+    assert got_confirmation.policy.auto_approve_tools == ["read_file"]
+    assert got_confirmation.policy.default_timeout_ms == 1234
+    assert got_lane.config == lane
+
+
+async def test_unknown_sessions_are_not_found_for_control_rpcs(live: LiveServer) -> None:
+    for call_ in (
+        live.stub.Cancel(pb.CancelRequest(session_id="ghost")),
+        live.stub.Pause(pb.PauseRequest(session_id="ghost")),
+        live.stub.GetPermissionPolicy(pb.GetPermissionPolicyRequest(session_id="ghost")),
+        live.stub.ListPendingExternalTasks(pb.ListPendingExternalTasksRequest(session_id="ghost")),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await call_
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
