@@ -12,6 +12,7 @@ from . import DESCRIPTION, HOMEPAGE, LICENSE, NAME, __version__
 from .config import Settings
 from .core.agent import Agent
 from .core.client_tools import ClientTools
+from .core.context import ContextManager
 from .core.control import ControlPlane
 from .core.errors import InvalidArgument
 from .core.events import EventBus
@@ -21,6 +22,7 @@ from .core.sqlite_store import SqliteStore
 from .core.store import Store
 from .core.tool_runner import ToolRunner
 from .llm.factory import ProviderCache
+from .llm.messages import tool_schema
 from .tools.registry import Tool, ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,13 @@ class Runtime:
             self.registry, self.sessions, self.tool_context, settings.max_tools_per_request
         )
         self.providers = ProviderCache(timeout_s=settings.llm_timeout_s, max_retries=settings.llm_retries)
+        self.context = ContextManager(
+            self.sessions,
+            self.events,
+            llm_for=self.effective_llm,
+            provider_for=self.providers.get,
+            tool_schemas_for=lambda session: [tool_schema(t) for t in self.session_tools(session)],
+        )
         self.agent = Agent(
             self.sessions,
             llm_for=self.effective_llm,
@@ -76,6 +85,7 @@ class Runtime:
             tools_for=self.session_tools,
             control=self.control,
             events=self.events,
+            context=self.context,
         )
         self.init = Initialization()
         self.started_at = time.monotonic()

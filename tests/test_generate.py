@@ -60,7 +60,8 @@ async def test_multi_step_tool_use_edits_files_and_runs_bash(agent: LiveServer, 
 
     session = (await agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
     assert session.context_usage.message_count == 7  # user + 3 assistant + 3 tool results
-    assert session.context_usage.total_tokens == reply.usage.total_tokens
+    assert session.context_usage.completion_tokens > 0  # what the model wrote, counted offline
+    assert session.context_usage.prompt_tokens > 1000  # system prompt, messages and 20 tool schemas
 
 
 async def test_stream_sends_text_tool_calls_results_usage_and_done_in_order(

@@ -115,7 +115,6 @@ async def test_shutdown_answers_then_health_reports_not_serving(live: LiveServer
 @pytest.mark.parametrize(
     ("method", "request_type", "area"),
     [
-        ("CompactContext", pb.CompactContextRequest, "context"),
         ("LoadSkill", pb.LoadSkillRequest, "skills"),
         ("ListSkills", pb.ListSkillsRequest, "skills"),
     ],

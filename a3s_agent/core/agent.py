@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..llm.messages import to_openai
+from ..llm.messages import to_openai, tool_schema
 from ..llm.provider import CompletionRequest, Provider, TextDelta, ToolCallReady, TurnEnd
 from ..tools.registry import Tool, ToolContext, ToolOutput
+from .context import ContextManager
 from .control import ControlPlane
 from .errors import AgentError, Cancelled, FailedPrecondition, InvalidArgument
 from .events import EventBus, EventType
@@ -108,6 +109,7 @@ class Agent:
         tools_for: Callable[[Session], list[Tool]],
         control: ControlPlane,
         events: EventBus,
+        context: ContextManager | None = None,
     ) -> None:
         self._sessions = sessions
         self._llm_for = llm_for
@@ -117,6 +119,7 @@ class Agent:
         self._control = control
         self._events = events
         self._gate = ToolGate(control, events)
+        self._context = context
 
     async def run(
         self, session_id: str, messages: list[Message], options: GenerateOptions
@@ -213,18 +216,19 @@ class _Run:
             *(to_openai(m) for m in history),
             *(to_openai(m) for m in new_messages),
         ]
-        tool_schemas = [
-            {
-                "type": "function",
-                "function": {"name": t.name, "description": t.description, "parameters": t.parameters_schema},
-            }
-            for t in self.tools.values()
-        ]
+        tool_schemas = [tool_schema(t) for t in self.tools.values()]
         limit = self.options.max_tool_calls or DEFAULT_MAX_TOOL_CALLS
         turn = 0
         while True:
             turn += 1
             await self.agent._control.checkpoint(self.session.id)
+            compacted = await self._compact_if_needed()
+            if compacted is not None:
+                conversation = [
+                    conversation[0],
+                    *(to_openai(m) for m in await self.agent._sessions.history(self.session.id)),
+                ]
+                yield NoticeEvent(compacted)
             text: list[str] = []
             requested: list[ToolCall] = []
             finish_reason = "stop"
@@ -269,6 +273,26 @@ class _Run:
                 final = Message(role="assistant", content=(assistant.content + "\n\n" + note).strip())
                 yield DoneEvent(self._generation(final, "tool_calls", turn))
                 return
+
+    async def _compact_if_needed(self) -> dict[str, str] | None:
+        """Auto-compaction before a model call that would push the context past the threshold."""
+        session = self.agent._sessions.get(self.session.id)
+        context = self.agent._context
+        if not session.config.auto_compact or context is None:
+            return None
+        if not context.over_threshold(session, await self.agent._sessions.history(session.id)):
+            return None
+        result = await context.compact(session.id)
+        if not result.summarized_by:
+            return None
+        return {
+            "type": "context_compacted",
+            "before_tokens": str(result.before.total_tokens),
+            "after_tokens": str(result.after.total_tokens),
+            "before_messages": str(result.before.message_count),
+            "after_messages": str(result.after.message_count),
+            "summarized_by": result.summarized_by,
+        }
 
     async def _run_calls(
         self, requested: list[ToolCall], budget: int, conversation: list[dict[str, Any]]

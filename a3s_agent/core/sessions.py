@@ -42,6 +42,8 @@ class SessionManager:
         self._max_context_tokens = max_context_tokens
         self._sessions: dict[str, Session] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # Live histories, loaded on first use and kept in step with every write.
+        self._histories: dict[str, list[Message]] = {}
 
     async def load(self) -> None:
         self._sessions = {s.id: s for s in await self._store.list_sessions()}
@@ -96,6 +98,7 @@ class SessionManager:
         await self._store.delete_session(session_id)
         self._sessions.pop(session_id, None)
         self._locks.pop(session_id, None)
+        self._histories.pop(session_id, None)
         self._events.publish(EventType.SESSION_DESTROYED, session_id, f"session {session_id} destroyed")
 
     async def configure(self, session_id: str, patch: SessionConfig) -> Session:
@@ -131,6 +134,8 @@ class SessionManager:
                 session.usage.completion_tokens + usage.completion_tokens,
             )
         await self._store.append_messages(session_id, messages, stamp, totals)
+        if session_id in self._histories:
+            self._histories[session_id].extend(messages)
         session.message_count += len(messages)
         session.updated_at = stamp
         if totals is not None:
@@ -159,8 +164,24 @@ class SessionManager:
         return self._locks.setdefault(session_id, asyncio.Lock())
 
     async def history(self, session_id: str) -> list[Message]:
+        """The live history (a copy: callers may keep it while the session moves on)."""
         self.get(session_id)
-        return await self._store.load_messages(session_id)
+        while session_id not in self._histories:
+            loaded = await self._store.load_messages(session_id)
+            # A write that landed while loading would be missing from `loaded`: load again.
+            if len(loaded) == self.get(session_id).message_count and session_id not in self._histories:
+                self._histories[session_id] = loaded
+        return list(self._histories[session_id])
+
+    async def replace_history(self, session_id: str, messages: list[Message]) -> Session:
+        """Archive the live history and make `messages` the new one (compaction, clearing)."""
+        session = self.get(session_id)
+        stamp = self._next_stamp(session)
+        await self._store.replace_history(session_id, messages, stamp)
+        self._histories[session_id] = list(messages)
+        session.message_count = len(messages)
+        session.updated_at = stamp
+        return session
 
     @staticmethod
     def _next_stamp(session: Session) -> int:

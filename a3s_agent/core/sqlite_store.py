@@ -178,6 +178,17 @@ class SqliteStore:
 
         await self._run(write)
 
+    async def replace_history(self, session_id: str, messages: list[Message], updated_at: int) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            with _transaction(db):
+                db.execute(
+                    "UPDATE messages SET archived = 1 WHERE session_id = ? AND archived = 0", (session_id,)
+                )
+                _insert_messages(db, session_id, messages, updated_at)
+                db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (updated_at, session_id))
+
+        await self._run(write)
+
     async def load_messages(self, session_id: str) -> list[Message]:
         rows = await self._run(
             lambda db: db.execute(

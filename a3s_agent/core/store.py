@@ -38,5 +38,9 @@ class Store(Protocol):
         """Append messages to a session's live history, and set its usage totals when given,
         in one transaction."""
 
+    async def replace_history(self, session_id: str, messages: list[Message], updated_at: int) -> None:
+        """Archive the live history (kept, no longer loaded) and store `messages` as the new one,
+        in one transaction."""
+
     async def load_messages(self, session_id: str) -> list[Message]:
         """The live (not archived) history of a session, in order."""

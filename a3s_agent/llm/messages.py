@@ -6,6 +6,7 @@ import base64
 from typing import Any
 
 from ..core.models import Attachment, Message
+from ..tools.registry import Tool
 
 
 def _attachment_text(item: Attachment) -> str:
@@ -54,3 +55,15 @@ def to_openai(message: Message) -> dict[str, Any]:
     if message.role == "system":
         return {"role": "system", "content": message.content}
     return {"role": "user", "content": _user_content(message)}
+
+
+def tool_schema(tool: Tool) -> dict[str, Any]:
+    """A tool as Chat Completions `tools` lists it."""
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters_schema,
+        },
+    }

@@ -17,6 +17,7 @@ from ...core.agent import (
     ToolResultEvent,
     TurnEvent,
 )
+from ...core.context import ContextUsage
 from ...core.control import ConfirmationPolicy, ExternalTask, HandlerMode, Lane, LaneHandler
 from ...core.errors import InvalidArgument
 from ...core.events import Event
@@ -87,17 +88,21 @@ def session_config_to_pb(config: SessionConfig) -> pb.SessionConfig:
     return out
 
 
-def session_to_pb(session: Session) -> pb.Session:
+def context_usage_to_pb(usage: ContextUsage) -> pb.ContextUsage:
+    return pb.ContextUsage(
+        total_tokens=usage.total_tokens,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        message_count=usage.message_count,
+    )
+
+
+def session_to_pb(session: Session, usage: ContextUsage) -> pb.Session:
     return pb.Session(
         session_id=session.id,
         config=session_config_to_pb(session.config),
         state=int(session.state),
-        context_usage=pb.ContextUsage(
-            total_tokens=session.usage.total_tokens,
-            prompt_tokens=session.usage.prompt_tokens,
-            completion_tokens=session.usage.completion_tokens,
-            message_count=session.message_count,
-        ),
+        context_usage=context_usage_to_pb(usage),
         created_at=session.created_at,
         updated_at=session.updated_at,
     )

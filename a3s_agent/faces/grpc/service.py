@@ -12,7 +12,7 @@ import grpc
 from ...core.agent import DoneEvent, TextEvent
 from ...core.errors import InvalidArgument, Unimplemented
 from ...core.events import parse_event_types
-from ...core.models import SessionState, ToolCall
+from ...core.models import Session, SessionState, ToolCall
 from ...core.permissions import PermissionPolicy, add_rule, evaluate
 from ...core.structured import StructuredDone, run_structured
 from ...proto import code_agent_pb2 as pb
@@ -28,9 +28,6 @@ NOT_YET: dict[str, str] = {
     "LoadSkill": "skills are not available yet",
     "UnloadSkill": "skills are not available yet",
     "ListSkills": "skills are not available yet",
-    "GetContextUsage": "context management is not available yet",
-    "CompactContext": "context management is not available yet",
-    "ClearContext": "context management is not available yet",
 }
 
 # A feature is advertised only when every RPC it needs is served.
@@ -147,7 +144,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
             convert.session_config_from_pb(request.config),
             convert.messages_from_pb(request.initial_context, "initial_context"),
         )
-        return pb.CreateSessionResponse(session_id=session.id, session=convert.session_to_pb(session))
+        return pb.CreateSessionResponse(session_id=session.id, session=await self._session_pb(session))
 
     @rpc
     async def DestroySession(
@@ -160,11 +157,11 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
 
     @rpc
     async def ListSessions(self, request: pb.ListSessionsRequest, context: Any) -> pb.ListSessionsResponse:
-        return pb.ListSessionsResponse(sessions=[convert.session_to_pb(s) for s in self.rt.sessions.list()])
+        return pb.ListSessionsResponse(sessions=[await self._session_pb(s) for s in self.rt.sessions.list()])
 
     @rpc
     async def GetSession(self, request: pb.GetSessionRequest, context: Any) -> pb.GetSessionResponse:
-        return pb.GetSessionResponse(session=convert.session_to_pb(self.rt.sessions.get(request.session_id)))
+        return pb.GetSessionResponse(session=await self._session_pb(self.rt.sessions.get(request.session_id)))
 
     @rpc
     async def ConfigureSession(
@@ -173,7 +170,37 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         session = await self.rt.sessions.configure(
             request.session_id, convert.session_config_from_pb(request.config)
         )
-        return pb.ConfigureSessionResponse(session=convert.session_to_pb(session))
+        return pb.ConfigureSessionResponse(session=await self._session_pb(session))
+
+    async def _session_pb(self, session: Session) -> pb.Session:
+        return convert.session_to_pb(session, await self.rt.context.usage(session.id))
+
+    # --- context ---------------------------------------------------------------------------
+
+    @rpc
+    async def GetContextUsage(
+        self, request: pb.GetContextUsageRequest, context: Any
+    ) -> pb.GetContextUsageResponse:
+        usage = await self.rt.context.usage(request.session_id)
+        return pb.GetContextUsageResponse(usage=convert.context_usage_to_pb(usage))
+
+    @rpc
+    async def CompactContext(
+        self, request: pb.CompactContextRequest, context: Any
+    ) -> pb.CompactContextResponse:
+        async with self.rt.sessions.generation_lock(request.session_id):
+            result = await self.rt.context.compact(request.session_id)
+        return pb.CompactContextResponse(
+            success=True,
+            before=convert.context_usage_to_pb(result.before),
+            after=convert.context_usage_to_pb(result.after),
+        )
+
+    @rpc
+    async def ClearContext(self, request: pb.ClearContextRequest, context: Any) -> pb.ClearContextResponse:
+        async with self.rt.sessions.generation_lock(request.session_id):
+            await self.rt.sessions.replace_history(request.session_id, [])
+        return pb.ClearContextResponse(success=True)
 
     # --- generation ------------------------------------------------------------------------
 
