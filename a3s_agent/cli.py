@@ -25,6 +25,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (env A3S_LOG_LEVEL; default INFO)")
     serve.add_argument("--max-sessions", type=int, help="most sessions held at once (env A3S_MAX_SESSIONS)")
+    serve.add_argument(
+        "--skills-dir",
+        action="append",
+        default=[],
+        help="a directory of skills; repeatable (env A3S_SKILL_DIRS)",
+    )
     return parser
 
 
@@ -37,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             data_dir=args.data_dir,
             log_level=args.log_level,
             max_sessions=args.max_sessions,
+            skills_dirs=args.skills_dir,
         )
         logging.basicConfig(
             level=settings.log_level,

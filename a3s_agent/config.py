@@ -16,6 +16,7 @@ DEFAULT_MAX_CONTEXT_TOKENS = 128_000
 DEFAULT_GRACE_SECONDS = 10.0
 DEFAULT_LLM_TIMEOUT_S = 120.0
 DEFAULT_LLM_RETRIES = 3
+BOX_SKILLS_DIR = Path("/a3s/skills")  # A3S Box mounts skills here, read-only
 
 
 @dataclass
@@ -31,6 +32,11 @@ class Settings:
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     llm_timeout_s: float = DEFAULT_LLM_TIMEOUT_S
     llm_retries: int = DEFAULT_LLM_RETRIES
+    skill_dirs: list[Path] = field(default_factory=list)
+
+    def skill_dirs_for(self, workspace: Path) -> list[Path]:
+        """Where skills are found: configured dirs, then the workspace's own, then Box's mount."""
+        return [*self.skill_dirs, workspace / ".a3s" / "skills", BOX_SKILLS_DIR]
 
     @property
     def resolved_data_dir(self) -> Path:
@@ -55,6 +61,7 @@ def settings_from(
     data_dir: str | None = None,
     log_level: str | None = None,
     max_sessions: int | None = None,
+    skills_dirs: list[str] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Settings:
     """Build settings from flag values (None = not given) over the environment."""
@@ -70,4 +77,7 @@ def settings_from(
         max_sessions=max_sessions or int(env.get("A3S_MAX_SESSIONS") or DEFAULT_MAX_SESSIONS),
         llm_timeout_s=float(env.get("A3S_LLM_TIMEOUT_S") or DEFAULT_LLM_TIMEOUT_S),
         llm_retries=int(env.get("A3S_LLM_RETRIES") or DEFAULT_LLM_RETRIES),
+        skill_dirs=[
+            Path(p) for p in [*(skills_dirs or []), *env.get("A3S_SKILL_DIRS", "").split(os.pathsep)] if p
+        ],
     )

@@ -17,7 +17,9 @@ from .core.control import ControlPlane
 from .core.errors import InvalidArgument
 from .core.events import EventBus
 from .core.models import LLMConfig, Session
+from .core.prompts import system_prompt
 from .core.sessions import SessionManager
+from .core.skill_catalog import SkillCatalog
 from .core.sqlite_store import SqliteStore
 from .core.store import Store
 from .core.tool_runner import ToolRunner
@@ -66,6 +68,9 @@ class Runtime:
         )
         self.control = ControlPlane(self.sessions, self.events)
         self.client_tools = ClientTools(self.sessions, self.registry)
+        self.skills = SkillCatalog(
+            self.sessions, lambda: settings.skill_dirs_for(self.workspace), lambda: set(self.registry.names())
+        )
         self.tools = ToolRunner(
             self.registry, self.sessions, self.tool_context, settings.max_tools_per_request
         )
@@ -76,6 +81,7 @@ class Runtime:
             llm_for=self.effective_llm,
             provider_for=self.providers.get,
             tool_schemas_for=lambda session: [tool_schema(t) for t in self.session_tools(session)],
+            prompt_for=self.system_prompt,
         )
         self.agent = Agent(
             self.sessions,
@@ -83,6 +89,7 @@ class Runtime:
             provider_for=self.providers.get,
             context_for=self.tool_context,
             tools_for=self.session_tools,
+            prompt_for=self.system_prompt,
             control=self.control,
             events=self.events,
             context=self.context,
@@ -96,6 +103,7 @@ class Runtime:
     async def start(self) -> None:
         await self.store.open()
         await self.sessions.load()
+        await self.skills.rescan()
         log.info(
             "runtime ready: workspace=%s data=%s sessions=%d",
             self.workspace,
@@ -159,8 +167,16 @@ class Runtime:
         return models
 
     def session_tools(self, session: Session | None) -> list[Tool]:
-        """What a session's model may call: the enabled built-in tools, then client tools."""
-        return [*self.registry.list(), *self.client_tools.for_session(session)]
+        """What a session's model may call: the enabled built-in tools, skill tools, client tools."""
+        return [
+            *self.registry.list(),
+            *self.skills.tools_for(session),
+            *self.client_tools.for_session(session),
+        ]
+
+    def system_prompt(self, session: Session) -> str:
+        workspace = session.config.workspace or str(self.workspace)
+        return system_prompt(session.config.system_prompt, workspace, self.skills.instructions_for(session))
 
     def tool_context(self, session: Session | None) -> ToolContext:
         workspace = Path(session.config.workspace) if session is not None else self.workspace

@@ -30,8 +30,9 @@ async def test_capabilities_describe_the_agent_and_enforced_limits(live: LiveSer
     assert reply.info.name == "a3s-agent"
     assert reply.info.version == __version__
     assert reply.info.license and reply.info.homepage and reply.info.description
-    assert {"lifecycle", "sessions", "persistent_sessions"} <= set(reply.features)
-    assert "skills" not in reply.features  # not served yet, so not advertised
+    assert {"lifecycle", "sessions", "persistent_sessions", "skills", "events", "permissions"} <= set(
+        reply.features
+    )
     assert [t.name for t in reply.tools] == [t.name for t in live.runtime.registry.list()]
     assert reply.limits.max_concurrent_sessions == live.runtime.settings.max_sessions
     assert reply.limits.max_context_tokens == live.runtime.settings.max_context_tokens
@@ -110,22 +111,6 @@ async def test_shutdown_answers_then_health_reports_not_serving(live: LiveServer
     await live.server.stop(1)  # what the serve loop does once Shutdown is requested
     update = await watch.read()
     assert update.status == health_pb2.HealthCheckResponse.NOT_SERVING
-
-
-@pytest.mark.parametrize(
-    ("method", "request_type", "area"),
-    [
-        ("LoadSkill", pb.LoadSkillRequest, "skills"),
-        ("ListSkills", pb.ListSkillsRequest, "skills"),
-    ],
-)
-async def test_rpcs_not_landed_yet_answer_unimplemented_with_a_message(
-    live: LiveServer, method: str, request_type: type, area: str
-) -> None:
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await getattr(live.stub, method)(request_type())
-    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert area in err.value.details()
 
 
 async def test_reflection_v1_lists_services_for_clients_that_know_only_the_address(live: LiveServer) -> None:

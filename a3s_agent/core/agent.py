@@ -17,7 +17,6 @@ from .control import ControlPlane
 from .errors import AgentError, Cancelled, FailedPrecondition, InvalidArgument
 from .events import EventBus, EventType
 from .models import LLMConfig, Message, Session, SessionState, ToolCall, Usage
-from .prompts import system_prompt
 from .sessions import SessionManager
 from .tool_gate import ToolGate
 from .tool_runner import new_call_id, tool_message
@@ -107,6 +106,7 @@ class Agent:
         provider_for: Callable[[LLMConfig], Provider],
         context_for: Callable[[Session], ToolContext],
         tools_for: Callable[[Session], list[Tool]],
+        prompt_for: Callable[[Session], str],
         control: ControlPlane,
         events: EventBus,
         context: ContextManager | None = None,
@@ -116,6 +116,7 @@ class Agent:
         self._provider_for = provider_for
         self._context_for = context_for
         self._tools_for = tools_for
+        self._prompt_for = prompt_for
         self._control = control
         self._events = events
         self._gate = ToolGate(control, events)
@@ -211,7 +212,7 @@ class _Run:
         conversation = [
             {
                 "role": "system",
-                "content": system_prompt(self.session.config.system_prompt, str(self.context.workspace)),
+                "content": self.agent._prompt_for(self.session),
             },
             *(to_openai(m) for m in history),
             *(to_openai(m) for m in new_messages),

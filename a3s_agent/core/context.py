@@ -20,7 +20,6 @@ from ..llm.tokens import TokenCounter
 from .errors import AgentError
 from .events import EventBus, EventType
 from .models import LLMConfig, Message, Session
-from .prompts import system_prompt
 from .sessions import SessionManager
 
 DEFAULT_WINDOW = 128_000
@@ -88,6 +87,7 @@ class ContextManager:
         llm_for: Callable[[Session], LLMConfig],
         provider_for: Callable[[LLMConfig], Provider],
         tool_schemas_for: Callable[[Session], list[dict[str, Any]]],
+        prompt_for: Callable[[Session], str],
         threshold: float = DEFAULT_THRESHOLD,
         keep_recent: int = DEFAULT_KEEP_RECENT,
     ) -> None:
@@ -96,6 +96,7 @@ class ContextManager:
         self._llm_for = llm_for
         self._provider_for = provider_for
         self._tool_schemas_for = tool_schemas_for
+        self._prompt_for = prompt_for
         self.threshold = threshold
         self.keep_recent = keep_recent
 
@@ -113,7 +114,7 @@ class ContextManager:
         counter = self.counter(session)
         system = {
             "role": "system",
-            "content": system_prompt(session.config.system_prompt, session.config.workspace),
+            "content": self._prompt_for(session),
         }
         written = [to_openai(m) for m in history if m.role == "assistant"]
         read = [system, *(to_openai(m) for m in history if m.role != "assistant")]
@@ -169,18 +170,18 @@ class ContextManager:
     def _fallback(
         self, session: Session, head: list[Message], middle: list[Message], tail: list[Message], target: int
     ) -> list[Message]:
-        """No LLM: stub old tool outputs, then drop the oldest turns until the target is met."""
-        stubbed = [_without_output(m) for m in middle]
-        groups = _turn_groups(stubbed)
+        """No LLM: stub the old tool outputs, then drop the oldest turns (into the recent ones if
+        need be, keeping the last) until the target is met."""
+        groups = _turn_groups([_without_output(m) for m in middle]) + _turn_groups(tail)
         dropped = 0
-        while groups and self.measure(session, [*head, *_flat(groups), *tail]).total_tokens > target:
+        while len(groups) > 1 and self.measure(session, [*head, *_flat(groups)]).total_tokens > target:
             dropped += len(groups.pop(0))
         note = [
             Message(
                 role="user", content=f"[{dropped} earlier messages were removed to fit the context window]"
             )
         ]
-        return [*head, *(note if dropped else []), *_flat(groups), *tail]
+        return [*head, *(note if dropped else []), *_flat(groups)]
 
 
 def _plan(

@@ -31,9 +31,5 @@ class Unavailable(AgentError):
     """A dependency (the LLM provider, a backend) cannot be reached or keeps failing."""
 
 
-class Unimplemented(AgentError):
-    """The feature has not landed yet."""
-
-
 class Cancelled(AgentError):
     """The operation was cancelled on request (Cancel), not by the caller going away."""

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from . import files, git, quality, shell, user, web
+from . import code_search, files, git, quality, shell, symbols, user, web
 from .registry import Tool, ToolRegistry
 
 
 def builtin_tools() -> list[Tool]:
-    return [*files.TOOLS, *quality.TOOLS, *shell.TOOLS, *git.TOOLS, *web.TOOLS, *user.TOOLS]
+    return [
+        *files.TOOLS,
+        *code_search.TOOLS,
+        *symbols.TOOLS,
+        *quality.TOOLS,
+        *shell.TOOLS,
+        *git.TOOLS,
+        *web.TOOLS,
+        *user.TOOLS,
+    ]
 
 
 def builtin_registry() -> ToolRegistry:

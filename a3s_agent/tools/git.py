@@ -576,4 +576,4 @@ async def git_commit(args: GitCommitArgs, ctx: ToolContext) -> ToolOutput:
     return await _in_thread(_commit, args, ctx)
 
 
-TOOLS: list[Tool] = [git_status, git_diff, git_log, git_commit]
+TOOLS: list[Tool] = [git_status, git_diff, git_commit, git_log]

@@ -225,6 +225,10 @@ class ToolRegistry:
         self._enabled = enabled or None
         self._disabled = disabled
 
+    def names(self) -> list[str]:
+        """Every registered tool, enabled or not."""
+        return list(self._tools)
+
     def has(self, name: str) -> bool:
         """Registered, whether enabled or not."""
         return name in self._tools

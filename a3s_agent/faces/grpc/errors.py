@@ -23,7 +23,6 @@ STATUS_OF: dict[type[errors.AgentError], grpc.StatusCode] = {
     errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
-    errors.Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
     errors.Cancelled: grpc.StatusCode.CANCELLED,
 }
 

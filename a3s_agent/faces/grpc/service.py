@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 
 from ...core.agent import DoneEvent, TextEvent
-from ...core.errors import InvalidArgument, Unimplemented
+from ...core.errors import InvalidArgument
 from ...core.events import parse_event_types
 from ...core.models import Session, SessionState, ToolCall
 from ...core.permissions import PermissionPolicy, add_rule, evaluate
@@ -23,32 +23,12 @@ from .errors import rpc
 
 log = logging.getLogger(__name__)
 
-# RPCs whose issue has not landed yet, with the message a caller gets.
-NOT_YET: dict[str, str] = {
-    "LoadSkill": "skills are not available yet",
-    "UnloadSkill": "skills are not available yet",
-    "ListSkills": "skills are not available yet",
-}
-
-# A feature is advertised only when every RPC it needs is served.
-FEATURE_RPCS: dict[str, tuple[str, ...]] = {
-    "lifecycle": ("HealthCheck", "GetCapabilities", "Initialize", "Shutdown"),
-    "sessions": ("CreateSession", "DestroySession", "ListSessions", "GetSession", "ConfigureSession"),
-    "persistent_sessions": ("CreateSession", "GetSession"),
-    "tool_execution": ("ExecuteTool", "ExecuteToolBatch", "ListTools"),
-    "code_generation": ("Generate",),
-    "streaming": ("StreamGenerate",),
-    "structured_output": ("GenerateStructured", "StreamGenerateStructured"),
-    "custom_tools": ("RegisterTool",),
-    "skills": ("LoadSkill", "UnloadSkill", "ListSkills"),
-    "context_management": ("GetContextUsage", "CompactContext", "ClearContext"),
-    "events": ("SubscribeEvents",),
-    "control": ("Cancel", "Pause", "Resume"),
-    "confirmation": ("ConfirmToolExecution", "SetConfirmationPolicy", "GetConfirmationPolicy"),
-    "lanes": ("SetLaneHandler", "GetLaneHandler"),
-    "external_tasks": ("CompleteExternalTask", "ListPendingExternalTasks"),
-    "permissions": ("SetPermissionPolicy", "GetPermissionPolicy", "CheckPermission", "AddPermissionRule"),
-}
+# What GetCapabilities advertises: every RPC of the service is served.
+FEATURES = [
+    "lifecycle", "sessions", "persistent_sessions", "tool_execution", "code_generation", "streaming",
+    "structured_output", "custom_tools", "skills", "context_management", "auto_compaction", "events",
+    "control", "confirmation", "lanes", "external_tasks", "permissions",
+]  # fmt: skip
 
 _LOG_LEVELS = {
     pb.LogConfig.LEVEL_DEBUG: "DEBUG",
@@ -56,10 +36,6 @@ _LOG_LEVELS = {
     pb.LogConfig.LEVEL_WARN: "WARNING",
     pb.LogConfig.LEVEL_ERROR: "ERROR",
 }
-
-
-def served_features() -> list[str]:
-    return [name for name, rpcs in FEATURE_RPCS.items() if not any(r in NOT_YET for r in rpcs)]
 
 
 class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
@@ -95,7 +71,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         rt = self.rt
         return pb.GetCapabilitiesResponse(
             info=self._info(),
-            features=served_features(),
+            features=FEATURES,
             tools=[convert.tool_capability_to_pb(t) for t in rt.registry.list()],
             models=[
                 pb.ModelCapability(provider=m.provider or "openai", model=m.model, features=["chat"])
@@ -276,9 +252,8 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
 
     @rpc
     async def ListTools(self, request: pb.ListToolsRequest, context: Any) -> pb.ListToolsResponse:
-        if request.session_id:
-            self.rt.sessions.get(request.session_id)
-        return pb.ListToolsResponse(tools=[convert.tool_to_pb(t) for t in self.rt.registry.list()])
+        session = self.rt.sessions.get(request.session_id) if request.session_id else None
+        return pb.ListToolsResponse(tools=[convert.tool_to_pb(t) for t in self.rt.session_tools(session)])
 
     @rpc
     async def RegisterTool(self, request: pb.RegisterToolRequest, context: Any) -> pb.RegisterToolResponse:
@@ -288,6 +263,41 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         )
         await self.rt.client_tools.register(request.session_id, spec)
         return pb.RegisterToolResponse(success=True)
+
+    # --- skills --------------------------------------------------------------------------
+
+    @rpc
+    async def LoadSkill(self, request: pb.LoadSkillRequest, context: Any) -> pb.LoadSkillResponse:
+        content = request.skill_content if request.HasField("skill_content") else None
+        names = await self.rt.skills.load(request.session_id, request.skill_name, content)
+        return pb.LoadSkillResponse(success=True, tool_names=names)
+
+    @rpc
+    async def UnloadSkill(self, request: pb.UnloadSkillRequest, context: Any) -> pb.UnloadSkillResponse:
+        removed = await self.rt.skills.unload(request.session_id, request.skill_name)
+        return pb.UnloadSkillResponse(success=True, removed_tools=removed)
+
+    @rpc
+    async def ListSkills(self, request: pb.ListSkillsRequest, context: Any) -> pb.ListSkillsResponse:
+        session = self.rt.sessions.get(request.session_id) if request.session_id else None
+        await self.rt.skills.rescan()
+        loaded = {item.skill.name: item.skill for item in self.rt.skills.loaded_for(session)}
+        every = {name: skill for name, (skill, _) in self.rt.skills.available.items()} | loaded
+        return pb.ListSkillsResponse(
+            skills=[
+                pb.Skill(
+                    name=skill.name,
+                    description=skill.description,
+                    tools=skill.tool_names,
+                    metadata={
+                        "source": skill.source,
+                        "loaded": str(name in loaded).lower(),
+                        "allowed-tools": ", ".join(skill.allowed_tools),
+                    },
+                )
+                for name, skill in sorted(every.items())
+            ]
+        )
 
     # --- events and control ---------------------------------------------------------------
 
@@ -439,28 +449,6 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
             license=info.license,
             homepage=info.homepage,
         )
-
-
-def _not_yet(name: str, message: str, streaming: bool) -> Any:
-    if streaming:
-
-        async def stream(self: CodeAgentService, request: Any, context: Any) -> AsyncIterator[Any]:
-            raise Unimplemented(message)
-            yield  # pragma: no cover - makes this an async generator
-
-        stream.__name__ = name
-        return rpc(stream)
-
-    async def unary(self: CodeAgentService, request: Any, context: Any) -> Any:
-        raise Unimplemented(message)
-
-    unary.__name__ = name
-    return rpc(unary)
-
-
-_STREAMING = {"StreamGenerate", "StreamGenerateStructured", "SubscribeEvents"}
-for _name, _message in NOT_YET.items():
-    setattr(CodeAgentService, _name, _not_yet(_name, _message, _name in _STREAMING))
 
 
 def add_to_server(runtime: Runtime, server: grpc.aio.Server) -> CodeAgentService:

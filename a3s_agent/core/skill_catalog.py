@@ -1,0 +1,160 @@
+"""Which skills exist and which are loaded where.
+
+Available skills come from the skill directories (scanned at start and on ListSkills) or are sent
+by a client (LoadSkill with content). Loading a skill for a session adds its instructions to the
+system prompt, its tools to the session's tools and its `allowed-tools` to the session's allow
+rules; session loads are stored with the session (as the skill's text) and survive a restart.
+Server-wide loads (empty session id) last until the server stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..tools.registry import Tool
+from .errors import InvalidArgument, NotFound
+from .models import Session
+from .permissions import PermissionPolicy, parse_rule
+from .sessions import SessionManager
+from .skills import SKILL_FILE, Skill, parse_skill
+
+
+@dataclass
+class LoadedSkill:
+    skill: Skill
+    text: str
+    tools: list[Tool]
+
+
+def _read(path: Path) -> tuple[str, str]:
+    """(text, source) of a skill file or a skill directory."""
+    file = path / SKILL_FILE if path.is_dir() else path
+    return file.read_text(encoding="utf-8"), str(file)
+
+
+def _scan(dirs: list[Path]) -> dict[str, tuple[Skill, str]]:
+    """Every parseable skill in the directories; the first of a name wins."""
+    found: dict[str, tuple[Skill, str]] = {}
+    for directory in dirs:
+        if not directory.is_dir():
+            continue
+        for entry in sorted(directory.iterdir()):
+            if not ((entry / SKILL_FILE).is_file() or (entry.is_file() and entry.suffix == ".md")):
+                continue
+            try:
+                text, source = _read(entry)
+                skill = parse_skill(text, source=source)
+            except (InvalidArgument, OSError, UnicodeDecodeError):
+                continue  # a broken skill file does not hide the others
+            found.setdefault(skill.name, (skill, text))
+    return found
+
+
+class SkillCatalog:
+    def __init__(
+        self, sessions: SessionManager, dirs: Callable[[], list[Path]], builtin_names: Callable[[], set[str]]
+    ) -> None:
+        self._sessions = sessions
+        self._dirs = dirs
+        self._builtin_names = builtin_names
+        self.available: dict[str, tuple[Skill, str]] = {}
+        self._server_wide: dict[str, LoadedSkill] = {}
+        self._parsed: dict[str, LoadedSkill] = {}  # by skill text: sessions share parsed skills
+
+    async def rescan(self) -> None:
+        self.available = await asyncio.to_thread(_scan, self._dirs())
+
+    def _loaded(self, text: str, source: str) -> LoadedSkill:
+        if text not in self._parsed:
+            skill = parse_skill(text, source=source)
+            self._parsed[text] = LoadedSkill(skill, text, skill.build_tools())
+        return self._parsed[text]
+
+    def loaded_for(self, session: Session | None) -> list[LoadedSkill]:
+        loaded = list(self._server_wide.values())
+        if session is not None:
+            loaded += [
+                self._loaded(e["text"], e["source"]) for e in session.extras.get("skills", {}).values()
+            ]
+        return loaded
+
+    def tools_for(self, session: Session | None) -> list[Tool]:
+        return [tool for loaded in self.loaded_for(session) for tool in loaded.tools]
+
+    def instructions_for(self, session: Session | None) -> list[tuple[str, str]]:
+        return [(item.skill.name, item.skill.instructions) for item in self.loaded_for(session)]
+
+    async def load(self, session_id: str, name: str, content: str | None) -> list[str]:
+        """Activate a skill; returns the names of the tools it added."""
+        if not name and not content:
+            raise InvalidArgument("skill_name (or skill_content) is required")
+        if content:
+            skill, text = parse_skill(content, source="client"), content
+            if name and skill.name != name:
+                raise InvalidArgument(f"skill_name {name!r} does not match the skill's name {skill.name!r}")
+        else:
+            await self.rescan()
+            if name not in self.available:
+                raise NotFound(f"no skill named {name!r} (ListSkills shows the available ones)")
+            skill, text = self.available[name]
+        session = self._sessions.get(session_id) if session_id else None
+        self._check_tool_names(skill, session)
+        loaded = LoadedSkill(skill, text, skill.build_tools())
+        self._parsed[text] = loaded
+        if session is None:
+            self._server_wide[skill.name] = loaded
+        else:
+            skills = {**session.extras.get("skills", {}), skill.name: {"text": text, "source": skill.source}}
+            await self._sessions.set_extra(session_id, "skills", skills)
+            await self._update_allow_rules(session_id)
+        return skill.tool_names
+
+    async def unload(self, session_id: str, name: str) -> list[str]:
+        if not session_id:
+            loaded = self._server_wide.pop(name, None)
+            if loaded is None:
+                raise NotFound(f"skill {name!r} is not loaded server-wide")
+            return loaded.skill.tool_names
+        session = self._sessions.get(session_id)
+        skills = dict(session.extras.get("skills", {}))
+        entry = skills.pop(name, None)
+        if entry is None:
+            raise NotFound(f"skill {name!r} is not loaded in session {session_id!r}")
+        await self._sessions.set_extra(session_id, "skills", skills)
+        await self._update_allow_rules(session_id)
+        return self._loaded(entry["text"], entry["source"]).skill.tool_names
+
+    def _check_tool_names(self, skill: Skill, session: Session | None) -> None:
+        taken = self._builtin_names() | {
+            tool.name
+            for item in self.loaded_for(session)
+            if item.skill.name != skill.name
+            for tool in item.tools
+        }
+        clashes = sorted(set(skill.tool_names) & taken)
+        if clashes:
+            raise InvalidArgument(
+                f"skill {skill.name!r} defines tools that already exist: {', '.join(clashes)}"
+            )
+
+    async def _update_allow_rules(self, session_id: str) -> None:
+        """The session's allow rules: its own, plus the allowed-tools of its loaded skills."""
+        session = self._sessions.get(session_id)
+        stored = session.extras.get("permissions") or {}
+        policy = PermissionPolicy.from_dict(stored)
+        own = [rule for rule in policy.allow if rule not in session.extras.get("skill_rules", [])]
+        from_skills = []
+        for item in self.loaded_for(session):
+            for rule in item.skill.allowed_tools:
+                try:
+                    parse_rule(rule)
+                except InvalidArgument:
+                    continue  # a skill's note that is not a rule does not break the policy
+                if rule not in own and rule not in from_skills:
+                    from_skills.append(rule)
+        policy.allow = [*own, *from_skills]
+        await self._sessions.set_extra(session_id, "permissions", policy.to_dict())
+        await self._sessions.set_extra(session_id, "skill_rules", from_skills)

@@ -1,0 +1,224 @@
+"""Code search: regex content search over the workspace with ripgrep, streamed and stopped early."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .process import find_binary
+from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+from .sandbox import relative_to_workspace, resolve_in_workspace
+
+_RG_TIMEOUT_S = 60.0
+_MAX_COLUMNS = 1000
+_READ_CHUNK = 65536
+_STDERR_CAP = 8192
+_DIGITS = b"0123456789"
+
+
+class GrepArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    pattern: str = Field(
+        min_length=1,
+        description=(
+            "Regular expression (Rust regex syntax, as ripgrep uses), e.g. 'def \\w+_handler' or "
+            "'TODO|FIXME'. Escape metacharacters to match them literally: 'foo\\(' finds 'foo('."
+        ),
+    )
+    path: str = Field(".", description="File or directory to search, relative to the workspace.")
+    glob: str | None = Field(
+        None,
+        description=(
+            "Only search files whose path matches this glob, e.g. '*.py', '*.{ts,tsx}', 'src/**/*.go'; "
+            "a leading '!' excludes instead, e.g. '!*.min.js'."
+        ),
+    )
+    case_insensitive: bool = Field(False, description="Match letters regardless of case.")
+    context: int = Field(0, ge=0, le=10, description="Lines to show before and after each match.")
+    max_results: int = Field(
+        200, ge=1, le=5000, description="Stop after this many matching lines (the output says if more exist)."
+    )
+
+
+@dataclass
+class _Collector:
+    """Turns rg's `path NUL line:text` output into `path:line:text` lines, up to max_results matches."""
+
+    max_results: int
+    context: int
+    lines: list[str] = field(default_factory=list)
+    files: set[bytes] = field(default_factory=set)
+    matches: int = 0
+    truncated: bool = False
+    _last_path: bytes = b""
+    _trailing_context: int = 0
+
+    def feed(self, raw: bytes) -> bool:
+        """Take one line of rg output; False once a match beyond max_results shows up."""
+        path, nul, rest = raw.partition(b"\0")
+        if not nul:  # "--" between context groups, or a notice such as "binary file matches"
+            if self.matches < self.max_results:
+                self.lines.append(raw.decode("utf-8", errors="replace"))
+            return True
+        number = len(rest) - len(rest.lstrip(_DIGITS))
+        separator = rest[number : number + 1] or b":"
+        is_match = separator == b":"
+        if self.matches >= self.max_results:
+            if is_match:
+                self.truncated = True
+                return False
+            if path != self._last_path or self._trailing_context >= self.context:
+                return True  # context belonging to matches we will not show
+            self._trailing_context += 1
+        elif is_match:
+            self.matches += 1
+            self.files.add(path)
+            self._last_path = path
+        self.lines.append((path + separator + rest).decode("utf-8", errors="replace").removesuffix("\r"))
+        return True
+
+
+def _feed_lines(fd: int, collector: _Collector) -> None:
+    """Feed every complete line read from fd until it ends or the collector has enough."""
+    pending = b""
+    while chunk := os.read(fd, _READ_CHUNK):
+        *complete, pending = (pending + chunk).split(b"\n")
+        for line in complete:
+            if not collector.feed(line):
+                return
+    if pending:
+        collector.feed(pending)
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _read_until_done(proc: subprocess.Popen[bytes], collector: _Collector) -> None:
+    """(Worker thread.) Stream rg's stdout into the collector, then kill rg's process group and reap it.
+
+    Killing after a natural end is harmless (rg is exiting and keeps its status); after an early
+    stop it is what ends the search.
+    """
+    assert proc.stdout is not None
+    try:
+        _feed_lines(proc.stdout.fileno(), collector)
+    finally:
+        _kill_group(proc.pid)
+        proc.stdout.close()
+        proc.wait()
+
+
+async def _run_rg(argv: list[str], ctx: ToolContext, collector: _Collector) -> tuple[int, str, bool]:
+    """Run rg, streaming its output into the collector; returns (exit code, stderr, timed out).
+
+    Lines are read in a worker thread: far cheaper per chunk than the event loop's pipe machinery,
+    which matters when rg writes many small results.
+    """
+    with tempfile.TemporaryFile() as stderr:
+        # Spawned here, as asyncio's create_subprocess_exec also does: rg must be ours to kill
+        # before the first await, or a cancellation could leave it running.
+        proc = subprocess.Popen(  # noqa: ASYNC220
+            argv,
+            cwd=ctx.workspace.resolve(),
+            env={**os.environ, **ctx.env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            start_new_session=True,
+        )
+        reading = asyncio.ensure_future(asyncio.to_thread(_read_until_done, proc, collector))
+        timed_out = False
+        try:
+            await asyncio.wait_for(asyncio.shield(reading), _RG_TIMEOUT_S)
+        except TimeoutError:
+            timed_out = True
+        finally:
+            if not reading.done():  # timed out or cancelled: end rg so that the reader returns
+                _kill_group(proc.pid)
+                await reading
+        stderr.seek(0)
+        message = stderr.read(_STDERR_CAP).decode("utf-8", errors="replace").strip()
+    return proc.returncode, message.removeprefix("rg: "), timed_out
+
+
+def _rg_argv(rg: str, args: GrepArgs, target: str) -> list[str]:
+    argv = [rg, "--no-config", "--null", "--line-number", "--with-filename", "--no-heading"]
+    argv += ["--color", "never", "--max-columns", str(_MAX_COLUMNS), "--max-columns-preview"]
+    if args.case_insensitive:
+        argv.append("--ignore-case")
+    if args.context:
+        argv += ["--context", str(args.context)]
+    if args.glob:
+        argv += ["--glob", args.glob]
+    argv += ["-e", args.pattern]
+    # Without a path rg searches the working directory and prints paths without "./".
+    return argv if target == "." else [*argv, "--", target]
+
+
+def _failure_message(stderr: str) -> str:
+    if "regex parse error" in stderr:
+        return (
+            f"invalid regular expression: {stderr}\n"
+            "Escape metacharacters such as ( ) [ ] { } . * + ? | \\ to match them literally."
+        )
+    return f"grep failed: {stderr or 'ripgrep exited with status 2'}"
+
+
+@tool("grep", family="code", lane="query", truncation_hint="narrow the pattern, path or glob to see the rest")
+async def grep(args: GrepArgs, ctx: ToolContext) -> ToolOutput:
+    """Search file contents for a regular expression (ripgrep), returning `path:line:text` per matching line.
+
+    Use it to find where a string, identifier or pattern occurs across the workspace or inside one
+    file. Paths are relative to the workspace; with `context`, surrounding lines are shown as
+    `path-line-text` and groups are separated by `--`. Files ignored by .gitignore/.ignore, hidden
+    files and binary files are skipped. Long lines are cut to a preview. Output stops after
+    `max_results` matching lines (metadata `truncated` says whether more exist).
+
+    Examples: {"pattern": "class \\w+Error"}; {"pattern": "todo", "case_insensitive": true,
+    "glob": "*.py"}; {"pattern": "load_config\\(", "path": "src", "context": 2}.
+    For where a symbol is defined or used, find_definition and find_references are more precise.
+    """
+    rg = find_binary("rg")
+    if rg is None:
+        raise ToolFailure("ripgrep (rg) is not installed on this server")
+    resolved = resolve_in_workspace(ctx.workspace, args.path)
+    if not resolved.exists():
+        raise ToolFailure(f"path {args.path!r} does not exist")
+    target = relative_to_workspace(ctx.workspace, resolved)
+    collector = _Collector(args.max_results, args.context)
+    exit_code, stderr, timed_out = await _run_rg(_rg_argv(rg, args, target), ctx, collector)
+    if exit_code == 2 and not collector.matches:
+        raise ToolFailure(_failure_message(stderr), exit_code=2)
+    metadata: dict[str, object] = {
+        "matches": collector.matches,
+        "files": len(collector.files),
+        "truncated": collector.truncated or timed_out,
+    }
+    if exit_code == 2:
+        metadata["warnings"] = stderr
+    if collector.lines:
+        output = "\n".join(collector.lines)
+    else:
+        output = f"No matches for {args.pattern!r} in {'the workspace' if target == '.' else repr(target)}."
+    if timed_out:
+        metadata["timed_out"] = True
+        output += f"\n[search stopped after {_RG_TIMEOUT_S:.0f} s; narrow the path or glob to see the rest]"
+    elif collector.truncated:
+        output += (
+            f"\n[stopped after {args.max_results} matches; more exist. Narrow the pattern, path or "
+            "glob, or raise max_results (up to 5000).]"
+        )
+    return ToolOutput(output=output, metadata=metadata)
+
+
+TOOLS: list[Tool] = [grep]

@@ -1,0 +1,145 @@
+"""Context accounting and compaction through the real server and the fake LLM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import grpc
+import pytest
+
+from a3s_agent.llm.messages import tool_schema, to_openai
+from a3s_agent.llm.tokens import TokenCounter
+from a3s_agent.proto import code_agent_pb2 as pb
+
+from .conftest import LiveServer, new_session, user
+from .fake_llm import FakeLLM, error, text
+
+ROLE = pb.Message
+
+
+def _long(index: int) -> str:
+    return f"message {index}: " + " ".join(f"word{index}_{n}" for n in range(300))
+
+
+async def _big_session(
+    server: LiveServer, *, auto_compact: bool, window: int = 30_000, count: int = 60
+) -> str:
+    """A session with a first task and `count` long exchanged messages, plus a real tool call pair."""
+    context = [pb.Message(role=ROLE.ROLE_USER, content="THE TASK: refactor the parser")]
+    context += [
+        pb.Message(role=ROLE.ROLE_ASSISTANT if i % 2 else ROLE.ROLE_USER, content=_long(i))
+        for i in range(count)
+    ]
+    reply = await server.stub.CreateSession(
+        pb.CreateSessionRequest(
+            config=pb.SessionConfig(auto_compact=auto_compact, max_context_length=window),
+            initial_context=context,
+        )
+    )
+    (server.workspace / "notes.txt").write_text("tool output " * 200)
+    await server.stub.ExecuteTool(
+        pb.ExecuteToolRequest(
+            session_id=reply.session_id, tool_name="read_file", arguments=json.dumps({"path": "notes.txt"})
+        )
+    )
+    return reply.session_id
+
+
+async def test_usage_counts_the_conversation_as_it_will_be_sent(agent: LiveServer) -> None:
+    session_id = await new_session(agent, system_prompt="Be exact.")
+    await agent.stub.ExecuteTool(
+        pb.ExecuteToolRequest(session_id=session_id, tool_name="list_files", arguments="{}")
+    )
+    usage = (await agent.stub.GetContextUsage(pb.GetContextUsageRequest(session_id=session_id))).usage
+    history = await agent.runtime.sessions.history(session_id)
+    counter = TokenCounter("fake-model")
+    tools = [tool_schema(t) for t in agent.runtime.session_tools(agent.runtime.sessions.get(session_id))]
+    read = [
+        {"role": "system", "content": "Be exact."},
+        *(to_openai(m) for m in history if m.role != "assistant"),
+    ]
+    written = [to_openai(m) for m in history if m.role == "assistant"]
+    assert usage.prompt_tokens == counter.count_messages(read) + counter.count_tools(tools)
+    assert usage.completion_tokens == counter.count_messages(written)
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert usage.message_count == 2
+    session = (await agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
+    assert session.context_usage == usage
+
+
+async def test_a_long_session_is_compacted_automatically_and_carries_on(
+    agent: LiveServer, fake: FakeLLM
+) -> None:
+    fake.script(
+        text("Goal: refactor the parser. Decisions: keep the API. Next step: tests."), text("continuing")
+    )
+    session_id = await _big_session(agent, auto_compact=True)
+    before = (await agent.stub.GetContextUsage(pb.GetContextUsageRequest(session_id=session_id))).usage
+    assert before.total_tokens > 0.8 * 30_000
+    chunks = [
+        c
+        async for c in agent.stub.StreamGenerate(
+            pb.GenerateRequest(session_id=session_id, messages=[user("go on")])
+        )
+    ]
+    notice = next(c for c in chunks if c.metadata.get("type") == "context_compacted")
+    assert int(notice.metadata["after_tokens"]) < int(notice.metadata["before_tokens"])
+    assert notice.metadata["summarized_by"] == "llm"
+    summary_request, turn = fake.requests
+    assert "Summarise the conversation" in summary_request.messages[0]["content"]
+    assert "tools" not in summary_request.body
+    sent = turn.messages
+    assert sent[1] == {"role": "user", "content": "THE TASK: refactor the parser"}  # the task stays
+    assert sent[2]["content"].startswith("[Summary of") and "keep the API" in sent[2]["content"]
+    assert sent[-1] == {"role": "user", "content": "go on"}
+    # The recent tail keeps each tool call with its result.
+    calls = [c["id"] for m in sent if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    assert [m["tool_call_id"] for m in sent if m["role"] == "tool"] == calls
+    after = (await agent.stub.GetContextUsage(pb.GetContextUsageRequest(session_id=session_id))).usage
+    assert after.total_tokens < before.total_tokens and after.message_count < before.message_count
+
+
+async def test_without_the_llm_compaction_still_shrinks_the_context(agent: LiveServer, fake: FakeLLM) -> None:
+    fake.script(error(500, "summariser down", should_retry=False))
+    session_id = await _big_session(agent, auto_compact=False, count=40)
+    reply = await agent.stub.CompactContext(pb.CompactContextRequest(session_id=session_id))
+    assert reply.success
+    assert reply.after.total_tokens < reply.before.total_tokens
+    assert reply.after.total_tokens <= 0.8 * 30_000 * 0.5 + 6000  # target, plus the kept head and tail
+    history = await agent.runtime.sessions.history(session_id)
+    assert history[0].content == "THE TASK: refactor the parser"
+    assert any("earlier messages were removed" in m.content for m in history)
+
+
+async def test_compacting_a_small_session_changes_nothing(agent: LiveServer) -> None:
+    session_id = await new_session(agent)
+    reply = await agent.stub.CompactContext(pb.CompactContextRequest(session_id=session_id))
+    assert reply.success and reply.before == reply.after
+
+
+async def test_clear_context_drops_the_history_but_keeps_the_session(
+    agent: LiveServer, fake: FakeLLM
+) -> None:
+    fake.script(text("hi"), text("fresh start"))
+    session_id = await new_session(agent, name="keep", system_prompt="sys")
+    await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("remember 42")]))
+    assert (await agent.stub.ClearContext(pb.ClearContextRequest(session_id=session_id))).success
+    session = (await agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
+    assert session.context_usage.message_count == 0 and session.config.name == "keep"
+    await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("what number?")]))
+    assert [m["content"] for m in fake.requests[-1].messages] == ["sys", "what number?"]
+
+
+@pytest.mark.parametrize("rpc", ["GetContextUsage", "CompactContext", "ClearContext"])
+async def test_context_rpcs_need_a_known_session(live: LiveServer, rpc: str) -> None:
+    request = getattr(pb, f"{rpc}Request")(session_id="ghost")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await getattr(live.stub, rpc)(request)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_the_window_is_in_capabilities(live: LiveServer, tmp_path: Path) -> None:
+    caps = await live.stub.GetCapabilities(pb.GetCapabilitiesRequest())
+    assert caps.limits.max_context_tokens == 128_000
+    assert "auto_compaction" in caps.features
