@@ -259,9 +259,15 @@ async def bench_tools(seconds: float, workspace: Path) -> list[Row]:
 class FakeLLMProcess:
     """tests/fake_llm.py as a subprocess: each conversation makes `rounds` read_file calls, then answers."""
 
-    def __init__(self, rounds: int, delay_ms: float = 0) -> None:
+    def __init__(
+        self,
+        rounds: int,
+        delay_ms: float = 0,
+        tool: str = "read_file",
+        arguments: str = '{"path": "small.txt"}',
+    ) -> None:
         argv = [sys.executable, str(ROOT / "tests" / "fake_llm.py"), "--port", "0",
-                "--tool-rounds", str(rounds), "--tool-args", '{"path": "small.txt"}',
+                "--tool-rounds", str(rounds), "--tool-name", tool, "--tool-args", arguments,
                 "--delay-ms", str(delay_ms)]  # fmt: skip
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
@@ -369,10 +375,158 @@ async def bench_agent(seconds: float, workspace: Path) -> list[Row]:
     ]
 
 
+def _mixed_code(size: int) -> str:
+    """About `size` characters of mixed source: Python, JavaScript, Go and prose comments."""
+    rng = random.Random(11)
+    pieces = [
+        "def handler_{n}(request, *args, **kwargs):\n    return {{'status': {n}, 'items': [x * 2 for x in args]}}\n",
+        "export async function load{n}(url) {{ const r = await fetch(url + '/{n}'); return r.json(); }}\n",
+        "func Process{n}(ctx context.Context, in []byte) (int, error) {{ return len(in) + {n}, nil }}\n",
+        "// TODO({n}): handle the empty case before release; see issue #{n} for the discussion.\n",
+    ]
+    out, length = [], 0
+    while length < size:
+        piece = rng.choice(pieces).format(n=rng.randrange(100_000))
+        out.append(piece)
+        length += len(piece)
+    return "".join(out)[:size]
+
+
+async def bench_context(seconds: float, workspace: Path) -> list[Row]:
+    from a3s_agent.llm.tokens import TokenCounter
+
+    counter = TokenCounter("gpt-4o")
+    text = _mixed_code(1_000_000)
+    counter.count_text("warm up")
+    started = time.perf_counter()
+    counter.count_text(text)
+    throughput = len(text.encode()) / 1e6 / (time.perf_counter() - started)
+    with FakeLLMProcess(0) as fake, agent_process(workspace) as agent:
+        agent.wait_healthy()
+        async with grpc.aio.insecure_channel(agent.address) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            await _initialize(stub, fake.base_url)
+            usage_ms = await _usage_time(stub, 5000)
+            compaction_s = await _compaction_time(stub, 500)
+    return [
+        Row("token counting, 1 MB of mixed code (MB/s)", f"{throughput:.1f}", ">= 10"),
+        Row("GetContextUsage, 5,000-message session (ms)", f"{usage_ms:.1f}", "< 20"),
+        Row("CompactContext, 500-message session, instant LLM (s)", f"{compaction_s:.3f}", "report"),
+    ]
+
+
+def _conversation(count: int) -> list[pb.Message]:
+    roles = (pb.Message.ROLE_USER, pb.Message.ROLE_ASSISTANT)
+    return [pb.Message(role=roles[i % 2], content=_mixed_code(400)) for i in range(count)]
+
+
+async def _usage_time(stub: pb_grpc.CodeAgentServiceStub, count: int) -> float:
+    created = await stub.CreateSession(pb.CreateSessionRequest(initial_context=_conversation(count)))
+    request = pb.GetContextUsageRequest(session_id=created.session_id)
+    await stub.GetContextUsage(request)  # the first call loads and counts; later ones are cached
+    started = time.perf_counter()
+    for _ in range(20):
+        await stub.GetContextUsage(request)
+    return (time.perf_counter() - started) / 20 * 1000
+
+
+async def _compaction_time(stub: pb_grpc.CodeAgentServiceStub, count: int) -> float:
+    created = await stub.CreateSession(pb.CreateSessionRequest(initial_context=_conversation(count)))
+    started = time.perf_counter()
+    reply = await stub.CompactContext(pb.CompactContextRequest(session_id=created.session_id))
+    assert reply.after.message_count < reply.before.message_count
+    return time.perf_counter() - started
+
+
+async def bench_control(seconds: float, workspace: Path) -> list[Row]:
+    (workspace / "small.txt").write_text("lorem ipsum\n" * 300)
+    rounds = 30
+    with FakeLLMProcess(rounds) as fake, agent_process(workspace) as agent:
+        agent.wait_healthy()
+        async with grpc.aio.insecure_channel(agent.address) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            await _initialize(stub, fake.base_url)
+            await _stream_generation(stub)
+            alone = await _per_tool_call_ms(stub, rounds, subscribers=0)
+            watched = await _per_tool_call_ms(stub, rounds, subscribers=1)
+            fanout = await _fanout_rate(stub, 10)
+    with (
+        FakeLLMProcess(1, tool="bash", arguments='{"command": "sleep 30"}') as fake,
+        agent_process(workspace) as agent,
+    ):
+        agent.wait_healthy()
+        async with grpc.aio.insecure_channel(agent.address) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            await _initialize(stub, fake.base_url)
+            cancel_ms = await _cancel_latency(stub)
+    return [
+        Row("events/s delivered to 10 subscribers", f"{fanout:,.0f}", "report"),
+        Row("time per tool call, no subscriber (ms)", f"{alone:.2f}"),
+        Row("added per tool call by one subscriber (ms)", f"{watched - alone:.2f}", "<= 1"),
+        Row("Cancel to Generate returning CANCELLED during bash (ms)", f"{cancel_ms:.0f}", "< 200"),
+    ]
+
+
+async def _with_subscribers(
+    stub: pb_grpc.CodeAgentServiceStub, subscribers: int, runs: int
+) -> tuple[float, int]:
+    """Seconds for `runs` generations while `subscribers` read every event, and events delivered."""
+    delivered = [0]
+
+    async def read(stream: grpc.aio.UnaryStreamCall) -> None:
+        async for _ in stream:
+            delivered[0] += 1
+
+    streams = [stub.SubscribeEvents(pb.SubscribeEventsRequest()) for _ in range(subscribers)]
+    readers = [asyncio.ensure_future(read(s)) for s in streams]
+    await asyncio.sleep(0.2)
+    started = time.perf_counter()
+    for _ in range(runs):
+        await _stream_generation(stub)
+    elapsed = time.perf_counter() - started
+    await asyncio.sleep(0.2)  # let the last events arrive
+    for stream in streams:
+        stream.cancel()
+    await asyncio.gather(*readers, return_exceptions=True)
+    return elapsed, delivered[0]
+
+
+async def _per_tool_call_ms(stub: pb_grpc.CodeAgentServiceStub, rounds: int, subscribers: int) -> float:
+    elapsed, _ = await _with_subscribers(stub, subscribers, 5)
+    return elapsed / (5 * rounds) * 1000
+
+
+async def _fanout_rate(stub: pb_grpc.CodeAgentServiceStub, subscribers: int) -> float:
+    elapsed, delivered = await _with_subscribers(stub, subscribers, 5)
+    return delivered / elapsed
+
+
+async def _cancel_latency(stub: pb_grpc.CodeAgentServiceStub) -> float:
+    """The fake's model asks for `sleep 30` first; Cancel while it runs."""
+    times = []
+    for _ in range(5):
+        sid = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
+        message = pb.Message(role=pb.Message.ROLE_USER, content="sleep")
+        generation = asyncio.ensure_future(
+            stub.Generate(pb.GenerateRequest(session_id=sid, messages=[message]))
+        )
+        await asyncio.sleep(0.5)
+        started = time.perf_counter()
+        await stub.Cancel(pb.CancelRequest(session_id=sid))
+        try:
+            await generation
+        except grpc.aio.AioRpcError as err:
+            assert err.code() == grpc.StatusCode.CANCELLED, err
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
 SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "foundation": bench_foundation,
     "tools": bench_tools,
     "agent": bench_agent,
+    "context": bench_context,
+    "control": bench_control,
 }
 
 

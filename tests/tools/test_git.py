@@ -70,8 +70,8 @@ def test_tools_are_the_git_family_with_read_only_queries() -> None:
     assert [(t.name, t.family, t.lane) for t in TOOLS] == [
         ("git_status", "git", "query"),
         ("git_diff", "git", "query"),
-        ("git_log", "git", "query"),
         ("git_commit", "git", "execute"),
+        ("git_log", "git", "query"),
     ]
 
 
