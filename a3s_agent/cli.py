@@ -8,7 +8,7 @@ import logging
 import sys
 
 from . import __version__
-from .config import settings_from
+from .config import ConfigError, settings_from
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,20 +31,53 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="a directory of skills; repeatable (env A3S_SKILL_DIRS)",
     )
+    health = commands.add_parser("health", help="exit 0 when a server answers SERVING (for HEALTHCHECK)")
+    health.add_argument("--address", default="127.0.0.1:4088", help="HOST:PORT of the server")
+    health.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for an answer")
     return parser
+
+
+def _health(address: str, timeout_s: float) -> int:
+    """Ask grpc.health.v1 for the server's overall status."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=timeout_s
+            )
+        except grpc.RpcError as err:
+            print(
+                f"a3s-agent at {address} is not reachable: {err.code().name}: {err.details()}",
+                file=sys.stderr,
+            )
+            return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        print(f"a3s-agent at {address} is {status}", file=sys.stderr)
+        return 1
+    print(f"a3s-agent at {address} is {status}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "health":
+        return _health(args.address, args.timeout)
     if args.command == "serve":
-        settings = settings_from(
-            listen=args.listen,
-            workspace=args.workspace,
-            data_dir=args.data_dir,
-            log_level=args.log_level,
-            max_sessions=args.max_sessions,
-            skills_dirs=args.skills_dir,
-        )
+        try:
+            settings = settings_from(
+                listen=args.listen,
+                workspace=args.workspace,
+                data_dir=args.data_dir,
+                log_level=args.log_level,
+                max_sessions=args.max_sessions,
+                skills_dirs=args.skills_dir,
+            )
+        except ConfigError as exc:
+            print(f"a3s-agent: {exc}", file=sys.stderr)
+            return 2
         logging.basicConfig(
             level=settings.log_level,
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -54,6 +54,25 @@ def llm_from_env(env: Mapping[str, str]) -> LLMConfig:
     )
 
 
+class ConfigError(ValueError):
+    """A setting has a value that cannot be used; the message names it."""
+
+
+def _number(
+    env: Mapping[str, str], name: str, default: float, kind: type = int, zero_ok: bool = False
+) -> float:
+    value = env.get(name)
+    if not value:
+        return default
+    try:
+        number = kind(value)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, not {value!r}") from None
+    if number < 0 or (number == 0 and not zero_ok):
+        raise ConfigError(f"{name} must be {'zero or more' if zero_ok else 'positive'}, not {value!r}")
+    return number
+
+
 def settings_from(
     *,
     listen: str | None = None,
@@ -74,9 +93,9 @@ def settings_from(
         data_dir=Path(data_value) if data_value else None,
         log_level=(log_level or env.get("A3S_LOG_LEVEL") or "INFO").upper(),
         llm=llm_from_env(env),
-        max_sessions=max_sessions or int(env.get("A3S_MAX_SESSIONS") or DEFAULT_MAX_SESSIONS),
-        llm_timeout_s=float(env.get("A3S_LLM_TIMEOUT_S") or DEFAULT_LLM_TIMEOUT_S),
-        llm_retries=int(env.get("A3S_LLM_RETRIES") or DEFAULT_LLM_RETRIES),
+        max_sessions=max_sessions or int(_number(env, "A3S_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)),
+        llm_timeout_s=_number(env, "A3S_LLM_TIMEOUT_S", DEFAULT_LLM_TIMEOUT_S, float),
+        llm_retries=int(_number(env, "A3S_LLM_RETRIES", DEFAULT_LLM_RETRIES, zero_ok=True)),
         skill_dirs=[
             Path(p) for p in [*(skills_dirs or []), *env.get("A3S_SKILL_DIRS", "").split(os.pathsep)] if p
         ],

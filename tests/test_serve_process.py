@@ -177,3 +177,31 @@ def test_grpcurl_needs_no_proto_files_thanks_to_reflection(server_process: Serve
         "a3s.code.agent.v1.CodeAgentService/CreateSession",
     )
     assert json.loads(created.stdout)["session"]["config"]["name"] == "test"
+
+
+def test_health_command_for_container_healthchecks(server_process: ServerProcess) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "a3s_agent",
+        "health",
+        "--address",
+        server_process.address,
+        "--timeout",
+        "2",
+    ]
+    down = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    assert down.returncode == 1 and "not reachable" in down.stderr
+    server_process.start()
+    up = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    assert up.returncode == 0 and "SERVING" in up.stdout
+
+
+@pytest.mark.parametrize(("name", "value"), [("A3S_MAX_SESSIONS", "many"), ("A3S_LLM_TIMEOUT_S", "-1")])
+def test_bad_settings_are_named_not_tracebacks(server_process: ServerProcess, name: str, value: str) -> None:
+    env = {**server_process.env, name: value}
+    result = subprocess.run(
+        server_process.command(), env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert result.returncode == 2
+    assert name in result.stderr and "Traceback" not in result.stderr
