@@ -18,6 +18,11 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the gRPC server")
     serve.add_argument("--listen", help="HOST:PORT to listen on (env LISTEN_ADDR; default 0.0.0.0:4088)")
     serve.add_argument(
+        "--http-listen",
+        help="HOST:PORT for REST, server-sent events, WebSocket and /healthz, or 'off'"
+        " (env A3S_HTTP_LISTEN; default 0.0.0.0:4089)",
+    )
+    serve.add_argument(
         "--workspace", help="the workspace directory (env WORKSPACE; default: current directory)"
     )
     serve.add_argument(
@@ -69,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             settings = settings_from(
                 listen=args.listen,
+                http_listen=args.http_listen,
                 workspace=args.workspace,
                 data_dir=args.data_dir,
                 log_level=args.log_level,

@@ -10,6 +10,7 @@ from pathlib import Path
 from .core.models import LLMConfig
 
 DEFAULT_LISTEN = "0.0.0.0:4088"
+DEFAULT_HTTP_LISTEN = "0.0.0.0:4089"
 DEFAULT_MAX_SESSIONS = 1000
 DEFAULT_MAX_TOOLS_PER_REQUEST = 50
 DEFAULT_MAX_CONTEXT_TOKENS = 128_000
@@ -22,6 +23,7 @@ BOX_SKILLS_DIR = Path("/a3s/skills")  # A3S Box mounts skills here, read-only
 @dataclass
 class Settings:
     listen: str = DEFAULT_LISTEN
+    http_listen: str = DEFAULT_HTTP_LISTEN  # HOST:PORT of the HTTP face, or "off"
     workspace: Path = field(default_factory=Path.cwd)
     data_dir: Path | None = None
     log_level: str = "INFO"
@@ -76,6 +78,7 @@ def _number(
 def settings_from(
     *,
     listen: str | None = None,
+    http_listen: str | None = None,
     workspace: str | None = None,
     data_dir: str | None = None,
     log_level: str | None = None,
@@ -89,6 +92,7 @@ def settings_from(
     data_value = data_dir or env.get("A3S_DATA_DIR")
     return Settings(
         listen=listen or env.get("LISTEN_ADDR") or DEFAULT_LISTEN,
+        http_listen=http_listen or env.get("A3S_HTTP_LISTEN") or DEFAULT_HTTP_LISTEN,
         workspace=Path(workspace_value).resolve() if workspace_value else Path.cwd(),
         data_dir=Path(data_value) if data_value else None,
         log_level=(log_level or env.get("A3S_LOG_LEVEL") or "INFO").upper(),

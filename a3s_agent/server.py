@@ -13,6 +13,7 @@ from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from .config import Settings
 from .faces.grpc.service import add_to_server
+from .faces.http import HttpBindError, HttpListener, start_http
 from .proto import code_agent_pb2 as pb
 from .runtime import Runtime
 from .tools.builtin import builtin_registry
@@ -41,7 +42,7 @@ class AgentServer:
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ]
         )
-        add_to_server(runtime, self.server)
+        self.service = add_to_server(runtime, self.server)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         names = [AGENT_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME, REFLECTION_V1]
@@ -94,15 +95,26 @@ async def run(settings: Settings) -> int:
         log.error("%s", exc)
         return 2
     await runtime.start()
+    http: HttpListener | None = None
+    if settings.http_listen != "off":
+        try:
+            http = await start_http(runtime, server.service, settings.http_listen)
+        except HttpBindError as exc:
+            log.error("%s", exc)
+            await runtime.close()
+            return 2
     await server.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, runtime.shutdown_requested.set)
     host = settings.listen.rsplit(":", 1)[0]
     log.info("a3s-agent %s serving on %s:%d", runtime.info.version, host, port)
+    if http is not None:
+        http_host = settings.http_listen.rsplit(":", 1)[0]
+        log.info("HTTP (REST, server-sent events, WebSocket, /healthz) on %s:%d", http_host, http.port)
     await runtime.shutdown_requested.wait()
     log.info("shutting down (grace %.0fs)", settings.grace_seconds)
-    await server.stop(settings.grace_seconds)
+    await asyncio.gather(server.stop(settings.grace_seconds), *([http.stop()] if http else []))
     await runtime.close()
     log.info("stopped")
     return 0

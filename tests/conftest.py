@@ -84,6 +84,7 @@ class ServerProcess:
         self.data_dir = data_dir
         self.env = {**os.environ, **(env or {})}
         self.port = free_port()
+        self.http_port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[str] | None = None
 
@@ -91,6 +92,7 @@ class ServerProcess:
         return [
             sys.executable, "-m", "a3s_agent", "serve",
             "--listen", self.address,
+            "--http-listen", f"127.0.0.1:{self.http_port}",
             "--workspace", str(self.workspace),
             "--data-dir", str(self.data_dir),
         ]  # fmt: skip

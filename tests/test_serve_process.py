@@ -139,7 +139,12 @@ def test_env_configures_listen_address_and_workspace(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     server = ServerProcess(workspace, tmp_path / "unused")
-    env = {**server.env, "LISTEN_ADDR": server.address, "WORKSPACE": str(workspace)}
+    env = {
+        **server.env,
+        "LISTEN_ADDR": server.address,
+        "WORKSPACE": str(workspace),
+        "A3S_HTTP_LISTEN": f"127.0.0.1:{server.http_port}",
+    }
     proc = subprocess.Popen([sys.executable, "-m", "a3s_agent", "serve"], env=env, cwd=tmp_path, text=True)
     try:
         wait_serving(server.address, 15, proc)
@@ -205,3 +210,11 @@ def test_bad_settings_are_named_not_tracebacks(server_process: ServerProcess, na
     )
     assert result.returncode == 2
     assert name in result.stderr and "Traceback" not in result.stderr
+
+
+def test_serve_also_answers_http_on_its_own_port(server_process: ServerProcess) -> None:
+    import urllib.request
+
+    server_process.start()
+    with urllib.request.urlopen(f"http://127.0.0.1:{server_process.http_port}/healthz", timeout=10) as reply:
+        assert reply.status == 200 and json.loads(reply.read())["status"] == "ok"

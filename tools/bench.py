@@ -93,7 +93,8 @@ class Process:
 def agent_process(workspace: Path) -> Process:
     port = _free_port()
     argv = [sys.executable, "-m", "a3s_agent", "serve", "--listen", f"127.0.0.1:{port}",
-            "--workspace", str(workspace), "--log-level", "WARNING", "--max-sessions", "10000000"]  # fmt: skip
+            "--workspace", str(workspace), "--log-level", "WARNING", "--max-sessions", "10000000",
+            "--http-listen", f"127.0.0.1:{_free_port()}"]  # fmt: skip
     return Process(argv, port, workspace)
 
 

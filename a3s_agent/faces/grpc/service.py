@@ -82,7 +82,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
                 max_concurrent_sessions=rt.settings.max_sessions,
                 max_tools_per_request=rt.settings.max_tools_per_request,
             ),
-            metadata={"store": rt.store.backend, "protocols": "grpc"},
+            metadata={"store": rt.store.backend, "protocols": "grpc,http,websocket"},
         )
 
     @rpc

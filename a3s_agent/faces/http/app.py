@@ -1,0 +1,327 @@
+"""The HTTP face: /healthz, the A3S REST adapter (server-sent events for streams), /ws, the listener.
+
+Routes (bodies and replies are the proto messages' JSON forms, see bridge.py):
+
+    GET    /healthz                          200 {"status": "ok", ...}; 503 {"status": "shutting_down"}
+    GET    /health                           HealthCheck (200 with the reply, also when unhealthy)
+    GET    /capabilities                     GetCapabilities
+    POST   /sessions                         CreateSession (body: CreateSessionRequest) → 201
+    GET    /sessions                         ListSessions
+    GET    /sessions/{id}                    GetSession
+    DELETE /sessions/{id}                    DestroySession
+    POST   /sessions/{id}/generate           Generate (body: GenerateRequest; session_id from the path)
+    POST   /sessions/{id}/generate/stream    StreamGenerate as server-sent events (body: GenerateRequest)
+    GET    /sessions/{id}/generate/stream    the same, for one user message: ?content=<text>
+    POST   /sessions/{id}/tools/{name}       ExecuteTool; the body is the tool's arguments object
+    POST   /rpc/{method}                     any RPC by name (body: its request); streaming ones as SSE
+    GET    /ws                               the WebSocket JSON form of every RPC (ws.py)
+
+Errors are `{"error": {"code": "NOT_FOUND", "message": ..., "details": object|null}}` with the
+HTTP status of bridge.HTTP_STATUS; a body over MAX_BODY_BYTES is 413.
+
+A stream answers `data: <reply JSON>` per reply, then `event: done` (`data: {}`). A failure
+before the first reply is a plain error response with its status; after it, `event: error`
+with the error JSON ends the stream. A client that goes away cancels the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import suppress
+from typing import Any
+
+import grpc
+from aiohttp import web
+from google.protobuf.message import Message
+
+from ...proto import code_agent_pb2 as pb
+from ...runtime import Runtime
+from ..grpc.service import CodeAgentService
+from .bridge import Bridge, CallError, as_json, find_method, json_text, parse
+from .ws import WebSocketFace
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+KEEPALIVE_S = 15.0
+"""How often a stream sends an SSE comment, so that proxies keep a quiet stream open."""
+
+_CODE_OF_HTTP_STATUS = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    404: grpc.StatusCode.NOT_FOUND,
+    405: grpc.StatusCode.UNIMPLEMENTED,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+_STREAM_GENERATE = find_method("StreamGenerate")
+_EXECUTE_TOOL = find_method("ExecuteTool")
+
+
+def _error_response(
+    error: CallError, status: int | None = None, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.json_response(
+        {"error": error.to_json()}, status=status or error.http_status, headers=headers, dumps=json_text
+    )
+
+
+@web.middleware
+async def _errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Every failure as the JSON error shape, including aiohttp's own 404, 405 and 413."""
+    try:
+        return await handler(request)
+    except CallError as exc:
+        return _error_response(exc)
+    except web.HTTPException as exc:
+        if exc.status < 400 or exc.content_type == "application/json":
+            raise
+        default_text = f"{exc.status}: {exc.reason}"
+        message = exc.text if exc.text and exc.text != default_text else exc.reason
+        code = _CODE_OF_HTTP_STATUS.get(exc.status, grpc.StatusCode.UNKNOWN)
+        allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        return _error_response(
+            CallError(code, f"{request.method} {request.path}: {message}"), exc.status, allow
+        )
+    except Exception as exc:
+        log.error("%s %s failed unexpectedly", request.method, request.path, exc_info=exc)
+        return _error_response(CallError(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"))
+
+
+async def _json_body(request: web.Request) -> Any:
+    """The parsed body; an empty body is `{}`."""
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise CallError(
+            grpc.StatusCode.INVALID_ARGUMENT, f"the request body is not valid JSON: {exc}"
+        ) from None
+
+
+def _json(value: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(value, status=status, headers=headers, dumps=json_text)
+
+
+class _EventStream:
+    """Server-sent events on a prepared response, with a keep-alive comment every KEEPALIVE_S."""
+
+    def __init__(self, response: web.StreamResponse) -> None:
+        self._response = response
+        self._lock = asyncio.Lock()
+        self._keepalive = asyncio.create_task(self._beat())
+
+    async def send(self, data: dict[str, Any], event: str | None = None) -> None:
+        head = f"event: {event}\n" if event else ""
+        await self._write(f"{head}data: {json_text(data)}\n\n".encode())
+
+    async def _write(self, frame: bytes) -> None:
+        async with self._lock:
+            await self._response.write(frame)
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(KEEPALIVE_S)
+            await self._write(b": keepalive\n\n")
+
+    async def close(self) -> None:
+        self._keepalive.cancel()
+        with suppress(asyncio.CancelledError, ConnectionError):
+            await self._keepalive
+
+
+async def _sse(request: web.Request, replies: AsyncIterator[Message]) -> web.StreamResponse:
+    """Serve a stream of replies as server-sent events (driven from this one task)."""
+    try:
+        first: Message | None = await anext(replies)  # a failure here is a plain error response
+    except StopAsyncIteration:
+        first = None
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+    await response.prepare(request)
+    events = _EventStream(response)
+    try:
+        if first is not None:
+            await events.send(as_json(first))
+            async for reply in replies:
+                await events.send(as_json(reply))
+        await events.send({}, "done")
+    except CallError as exc:
+        with suppress(ConnectionError):
+            await events.send({"error": exc.to_json()}, "error")
+    except ConnectionError:
+        pass  # the client went away; closing the stream below stops the call
+    finally:
+        await events.close()
+        await replies.aclose()
+    return response
+
+
+class RestApi:
+    """The REST routes over one Bridge."""
+
+    def __init__(self, runtime: Runtime, bridge: Bridge) -> None:
+        self._runtime = runtime
+        self._bridge = bridge
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/healthz", self.healthz),
+            web.get("/health", self.health),
+            web.get("/capabilities", self.capabilities),
+            web.post("/sessions", self.create_session),
+            web.get("/sessions", self.list_sessions),
+            web.get("/sessions/{id}", self.get_session),
+            web.delete("/sessions/{id}", self.destroy_session),
+            web.post("/sessions/{id}/generate", self.generate),
+            web.post("/sessions/{id}/generate/stream", self.stream_generate),
+            web.get("/sessions/{id}/generate/stream", self.stream_generate_get),
+            web.post("/sessions/{id}/tools/{name}", self.execute_tool),
+            web.post("/rpc/{method}", self.rpc),
+        ]
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """A probe for load balancers and Box; read straight off the runtime, so it logs nothing."""
+        rt = self._runtime
+        if rt.shutting_down:
+            return _json({"status": "shutting_down"}, 503)
+        return _json(
+            {
+                "status": "ok",
+                "version": rt.info.version,
+                "uptime_s": round(rt.uptime_s, 1),
+                "sessions": len(rt.sessions),
+            }
+        )
+
+    async def health(self, request: web.Request) -> web.Response:
+        return _json(await self._bridge.call("HealthCheck", {}))
+
+    async def capabilities(self, request: web.Request) -> web.Response:
+        return _json(await self._bridge.call("GetCapabilities", {}))
+
+    async def create_session(self, request: web.Request) -> web.Response:
+        reply = await self._bridge.call("CreateSession", await _json_body(request))
+        return _json(reply, 201, {"Location": f"/sessions/{reply['session_id']}"})
+
+    async def list_sessions(self, request: web.Request) -> web.Response:
+        return _json(await self._bridge.call("ListSessions", {}))
+
+    async def get_session(self, request: web.Request) -> web.Response:
+        return _json(await self._bridge.call("GetSession", {}, session_id=request.match_info["id"]))
+
+    async def destroy_session(self, request: web.Request) -> web.Response:
+        return _json(await self._bridge.call("DestroySession", {}, session_id=request.match_info["id"]))
+
+    async def generate(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        return _json(await self._bridge.call("Generate", body, session_id=request.match_info["id"]))
+
+    async def stream_generate(self, request: web.Request) -> web.StreamResponse:
+        message = parse(_STREAM_GENERATE, await _json_body(request), session_id=request.match_info["id"])
+        return await _sse(request, self._bridge.stream(_STREAM_GENERATE, message))
+
+    async def stream_generate_get(self, request: web.Request) -> web.StreamResponse:
+        """GET for EventSource clients: one user message in `?content=`; POST for everything else."""
+        unknown = sorted(set(request.query) - {"content"})
+        if unknown or "content" not in request.query:
+            raise CallError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "GET .../generate/stream takes only ?content=<the user message>"
+                + (f" (unknown: {', '.join(unknown)})" if unknown else "")
+                + "; POST a GenerateRequest for more",
+            )
+        message = pb.GenerateRequest(
+            session_id=request.match_info["id"],
+            messages=[pb.Message(role=pb.Message.ROLE_USER, content=request.query["content"])],
+        )
+        return await _sse(request, self._bridge.stream(_STREAM_GENERATE, message))
+
+    async def execute_tool(self, request: web.Request) -> web.Response:
+        arguments = await _json_body(request)
+        if not isinstance(arguments, dict):
+            raise CallError(
+                grpc.StatusCode.INVALID_ARGUMENT, "the body must be the tool's arguments as a JSON object"
+            )
+        message = pb.ExecuteToolRequest(
+            session_id=request.match_info["id"],
+            tool_name=request.match_info["name"],
+            arguments=json.dumps(arguments),
+        )
+        return _json(as_json(await self._bridge.unary(_EXECUTE_TOOL, message)))
+
+    async def rpc(self, request: web.Request) -> web.StreamResponse:
+        method = find_method(request.match_info["method"])
+        message = parse(method, await _json_body(request))
+        if method.streaming:
+            return await _sse(request, self._bridge.stream(method, message))
+        return _json(as_json(await self._bridge.unary(method, message)))
+
+
+def build_app(
+    runtime: Runtime, service: CodeAgentService, extra_routes: Iterable[web.AbstractRouteDef] = ()
+) -> web.Application:
+    """The application; `extra_routes` (e.g. a RouteTableDef) are served next to ours."""
+    bridge = Bridge(service)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors])
+    sockets = WebSocketFace(bridge, MAX_BODY_BYTES)
+    app.add_routes([*RestApi(runtime, bridge).routes(), web.get("/ws", sockets.handle)])
+    app.add_routes(extra_routes)
+    app.on_shutdown.append(sockets.close_all)
+    return app
+
+
+class HttpBindError(RuntimeError):
+    """The HTTP listen address could not be bound."""
+
+
+class HttpListener:
+    """A running HTTP listener."""
+
+    def __init__(self, runner: web.AppRunner, port: int) -> None:
+        self._runner = runner
+        self.port = port
+
+    async def stop(self) -> None:
+        """Close the listener, the WebSockets, then wait (up to the grace) for requests in flight."""
+        await self._runner.cleanup()
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise HttpBindError(f"cannot listen on {address!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+async def start_http(
+    runtime: Runtime,
+    service: CodeAgentService,
+    address: str,
+    *,
+    extra_routes: Iterable[web.AbstractRouteDef] = (),
+) -> HttpListener:
+    """Serve the HTTP face on `address` (HOST:PORT; port 0 picks a free one) in this event loop."""
+    host, port = _split(address)
+    runner = web.AppRunner(
+        build_app(runtime, service, extra_routes),
+        handler_cancellation=True,  # a client that goes away cancels its call, as in gRPC
+        access_log=None,  # the rpc wrapper logs every call; probes would flood an access log
+        shutdown_timeout=runtime.settings.grace_seconds,
+    )
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise HttpBindError(
+            f"cannot listen on {address}: already in use or not available ({exc.strerror or exc});"
+            " choose another with --http-listen or A3S_HTTP_LISTEN, or 'off'"
+        ) from exc
+    return HttpListener(runner, runner.addresses[0][1])

@@ -1,0 +1,136 @@
+"""The WebSocket JSON form of every RPC, several calls in flight per socket.
+
+A request is `{"method": "generate" | "Generate" | ..., "params": {<the request JSON>}, "id": ...}`.
+A unary call answers `{"id", "result"}`; a streaming one answers `{"id", "result"}` per reply and
+then `{"id", "done": true}`. A failure answers `{"id", "error": {"code", "message", "details"}}`
+and ends that call, never the socket. Calls still running when the socket closes are cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import grpc
+from aiohttp import WSCloseCode, WSMsgType, web
+from google.protobuf.message import Message
+
+from .bridge import Bridge, CallError, Method, as_json, find_method, json_text, parse
+
+log = logging.getLogger(__name__)
+
+MAX_IN_FLIGHT = 64
+"""Calls one socket may have running at once."""
+_KEYS = {"method", "params", "id"}
+
+
+class _Connection:
+    """One socket: reads requests, runs each as a task, writes replies as they come."""
+
+    def __init__(self, socket: web.WebSocketResponse, bridge: Bridge) -> None:
+        self._socket = socket
+        self._bridge = bridge
+        self._calls: set[asyncio.Task[None]] = set()
+
+    async def serve(self) -> None:
+        try:
+            async for frame in self._socket:
+                if frame.type is WSMsgType.TEXT:
+                    await self._dispatch(frame.data)
+                elif frame.type is WSMsgType.BINARY:
+                    await self._reply_error(
+                        None, CallError(grpc.StatusCode.INVALID_ARGUMENT, "send requests as JSON text frames")
+                    )
+        finally:
+            for call in self._calls:
+                call.cancel()
+            await asyncio.gather(*self._calls, return_exceptions=True)
+
+    async def _dispatch(self, text: str) -> None:
+        request_id: Any = None
+        try:
+            try:
+                envelope = json.loads(text)
+            except ValueError as exc:
+                raise CallError(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"the message is not valid JSON: {exc}"
+                ) from None
+            if not isinstance(envelope, dict):
+                raise CallError(
+                    grpc.StatusCode.INVALID_ARGUMENT, 'a message is a JSON object: {"method", "params", "id"}'
+                )
+            request_id = envelope.get("id")
+            unknown = sorted(set(envelope) - _KEYS)
+            if unknown:
+                raise CallError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"unknown keys {', '.join(unknown)}; a message has method, params and id",
+                )
+            method = find_method(envelope.get("method"))
+            params = envelope.get("params")
+            request = parse(method, {} if params is None else params)
+            if len(self._calls) >= MAX_IN_FLIGHT:
+                raise CallError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED, f"{MAX_IN_FLIGHT} calls are in flight on this socket"
+                )
+        except CallError as exc:
+            await self._reply_error(request_id, exc)
+            return
+        call = asyncio.create_task(self._run(request_id, method, request))
+        self._calls.add(call)
+        call.add_done_callback(self._calls.discard)
+
+    async def _run(self, request_id: Any, method: Method, request: Message) -> None:
+        """One call, driven from this one task (see Bridge.stream)."""
+        try:
+            if method.streaming:
+                async for reply in self._bridge.stream(method, request):
+                    await self._send({"id": request_id, "result": as_json(reply)})
+                await self._send({"id": request_id, "done": True})
+            else:
+                reply = await self._bridge.unary(method, request)
+                await self._send({"id": request_id, "result": as_json(reply)})
+        except CallError as exc:
+            await self._reply_error(request_id, exc)
+        except ConnectionError:
+            pass  # the socket closed under us; serve() cancels what is left
+        except Exception as exc:
+            log.error("websocket call %s failed unexpectedly", method.name, exc_info=exc)
+            await self._reply_error(
+                request_id, CallError(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
+            )
+
+    async def _reply_error(self, request_id: Any, error: CallError) -> None:
+        try:
+            await self._send({"id": request_id, "error": error.to_json()})
+        except ConnectionError:
+            pass
+
+    async def _send(self, payload: dict[str, Any]) -> None:
+        await self._socket.send_str(json_text(payload))
+
+
+class WebSocketFace:
+    """The /ws handler; keeps its sockets so that a shutdown can close them."""
+
+    def __init__(self, bridge: Bridge, max_message_bytes: int) -> None:
+        self._bridge = bridge
+        self._max_message_bytes = max_message_bytes
+        self._sockets: set[web.WebSocketResponse] = set()
+
+    async def handle(self, request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse(heartbeat=30.0, max_msg_size=self._max_message_bytes)
+        await socket.prepare(request)
+        self._sockets.add(socket)
+        try:
+            await _Connection(socket, self._bridge).serve()
+        finally:
+            self._sockets.discard(socket)
+        return socket
+
+    async def close_all(self, app: web.Application) -> None:
+        """At shutdown: tell every client we are going away (their calls are cancelled)."""
+        for socket in tuple(self._sockets):
+            await socket.close(code=WSCloseCode.GOING_AWAY, message=b"server shutting down")

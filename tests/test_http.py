@@ -1,0 +1,494 @@
+"""The HTTP face with a real aiohttp client, next to the in-process gRPC server: REST, SSE, WebSocket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from a3s_agent.faces.grpc.service import FEATURES, CodeAgentService
+from a3s_agent.faces.http import HttpBindError, start_http
+from a3s_agent.faces.http import app as http_app
+from a3s_agent.proto import code_agent_pb2 as pb
+
+from .conftest import LiveServer, new_session
+from .fake_llm import FakeLLM, broken_stream, delayed, text, tool_call
+
+USER = "ROLE_USER"
+
+
+@dataclass
+class Http:
+    client: aiohttp.ClientSession
+    server: LiveServer
+
+
+@asynccontextmanager
+async def serving(server: LiveServer) -> AsyncIterator[Http]:
+    listener = await start_http(server.runtime, CodeAgentService(server.runtime), "127.0.0.1:0")
+    try:
+        async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{listener.port}") as client:
+            yield Http(client, server)
+    finally:
+        await listener.stop()
+
+
+@pytest.fixture
+async def rest(live: LiveServer) -> AsyncIterator[Http]:
+    """Without an LLM."""
+    async with serving(live) as http:
+        yield http
+
+
+@pytest.fixture
+async def api(agent: LiveServer) -> AsyncIterator[Http]:
+    """With the fake LLM configured."""
+    async with serving(agent) as http:
+        yield http
+
+
+def user(content: str) -> dict[str, Any]:
+    return {"role": USER, "content": content}
+
+
+async def error_of(response: aiohttp.ClientResponse, status: int, code: str) -> str:
+    """Assert the status and JSON error shape; the message."""
+    body = await response.json()
+    assert response.status == status, body
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "details"}, body
+    assert body["error"]["code"] == code, body
+    return body["error"]["message"]
+
+
+async def sse(response: aiohttp.ClientResponse) -> list[tuple[str, Any]]:
+    """(event, data) pairs of a server-sent event stream, until it ends; comments as (":", text)."""
+    assert response.status == 200 and response.content_type == "text/event-stream"
+    events: list[tuple[str, Any]] = []
+    event, data = "message", None
+    async for raw in response.content:
+        line = raw.decode().rstrip("\n")
+        if not line:
+            if data is not None:
+                events.append((event, json.loads(data)))
+            event, data = "message", None
+        elif line.startswith(":"):
+            events.append((":", line[1:].strip()))
+        elif line.startswith("event: "):
+            event = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            data = line.removeprefix("data: ")
+    return events
+
+
+# --- health and capabilities --------------------------------------------------------------
+
+
+async def test_healthz_is_ok_while_serving_and_503_when_shutting_down(rest: Http) -> None:
+    reply = await rest.client.get("/healthz")
+    body = await reply.json()
+    assert reply.status == 200
+    assert body["status"] == "ok" and body["version"] == rest.server.runtime.info.version
+    assert body["uptime_s"] >= 0 and body["sessions"] == 0
+    rest.server.runtime.shutting_down = True
+    reply = await rest.client.get("/healthz")
+    assert reply.status == 503 and await reply.json() == {"status": "shutting_down"}
+    health = await (await rest.client.get("/health")).json()
+    assert health["status"] == "STATUS_UNHEALTHY" and health["message"] == "shutting down"
+
+
+async def test_health_and_capabilities_are_the_rpc_replies_as_json(rest: Http) -> None:
+    health = await (await rest.client.get("/health")).json()
+    assert health["status"] == "STATUS_HEALTHY" and health["message"] == "ok"
+    assert health["details"]["version"] == rest.server.runtime.info.version
+    capabilities = await (await rest.client.get("/capabilities")).json()
+    assert capabilities["features"] == FEATURES
+    assert capabilities["info"]["name"] == "a3s-agent"
+    assert {t["name"] for t in capabilities["tools"]} >= {"read_file", "bash"}
+    assert capabilities["limits"]["max_tools_per_request"] == 50
+
+
+# --- sessions -------------------------------------------------------------------------------
+
+
+async def test_session_routes_share_the_core_with_grpc(rest: Http) -> None:
+    client = rest.client
+    created = await client.post(
+        "/sessions", json={"session_id": "s1", "config": {"system_prompt": "Be terse."}}
+    )
+    body = await created.json()
+    assert created.status == 201 and created.headers["Location"] == "/sessions/s1"
+    assert body["session_id"] == "s1" and body["session"]["config"]["system_prompt"] == "Be terse."
+    # The same session over gRPC: one core.
+    grpc_view = await rest.server.stub.GetSession(pb.GetSessionRequest(session_id="s1"))
+    assert grpc_view.session.config.system_prompt == "Be terse."
+
+    camel = await client.post("/sessions", json={"sessionId": "s2"})  # the JSON mapping's other name
+    assert camel.status == 201 and (await camel.json())["session_id"] == "s2"
+    anonymous = await client.post("/sessions")  # an empty body is an empty request
+    assert anonymous.status == 201 and (await anonymous.json())["session_id"]
+
+    listed = await (await client.get("/sessions")).json()
+    assert {"s1", "s2"} <= {s["session_id"] for s in listed["sessions"]}
+    one = await (await client.get("/sessions/s1")).json()
+    assert one["session"]["session_id"] == "s1" and "context_usage" in one["session"]
+
+    await error_of(await client.post("/sessions", json={"session_id": "s1"}), 409, "ALREADY_EXISTS")
+    deleted = await client.delete("/sessions/s1")
+    assert deleted.status == 200 and await deleted.json() == {"success": True}
+    assert "s1" in await error_of(await client.get("/sessions/s1"), 404, "NOT_FOUND")
+    await error_of(await client.delete("/sessions/s1"), 404, "NOT_FOUND")
+
+
+async def test_bad_requests_are_json_errors_naming_the_fault(rest: Http) -> None:
+    client = rest.client
+    message = await error_of(await client.post("/sessions", data=b"{not json"), 400, "INVALID_ARGUMENT")
+    assert "not valid JSON" in message
+    message = await error_of(await client.post("/sessions", json={"bogus": 1}), 400, "INVALID_ARGUMENT")
+    assert "bogus" in message and "CreateSessionRequest" in message
+    message = await error_of(await client.post("/sessions", json=[1]), 400, "INVALID_ARGUMENT")
+    assert "JSON object, not an array" in message
+    message = await error_of(
+        await client.post("/sessions/a/generate", json={"session_id": "b", "messages": [user("x")]}),
+        400,
+        "INVALID_ARGUMENT",
+    )
+    assert "differs" in message
+    await error_of(
+        await client.post("/sessions/ghost/generate", json={"messages": [user("x")]}), 404, "NOT_FOUND"
+    )
+    session_id = await new_session(rest.server)
+    message = await error_of(
+        await client.post(f"/sessions/{session_id}/generate", json={"messages": [user("x")]}),
+        409,
+        "FAILED_PRECONDITION",
+    )
+    assert "A3S_LLM_MODEL" in message  # no LLM configured: fix the state, retry the same request
+    await error_of(await client.get("/nowhere"), 404, "NOT_FOUND")
+    wrong_method = await client.put("/healthz")
+    assert "GET" in wrong_method.headers["Allow"]
+    await error_of(wrong_method, 405, "UNIMPLEMENTED")
+    too_big = await client.post("/sessions", data=b" " * (16 * 1024 * 1024 + 1))
+    assert "exceeded" in await error_of(too_big, 413, "RESOURCE_EXHAUSTED")
+
+
+async def test_any_rpc_by_name_and_unknown_names(rest: Http) -> None:
+    tools = await rest.client.post("/rpc/list_tools")
+    assert tools.status == 200 and len((await tools.json())["tools"]) >= 20
+    policy = await rest.client.post("/rpc/GetCapabilities", json={})
+    assert (await policy.json())["features"] == FEATURES
+    unknown = await rest.client.post("/rpc/launch_rockets")
+    body = await unknown.json()
+    assert unknown.status == 501 and body["error"]["code"] == "UNIMPLEMENTED"
+    assert "stream_generate" in body["error"]["details"]["methods"]
+
+
+# --- generation and tools -------------------------------------------------------------------
+
+
+async def test_generate_and_execute_tool(api: Http, fake: FakeLLM) -> None:
+    fake.script(text("Hello from the fake model."))
+    session_id = await new_session(api.server)
+    reply = await api.client.post(f"/sessions/{session_id}/generate", json={"messages": [user("hi")]})
+    body = await reply.json()
+    assert reply.status == 200, body
+    assert body["session_id"] == session_id
+    assert body["message"]["role"] == "ROLE_ASSISTANT"
+    assert body["message"]["content"] == "Hello from the fake model."
+    assert body["finish_reason"] == "FINISH_REASON_STOP" and int(body["usage"]["total_tokens"]) > 0
+
+    (api.server.workspace / "notes.txt").write_text("remember the milk\n")
+    ran = await api.client.post(f"/sessions/{session_id}/tools/read_file", json={"path": "notes.txt"})
+    result = (await ran.json())["result"]
+    assert ran.status == 200 and result["success"] and "remember the milk" in result["output"]
+    failed = await api.client.post(f"/sessions/{session_id}/tools/read_file", json={"path": "missing.txt"})
+    result = (await failed.json())["result"]
+    assert failed.status == 200 and result["success"] is False and result["error"]  # a result, not an error
+    await error_of(await api.client.post(f"/sessions/{session_id}/tools/nope", json={}), 404, "NOT_FOUND")
+    await error_of(
+        await api.client.post(f"/sessions/{session_id}/tools/read_file", json={}), 400, "INVALID_ARGUMENT"
+    )
+    message = await error_of(
+        await api.client.post(f"/sessions/{session_id}/tools/read_file", json=["notes.txt"]),
+        400,
+        "INVALID_ARGUMENT",
+    )
+    assert "arguments" in message
+
+
+async def test_stream_is_server_sent_events_in_order_ending_with_done(api: Http, fake: FakeLLM) -> None:
+    fake.script(
+        tool_call("read_file", {"path": "notes.txt"}, content="Reading the notes first."),
+        text("The notes say: remember the milk."),
+    )
+    (api.server.workspace / "notes.txt").write_text("remember the milk\n")
+    session_id = await new_session(api.server)
+    response = await api.client.post(
+        f"/sessions/{session_id}/generate/stream", json={"messages": [user("notes?")]}
+    )
+    events = await sse(response)
+    assert response.headers["Cache-Control"] == "no-cache"
+    assert events[-1] == ("done", {})
+    chunks = [data for event, data in events[:-1] if event == "message"]
+    assert len(chunks) == len(events) - 1
+    kinds = [c["type"].removeprefix("CHUNK_TYPE_") for c in chunks]
+    assert kinds[0] == "CONTENT" and kinds[-1] == "DONE" and kinds.count("DONE") == 1
+    assert kinds.index("TOOL_CALL") < kinds.index("TOOL_RESULT")
+    assert all(c["session_id"] == session_id for c in chunks)
+    first_turn = "".join(c["content"] for c in chunks[: kinds.index("TOOL_CALL")])
+    assert first_turn == "Reading the notes first."
+    call = chunks[kinds.index("TOOL_CALL")]["tool_call"]
+    assert call["name"] == "read_file" and json.loads(call["arguments"]) == {"path": "notes.txt"}
+    assert "remember the milk" in chunks[kinds.index("TOOL_RESULT")]["tool_result"]["output"]
+    assert chunks[-1]["content"] == "The notes say: remember the milk."
+    assert chunks[-1]["metadata"]["finish_reason"] == "stop"
+
+
+async def test_stream_by_get_takes_the_message_from_the_query(api: Http, fake: FakeLLM) -> None:
+    fake.script(text("pong"))
+    session_id = await new_session(api.server)
+    events = await sse(
+        await api.client.get(f"/sessions/{session_id}/generate/stream", params={"content": "ping"})
+    )
+    assert events[-1] == ("done", {}) and events[-2][1]["content"] == "pong"
+    assert fake.requests[0].messages[-1] == {"role": "user", "content": "ping"}
+    missing = await api.client.get(f"/sessions/{session_id}/generate/stream")
+    assert "content" in await error_of(missing, 400, "INVALID_ARGUMENT")
+    extra = await api.client.get(f"/sessions/{session_id}/generate/stream", params={"content": "x", "q": "y"})
+    assert "unknown: q" in await error_of(extra, 400, "INVALID_ARGUMENT")
+    # A failure before the first chunk is a plain error with its status, not a 200 stream.
+    ghost = await api.client.get("/sessions/ghost/generate/stream", params={"content": "x"})
+    await error_of(ghost, 404, "NOT_FOUND")
+
+
+async def test_a_failure_mid_stream_is_an_error_event(api: Http, fake: FakeLLM) -> None:
+    fake.script(broken_stream(text("this reply will be cut off before the end"), after_chunks=3))
+    session_id = await new_session(api.server)
+    events = await sse(
+        await api.client.post(f"/sessions/{session_id}/generate/stream", json={"messages": [user("x")]})
+    )
+    event, data = events[-1]
+    assert event == "error" and data["error"]["code"] == "UNAVAILABLE" and data["error"]["message"]
+    assert len(events) > 1 and all(
+        e == "message" and d["type"] == "CHUNK_TYPE_CONTENT" for e, d in events[:-1]
+    )
+
+
+async def test_a_quiet_stream_gets_keepalive_comments(
+    api: Http, fake: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http_app, "KEEPALIVE_S", 0.05)
+    fake.script(tool_call("bash", {"command": "sleep 0.3"}), text("done"))
+    session_id = await new_session(api.server)
+    events = await sse(
+        await api.client.post(f"/sessions/{session_id}/generate/stream", json={"messages": [user("x")]})
+    )
+    assert (":", "keepalive") in events and events[-1] == ("done", {})
+
+
+async def test_a_client_going_away_cancels_the_run_and_its_process(api: Http, fake: FakeLLM) -> None:
+    marker = api.server.workspace / "pid"
+    fake.script(tool_call("bash", {"command": f"echo $$ > {marker}; sleep 30"}), text("never"))
+    session_id = await new_session(api.server)
+    response = await api.client.get(f"/sessions/{session_id}/generate/stream", params={"content": "x"})
+    async for line in response.content:
+        if b"CHUNK_TYPE_TOOL_CALL" in line:
+            break
+    pid = int(await _eventually(lambda: (marker.exists() and marker.read_text().strip()) or None))
+    response.close()
+    assert await _eventually(lambda: not _alive(pid))
+    assert len(fake.requests) == 1  # the run stopped; the model was not called again
+
+
+# --- WebSocket ------------------------------------------------------------------------------
+
+
+class Socket:
+    """A WebSocket client that keeps replies that arrive for other ids."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.received: list[dict[str, Any]] = []
+
+    async def send(self, method: str, params: Any = None, id: Any = None) -> None:
+        message: dict[str, Any] = {"method": method, "id": id}
+        if params is not None:
+            message["params"] = params
+        await self.ws.send_json(message)
+
+    async def next_for(self, id: Any) -> dict[str, Any]:
+        """The next message for `id`, in arrival order."""
+        while True:
+            for i, message in enumerate(self.received):
+                if message["id"] == id:
+                    return self.received.pop(i)
+            self.received.append(await self.ws.receive_json(timeout=5))
+
+    async def call(self, method: str, params: Any = None, id: Any = "call") -> dict[str, Any]:
+        await self.send(method, params, id)
+        return await self.next_for(id)
+
+    async def stream(self, method: str, params: Any, id: Any) -> list[dict[str, Any]]:
+        """Every message of a streaming call, until `done` or an error."""
+        await self.send(method, params, id)
+        messages = []
+        while not messages or not ({"done", "error"} & set(messages[-1])):
+            messages.append(await self.next_for(id))
+        return messages
+
+
+@asynccontextmanager
+async def socket_to(http: Http) -> AsyncIterator[Socket]:
+    async with http.client.ws_connect("/ws") as ws:
+        yield Socket(ws)
+
+
+async def test_websocket_create_generate_and_stream(api: Http, fake: FakeLLM) -> None:
+    fake.script(text("first answer"), text("second answer, streamed"))
+    async with socket_to(api) as sock:
+        created = await sock.call("create_session", {"config": {"system_prompt": "Be terse."}}, id=1)
+        session_id = created["result"]["session_id"]
+        assert created["id"] == 1 and created["result"]["session"]["config"]["system_prompt"] == "Be terse."
+        reply = await sock.call("Generate", {"session_id": session_id, "messages": [user("one")]}, id="g")
+        assert reply["result"]["message"]["content"] == "first answer"
+        messages = await sock.stream(
+            "stream_generate", {"session_id": session_id, "messages": [user("two")]}, id="s"
+        )
+        assert messages[-1] == {"id": "s", "done": True}
+        chunks = [m["result"] for m in messages[:-1]]
+        assert chunks[-1]["type"] == "CHUNK_TYPE_DONE" and chunks[-1]["content"] == "second answer, streamed"
+        text_ = "".join(c["content"] for c in chunks if c["type"] == "CHUNK_TYPE_CONTENT")
+        assert text_ == "second answer, streamed"
+        history = await api.server.stub.GetSession(pb.GetSessionRequest(session_id=session_id))
+        assert history.session.context_usage.message_count == 4
+
+
+async def test_websocket_errors_answer_the_request_and_keep_the_socket(api: Http) -> None:
+    async with socket_to(api) as sock:
+        await sock.ws.send_str("{oops")
+        bad_json = await sock.next_for(None)
+        assert (
+            bad_json["error"]["code"] == "INVALID_ARGUMENT"
+            and "not valid JSON" in bad_json["error"]["message"]
+        )
+        unknown = await sock.call("launch_rockets", id=7)
+        assert unknown["error"]["code"] == "UNIMPLEMENTED" and "launch_rockets" in unknown["error"]["message"]
+        assert "subscribe_events" in unknown["error"]["details"]["methods"]
+        not_object = await sock.call("get_session", ["s"], id=8)
+        assert not_object["error"]["code"] == "INVALID_ARGUMENT"
+        missing = await sock.call("get_session", {"session_id": "ghost"}, id=9)
+        assert missing == {
+            "id": 9,
+            "error": {"code": "NOT_FOUND", "message": missing["error"]["message"], "details": None},
+        }
+        await sock.ws.send_json({"method": "health_check", "id": 10, "extra": True})
+        assert "extra" in (await sock.next_for(10))["error"]["message"]
+        await sock.ws.send_json(["health_check"])
+        assert (await sock.next_for(None))["error"]["code"] == "INVALID_ARGUMENT"
+        await sock.ws.send_bytes(b"{}")
+        assert "text" in (await sock.next_for(None))["error"]["message"]
+        healthy = await sock.call("HealthCheck", {}, id=11)
+        assert healthy["result"]["status"] == "STATUS_HEALTHY"
+
+
+async def test_websocket_events_arrive_while_a_generation_runs(api: Http, fake: FakeLLM) -> None:
+    fake.script(tool_call("list_files", {}), text("done"))
+    session_id = await new_session(api.server)
+    async with socket_to(api) as sock:
+        await sock.send("subscribe_events", {"session_id": session_id}, id="events")
+        await sock.call("health_check", {}, id="sync")  # the subscription is in place by now
+        reply = await sock.call("generate", {"session_id": session_id, "messages": [user("x")]}, id="gen")
+        assert reply["result"]["message"]["content"] == "done"
+        types = []
+        while "EVENT_TYPE_GENERATION_COMPLETED" not in types:
+            event = (await sock.next_for("events"))["result"]
+            assert event["session_id"] == session_id
+            types.append(event["type"])
+        assert types[0] == "EVENT_TYPE_GENERATION_STARTED"
+        assert types.index("EVENT_TYPE_TOOL_CALLED") < types.index("EVENT_TYPE_TOOL_COMPLETED")
+    # Closing the socket ended the subscription on the server.
+    assert await _eventually(lambda: not api.server.runtime.events._subscriptions)
+
+
+async def test_websocket_calls_run_concurrently_and_cancel_reaches_the_run(api: Http, fake: FakeLLM) -> None:
+    def by_prompt(body: dict[str, Any]) -> Any:
+        prompt = body["messages"][-1]["content"]
+        if prompt == "slow":
+            return delayed("slow answer", 0.5)
+        if prompt == "stuck":
+            return tool_call("bash", {"command": "sleep 30"})
+        return text("fast answer")
+
+    fake.script(by_prompt, by_prompt, by_prompt)
+    slow, fast, stuck = [await new_session(api.server) for _ in range(3)]
+    async with socket_to(api) as sock:
+        await sock.send("generate", {"session_id": slow, "messages": [user("slow")]}, id="slow")
+        await sock.send("generate", {"session_id": fast, "messages": [user("fast")]}, id="fast")
+        first = await sock.ws.receive_json(timeout=5)
+        assert first["id"] == "fast" and first["result"]["message"]["content"] == "fast answer"
+        assert (await sock.next_for("slow"))["result"]["message"]["content"] == "slow answer"
+
+        await sock.send("stream_generate", {"session_id": stuck, "messages": [user("stuck")]}, id="stuck")
+        while (await sock.next_for("stuck"))["result"]["type"] != "CHUNK_TYPE_TOOL_CALL":
+            pass
+        cancelled = await sock.call("cancel", {"session_id": stuck}, id="cancel")
+        assert cancelled["result"] == {"success": True}
+        ended = await sock.next_for("stuck")
+        while "result" in ended:  # the tool result chunk of the cancelled call may come first
+            ended = await sock.next_for("stuck")
+        assert ended["error"]["code"] == "CANCELLED"
+
+
+async def test_stopping_the_listener_closes_websockets(agent: LiveServer) -> None:
+    listener = await start_http(agent.runtime, CodeAgentService(agent.runtime), "127.0.0.1:0")
+    async with (
+        aiohttp.ClientSession() as client,
+        client.ws_connect(f"http://127.0.0.1:{listener.port}/ws") as ws,
+    ):
+        await ws.send_json({"method": "subscribe_events", "params": {}, "id": 1})
+        await asyncio.sleep(0.05)  # the subscription is running
+        stopping = asyncio.create_task(listener.stop())
+        closing = await ws.receive(timeout=5)
+        assert closing.type == aiohttp.WSMsgType.CLOSE and closing.extra == "server shutting down"
+        assert ws.close_code == aiohttp.WSCloseCode.GOING_AWAY
+        await asyncio.wait_for(stopping, 5)
+
+
+# --- the listener ---------------------------------------------------------------------------
+
+
+async def test_a_taken_port_is_a_clear_error(live: LiveServer) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        with pytest.raises(HttpBindError, match=f"cannot listen on {address}: already in use"):
+            await start_http(live.runtime, CodeAgentService(live.runtime), address)
+    with pytest.raises(HttpBindError, match="HOST:PORT"):
+        await start_http(live.runtime, CodeAgentService(live.runtime), "no-port")
+
+
+async def _eventually(check: Any, timeout_s: float = 5.0) -> Any:
+    """The first truthy value of `check()`, polled; fails after `timeout_s`."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        value = check()
+        if value:
+            return value
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
