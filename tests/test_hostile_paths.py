@@ -92,7 +92,11 @@ def test_no_tool_reaches_outside_the_workspace(server_process: ServerProcess, tm
 
     try:
         probe()
-        # The obvious escapes are refused with a message that says why.
+        # The obvious escapes are refused with a message that says why. (delete_file may have
+        # removed the links themselves, which is allowed: they live in the workspace.)
+        for link, target in (("link-out", outside), ("link-file", outside / "secret.py")):
+            if not (workspace / link).is_symlink():
+                os.symlink(target, workspace / link)
         for raw in ("../outside/secret.py", str(outside / "secret.py"), "link-file", "link-out/secret.py"):
             result = stub.ExecuteTool(
                 pb.ExecuteToolRequest(tool_name="read_file", arguments=json.dumps({"path": raw}))
