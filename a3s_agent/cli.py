@@ -31,6 +31,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (env A3S_LOG_LEVEL; default INFO)")
     serve.add_argument("--max-sessions", type=int, help="most sessions held at once (env A3S_MAX_SESSIONS)")
     serve.add_argument(
+        "--auth-token",
+        help="require 'authorization: Bearer TOKEN' on every call but health checks (env A3S_AUTH_TOKEN)",
+    )
+    serve.add_argument(
         "--skills-dir",
         action="append",
         default=[],
@@ -80,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 log_level=args.log_level,
                 max_sessions=args.max_sessions,
                 skills_dirs=args.skills_dir,
+                auth_token=args.auth_token,
             )
         except ConfigError as exc:
             print(f"a3s-agent: {exc}", file=sys.stderr)

@@ -24,6 +24,7 @@ BOX_SKILLS_DIR = Path("/a3s/skills")  # A3S Box mounts skills here, read-only
 class Settings:
     listen: str = DEFAULT_LISTEN
     http_listen: str = DEFAULT_HTTP_LISTEN  # HOST:PORT of the HTTP face, or "off"
+    auth_token: str = ""  # when set, callers must send `authorization: Bearer <token>`
     workspace: Path = field(default_factory=Path.cwd)
     data_dir: Path | None = None
     log_level: str = "INFO"
@@ -84,6 +85,7 @@ def settings_from(
     log_level: str | None = None,
     max_sessions: int | None = None,
     skills_dirs: list[str] | None = None,
+    auth_token: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Settings:
     """Build settings from flag values (None = not given) over the environment."""
@@ -93,6 +95,7 @@ def settings_from(
     return Settings(
         listen=listen or env.get("LISTEN_ADDR") or DEFAULT_LISTEN,
         http_listen=http_listen or env.get("A3S_HTTP_LISTEN") or DEFAULT_HTTP_LISTEN,
+        auth_token=auth_token or env.get("A3S_AUTH_TOKEN", ""),
         workspace=Path(workspace_value).resolve() if workspace_value else Path.cwd(),
         data_dir=Path(data_value) if data_value else None,
         log_level=(log_level or env.get("A3S_LOG_LEVEL") or "INFO").upper(),

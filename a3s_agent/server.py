@@ -12,6 +12,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from .config import Settings
+from .faces.auth import BearerTokenInterceptor
 from .faces.grpc.service import add_to_server
 from .faces.http import HttpBindError, HttpListener, start_http
 from .proto import code_agent_pb2 as pb
@@ -34,13 +35,15 @@ class AgentServer:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        token = runtime.settings.auth_token
         self.server = grpc.aio.server(
+            interceptors=[BearerTokenInterceptor(token)] if token else None,
             options=[
                 # Never share a port with another process: a taken port must be an error.
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ]
+            ],
         )
         self.service = add_to_server(runtime, self.server)
         self.health = health.aio.HealthServicer()

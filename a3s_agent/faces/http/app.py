@@ -39,6 +39,7 @@ from google.protobuf.message import Message
 
 from ...proto import code_agent_pb2 as pb
 from ...runtime import Runtime
+from ..auth import http_middleware
 from ..grpc.service import CodeAgentService
 from .bridge import Bridge, CallError, as_json, find_method, json_text, parse
 from .ws import WebSocketFace
@@ -269,7 +270,10 @@ def build_app(
 ) -> web.Application:
     """The application; `extra_routes` (e.g. a RouteTableDef) are served next to ours."""
     bridge = Bridge(service)
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors])
+    token = runtime.settings.auth_token
+    app = web.Application(
+        client_max_size=MAX_BODY_BYTES, middlewares=[*([http_middleware(token)] if token else []), _errors]
+    )
     sockets = WebSocketFace(bridge, MAX_BODY_BYTES)
     app.add_routes([*RestApi(runtime, bridge).routes(), web.get("/ws", sockets.handle)])
     app.add_routes(extra_routes)

@@ -1,0 +1,83 @@
+"""Optional bearer-token authentication for both faces (`--auth-token` / A3S_AUTH_TOKEN).
+
+When a token is set, every gRPC call except grpc.health and reflection, and every HTTP route
+except /healthz, needs `authorization: Bearer <token>`; others get UNAUTHENTICATED / 401.
+The comparison takes constant time.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from aiohttp import web
+
+# Probes must work without a token: container health checks and service discovery.
+GRPC_OPEN_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
+HTTP_OPEN_PATHS = frozenset({"/healthz"})
+MISSING = "missing or wrong bearer token: send the header 'authorization: Bearer <token>'"
+
+
+def token_matches(expected: str, header: str | None) -> bool:
+    scheme, _, given = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode())
+
+
+def _refusal(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """A handler of the same shape as `handler` that only refuses."""
+
+    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, MISSING)
+
+    async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, MISSING)
+        yield  # pragma: no cover - makes this an async generator
+
+    kinds = {
+        (False, False): grpc.unary_unary_rpc_method_handler,
+        (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler,
+        (True, True): grpc.stream_stream_rpc_method_handler,
+    }
+    make = kinds[(handler.request_streaming, handler.response_streaming)]
+    return make(
+        stream if handler.response_streaming else unary,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
+class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None or details.method.startswith(GRPC_OPEN_PREFIXES):
+            return handler
+        metadata = dict(details.invocation_metadata or ())
+        if token_matches(self._token, metadata.get("authorization")):
+            return handler
+        return _refusal(handler)
+
+
+def http_middleware(token: str) -> Callable[..., Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def require_token(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if request.path in HTTP_OPEN_PATHS or token_matches(token, request.headers.get("Authorization")):
+            return await handler(request)
+        return web.json_response(
+            {"error": {"code": "UNAUTHENTICATED", "message": MISSING, "details": None}},
+            status=401,
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+    return require_token
