@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import sys
+from pathlib import Path
 
 from . import __version__
 from .config import ConfigError, settings_from
@@ -40,6 +41,10 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="a directory of skills; repeatable (env A3S_SKILL_DIRS)",
     )
+    ops = commands.add_parser("ops", help="run an Agent Spaces operations message and print the events")
+    ops.add_argument("file", help="the operations message (JSON)")
+    ops.add_argument("--workspace", default=".", help="the directory the operations work in")
+    ops.add_argument("--policy", default="standard", help="restrictive, standard or permissive")
     health = commands.add_parser("health", help="exit 0 when a server answers SERVING (for HEALTHCHECK)")
     health.add_argument("--address", default="127.0.0.1:4088", help="HOST:PORT of the server")
     health.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for an answer")
@@ -70,10 +75,28 @@ def _health(address: str, timeout_s: float) -> int:
     return 0
 
 
+def _ops(file: Path, workspace: Path, policy: str) -> int:
+    """Print the events message; exit 1 when the message itself is invalid, 0 otherwise."""
+    import json
+
+    from .core.errors import AgentError
+    from .spaces import run_operations_file
+
+    try:
+        result = asyncio.run(run_operations_file(file, workspace.resolve(), policy))
+    except (AgentError, OSError) as exc:
+        print(f"a3s-agent ops: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "health":
         return _health(args.address, args.timeout)
+    if args.command == "ops":
+        return _ops(Path(args.file), Path(args.workspace), args.policy)
     if args.command == "serve":
         try:
             settings = settings_from(

@@ -15,8 +15,10 @@ from .config import Settings
 from .faces.auth import BearerTokenInterceptor
 from .faces.grpc.service import add_to_server
 from .faces.http import HttpBindError, HttpListener, start_http
+from .faces.http.spaces import spaces_routes
 from .proto import code_agent_pb2 as pb
 from .runtime import Runtime
+from .spaces import Spaces
 from .tools.builtin import builtin_registry
 
 log = logging.getLogger(__name__)
@@ -98,12 +100,16 @@ async def run(settings: Settings) -> int:
         log.error("%s", exc)
         return 2
     await runtime.start()
+    spaces = Spaces(settings.resolved_data_dir, runtime.registry, env=lambda: runtime.init.env)
+    await spaces.open()
     http: HttpListener | None = None
     if settings.http_listen != "off":
         try:
-            http = await start_http(runtime, server.service, settings.http_listen)
+            routes = spaces_routes(runtime, spaces)
+            http = await start_http(runtime, server.service, settings.http_listen, extra_routes=routes)
         except HttpBindError as exc:
             log.error("%s", exc)
+            await spaces.close()
             await runtime.close()
             return 2
     await server.start()
@@ -118,6 +124,7 @@ async def run(settings: Settings) -> int:
     await runtime.shutdown_requested.wait()
     log.info("shutting down (grace %.0fs)", settings.grace_seconds)
     await asyncio.gather(server.stop(settings.grace_seconds), *([http.stop()] if http else []))
+    await spaces.close()
     await runtime.close()
     log.info("stopped")
     return 0

@@ -216,5 +216,9 @@ def test_serve_also_answers_http_on_its_own_port(server_process: ServerProcess) 
     import urllib.request
 
     server_process.start()
-    with urllib.request.urlopen(f"http://127.0.0.1:{server_process.http_port}/healthz", timeout=10) as reply:
+    base = f"http://127.0.0.1:{server_process.http_port}"
+    with urllib.request.urlopen(f"{base}/healthz", timeout=10) as reply:
         assert reply.status == 200 and json.loads(reply.read())["status"] == "ok"
+    create = urllib.request.Request(f"{base}/v1/spaces", data=b"{}", method="POST")
+    with urllib.request.urlopen(create, timeout=10) as reply:  # the Agent Spaces routes are served too
+        assert reply.status == 201 and json.loads(reply.read())["spaceId"]

@@ -27,11 +27,21 @@ STATUS_OF: dict[type[errors.AgentError], grpc.StatusCode] = {
 }
 
 
-def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+def status_for(exc: BaseException) -> grpc.StatusCode:
+    """The status a domain error maps to (INVALID_ARGUMENT for a bare AgentError)."""
     for kind in type(exc).__mro__:
         if kind in STATUS_OF:
-            return STATUS_OF[kind], str(exc)
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+            return STATUS_OF[kind]
+    return (
+        grpc.StatusCode.INVALID_ARGUMENT if isinstance(exc, errors.AgentError) else grpc.StatusCode.INTERNAL
+    )
+
+
+def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    code = status_for(exc)
+    if code is grpc.StatusCode.INTERNAL:
+        return code, f"internal error: {type(exc).__name__}: {exc}"
+    return code, str(exc)
 
 
 def _code_of(exc: BaseException, context: grpc.aio.ServicerContext) -> grpc.StatusCode:

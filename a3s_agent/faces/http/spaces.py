@@ -1,0 +1,98 @@
+"""The Agent Spaces operations protocol over HTTP (`/v1/spaces/...`), on the runner in a3s_agent.spaces.
+
+POST /v1/spaces                                   {"spaceId"?, "sessionId"? | "workspace"?, "policy"?} → 201 space
+GET  /v1/spaces/{spaceId}                         the space
+POST /v1/spaces/{spaceId}/runs                    an operations message → the events message
+GET  /v1/spaces/{spaceId}/runs/{runId}            the run with all its events so far
+POST /v1/spaces/{spaceId}/runs/{runId}/resume     {"approval": {"operationId", "decision", "reason"?}}
+POST /v1/spaces/{spaceId}/runs/{runId}/cancel
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from aiohttp import web
+
+from ...core.errors import AgentError
+from ...runtime import Runtime
+from ...spaces import Spaces
+from ..grpc.errors import status_for
+from .bridge import CallError
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+async def _body(request: web.Request) -> Any:
+    raw = await request.read()
+    try:
+        return json.loads(raw) if raw.strip() else {}
+    except ValueError as exc:
+        raise CallError(grpc.StatusCode.INVALID_ARGUMENT, f"the body is not JSON: {exc}") from exc
+
+
+def _domain(handler: Handler) -> Handler:
+    """Domain errors as the HTTP face's JSON errors (400, 404, 409...)."""
+
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except AgentError as exc:
+            raise CallError(status_for(exc), str(exc)) from exc
+
+    return wrapped
+
+
+def spaces_routes(runtime: Runtime, spaces: Spaces) -> web.RouteTableDef:
+    routes = web.RouteTableDef()
+
+    @routes.post("/v1/spaces")
+    @_domain
+    async def create_space(request: web.Request) -> web.StreamResponse:
+        body = await _body(request)
+        if not isinstance(body, dict):
+            raise AgentError("the body must be a JSON object")
+        workspace = None
+        if body.get("sessionId"):
+            workspace = Path(runtime.sessions.get(str(body["sessionId"])).config.workspace)
+        elif body.get("workspace"):
+            workspace = Path(str(body["workspace"]))
+        space = await spaces.create_space(body.get("spaceId"), workspace, body.get("policy", "standard"))
+        return web.json_response(space.to_dict(), status=201, headers={"Location": f"/v1/spaces/{space.id}"})
+
+    @routes.get("/v1/spaces/{space}")
+    @_domain
+    async def get_space(request: web.Request) -> web.StreamResponse:
+        return web.json_response((await spaces.get_space(request.match_info["space"])).to_dict())
+
+    @routes.post("/v1/spaces/{space}/runs")
+    @_domain
+    async def start_run(request: web.Request) -> web.StreamResponse:
+        result = await spaces.start_run(request.match_info["space"], await _body(request))
+        return web.json_response(result)
+
+    @routes.get("/v1/spaces/{space}/runs/{run}")
+    @_domain
+    async def get_run(request: web.Request) -> web.StreamResponse:
+        return web.json_response(await spaces.get_run(request.match_info["space"], request.match_info["run"]))
+
+    @routes.post("/v1/spaces/{space}/runs/{run}/resume")
+    @_domain
+    async def resume_run(request: web.Request) -> web.StreamResponse:
+        body = await _body(request)
+        approval = body.get("approval", body) if isinstance(body, dict) else body
+        result = await spaces.resume_run(request.match_info["space"], request.match_info["run"], approval)
+        return web.json_response(result)
+
+    @routes.post("/v1/spaces/{space}/runs/{run}/cancel")
+    @_domain
+    async def cancel_run(request: web.Request) -> web.StreamResponse:
+        return web.json_response(
+            await spaces.cancel_run(request.match_info["space"], request.match_info["run"])
+        )
+
+    return routes

@@ -1,0 +1,236 @@
+"""SQLite persistence of spaces, runs and their events (`<data_dir>/spaces.db`, WAL mode).
+
+The connection lives on one worker thread and each method is one hop to it. A run's events are
+written in one transaction when an execution segment ends (paused, completed or cancelled), not
+one commit per event; a paused run keeps its remaining operations and its policy, so a new
+process can resume it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..core.errors import AlreadyExists
+
+T = TypeVar("T")
+
+# Each entry moves the schema one version up; PRAGMA user_version records where a file is.
+_MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE spaces (
+        id TEXT PRIMARY KEY,
+        workspace TEXT NOT NULL,
+        policy TEXT NOT NULL,
+        created_at TEXT NOT NULL
+    );
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        space_id TEXT NOT NULL REFERENCES spaces(id) ON DELETE CASCADE,
+        status TEXT NOT NULL,
+        policy TEXT NOT NULL,
+        pending TEXT,
+        event_count INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    CREATE INDEX runs_by_status ON runs(status);
+    CREATE TABLE events (
+        run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    ) WITHOUT ROWID;
+    """,
+]
+
+
+@dataclass(frozen=True)
+class SpaceRecord:
+    id: str
+    workspace: str
+    policy: dict[str, Any]
+    created_at: str
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: str
+    space_id: str
+    status: str
+    policy: dict[str, Any]
+    # While awaiting approval: {"offset", "operations" (the rest of the batch), "operationId"}.
+    pending: dict[str, Any] | None
+    event_count: int
+    created_at: str
+    updated_at: str
+
+
+class SpacesStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+        self._thread: ThreadPoolExecutor | None = None
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._db is None or self._thread is None:
+            raise RuntimeError("the spaces store is not open")
+        db = self._db
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, db)
+
+    async def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="a3s-spaces")
+
+        def connect() -> sqlite3.Connection:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            (version,) = db.execute("PRAGMA user_version").fetchone()
+            for number, script in enumerate(_MIGRATIONS[version:], start=version + 1):
+                db.executescript(f"BEGIN; {script}; PRAGMA user_version={number}; COMMIT;")
+            return db
+
+        self._db = await asyncio.get_running_loop().run_in_executor(self._thread, connect)
+
+    async def close(self) -> None:
+        if self._db is not None:
+            await self._run(lambda db: db.close())
+            self._db = None
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+            self._thread = None
+
+    async def insert_space(self, space: SpaceRecord) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT INTO spaces (id, workspace, policy, created_at) VALUES (?, ?, ?, ?)",
+                (space.id, space.workspace, json.dumps(space.policy), space.created_at),
+            )
+
+        try:
+            await self._run(write)
+        except sqlite3.IntegrityError as exc:
+            raise AlreadyExists(f"space {space.id!r} already exists") from exc
+
+    async def get_space(self, space_id: str) -> SpaceRecord | None:
+        row = await self._run(
+            lambda db: db.execute(
+                "SELECT id, workspace, policy, created_at FROM spaces WHERE id = ?", (space_id,)
+            ).fetchone()
+        )
+        return None if row is None else SpaceRecord(row[0], row[1], json.loads(row[2]), row[3])
+
+    async def insert_run(self, run: RunRecord) -> None:
+        await self._run(
+            lambda db: db.execute(
+                "INSERT INTO runs (id, space_id, status, policy, pending, event_count, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, NULL, 0, ?, ?)",
+                (run.id, run.space_id, run.status, json.dumps(run.policy), run.created_at, run.updated_at),
+            )
+        )
+
+    async def get_run(self, run_id: str, *, with_events: bool = False) -> tuple[RunRecord, list[Any]] | None:
+        """The run and, if asked, its events in order; None when there is no such run."""
+
+        def read(db: sqlite3.Connection) -> tuple[RunRecord, list[Any]] | None:
+            row = db.execute(
+                "SELECT id, space_id, status, policy, pending, event_count, created_at, updated_at"
+                " FROM runs WHERE id = ?",
+                (run_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            run = RunRecord(
+                row[0], row[1], row[2], json.loads(row[3]), row[4] and json.loads(row[4]), *row[5:]
+            )
+            if not with_events:
+                return run, []
+            rows = db.execute("SELECT data FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+            return run, [json.loads(data) for (data,) in rows]
+
+        return await self._run(read)
+
+    async def claim_run(self, run_id: str, expected: str, status: str, updated_at: str) -> bool:
+        """Move the run from `expected` to `status` (dropping a pending approval); False if it was not in `expected`."""
+
+        def write(db: sqlite3.Connection) -> bool:
+            cursor = db.execute(
+                "UPDATE runs SET status = ?, updated_at = ?"
+                + (", pending = NULL" if status != "running" else "")
+                + " WHERE id = ? AND status = ?",
+                (status, updated_at, run_id, expected),
+            )
+            return cursor.rowcount == 1
+
+        return await self._run(write)
+
+    async def save_segment(
+        self,
+        run_id: str,
+        status: str,
+        pending: dict[str, Any] | None,
+        events: Sequence[Any],
+        first_seq: int,
+        updated_at: str,
+    ) -> None:
+        """Record how an execution segment ended and its events, numbered from `first_seq`, at once."""
+
+        def write(db: sqlite3.Connection) -> None:
+            with _transaction(db):
+                db.executemany(
+                    "INSERT INTO events (run_id, seq, data) VALUES (?, ?, ?)",
+                    ((run_id, seq, json.dumps(event)) for seq, event in enumerate(events, first_seq)),
+                )
+                db.execute(
+                    "UPDATE runs SET status = ?, pending = ?, event_count = ?, updated_at = ? WHERE id = ?",
+                    (
+                        status,
+                        None if pending is None else json.dumps(pending),
+                        first_seq + len(events),
+                        updated_at,
+                        run_id,
+                    ),
+                )
+
+        await self._run(write)
+
+    async def fail_running(self, event: dict[str, Any], updated_at: str) -> int:
+        """Mark runs left `running` by a process that stopped as `error`, adding `event` to each."""
+
+        def write(db: sqlite3.Connection) -> int:
+            with _transaction(db):
+                rows = db.execute("SELECT id, event_count FROM runs WHERE status = 'running'").fetchall()
+                data = json.dumps(event)
+                db.executemany(
+                    "INSERT INTO events (run_id, seq, data) VALUES (?, ?, ?)",
+                    [(run_id, count, data) for run_id, count in rows],
+                )
+                db.execute(
+                    "UPDATE runs SET status = 'error', pending = NULL, event_count = event_count + 1,"
+                    " updated_at = ? WHERE status = 'running'",
+                    (updated_at,),
+                )
+            return len(rows)
+
+        return await self._run(write)
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN ... COMMIT, or ROLLBACK when the body raises."""
+    db.execute("BEGIN")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")

@@ -1,0 +1,119 @@
+"""Agent Spaces over HTTP: spaces, runs, the approval round trip across a server restart, and `a3s-agent ops`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+
+from a3s_agent.config import Settings
+from a3s_agent.faces.grpc.service import CodeAgentService
+from a3s_agent.faces.http import start_http
+from a3s_agent.faces.http.spaces import spaces_routes
+from a3s_agent.spaces import Spaces
+
+from .conftest import running
+
+RISKY = {
+    "protocolVersion": "1.0",
+    "operations": [
+        {"type": "createFile", "id": "a", "path": "temp/x.txt", "content": "x"},
+        {"type": "shell", "id": "b", "command": "rm -rf temp"},
+        {"type": "createFile", "id": "c", "path": "after.txt", "content": "done"},
+    ],
+}
+
+
+@asynccontextmanager
+async def serving(workspace: Path, data: Path) -> AsyncIterator[aiohttp.ClientSession]:
+    """The server's runtime, a Spaces store on its data dir, and the HTTP face with the space routes."""
+    async with running(Settings(listen="127.0.0.1:0", workspace=workspace, data_dir=data)) as server:
+        spaces = Spaces(data, server.runtime.registry)
+        await spaces.open()
+        routes = spaces_routes(server.runtime, spaces)
+        listener = await start_http(
+            server.runtime, CodeAgentService(server.runtime), "127.0.0.1:0", extra_routes=routes
+        )
+        try:
+            async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{listener.port}") as client:
+                yield client
+        finally:
+            await listener.stop()
+            await spaces.close()
+
+
+async def test_a_run_waits_for_approval_and_resumes_after_a_restart(workspace: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    async with serving(workspace, data) as http:
+        async with http.post("/v1/spaces", json={"spaceId": "box1", "workspace": str(workspace)}) as reply:
+            assert reply.status == 201 and (await reply.json())["spaceId"] == "box1"
+        async with http.post("/v1/spaces/box1/runs", json=RISKY) as reply:
+            paused = await reply.json()
+        assert paused["status"] == "awaiting_approval"
+        assert [e["type"] for e in paused["events"]] == ["createFile", "approvalRequired"]
+        assert paused["events"][-1]["operationId"] == "b"
+        assert (workspace / "temp" / "x.txt").exists()
+    async with serving(workspace, data) as http:  # a new server on the same data dir
+        run = f"/v1/spaces/box1/runs/{paused['runId']}"
+        async with http.get(run) as reply:
+            assert (await reply.json())["status"] == "awaiting_approval"
+        approval = {"approval": {"operationId": "b", "decision": "approved", "reason": "scratch dir"}}
+        async with http.post(f"{run}/resume", json=approval) as reply:
+            resumed = await reply.json()
+        assert resumed["status"] == "completed"
+        assert [(e["type"], e.get("operationId")) for e in resumed["events"]][-2:] == [
+            ("shell", "b"),
+            ("createFile", "c"),
+        ]
+        assert not (workspace / "temp").exists() and (workspace / "after.txt").read_text() == "done"
+        async with http.post(f"{run}/resume", json=approval) as reply:
+            assert reply.status == 409  # nothing is waiting any more
+            assert (await reply.json())["error"]["code"] == "FAILED_PRECONDITION"
+
+
+async def test_denial_validation_errors_and_unknown_spaces(workspace: Path, tmp_path: Path) -> None:
+    async with serving(workspace, tmp_path / "data") as http:
+        async with http.post("/v1/spaces", json={"policy": "standard"}) as reply:
+            space = (await reply.json())["spaceId"]
+        message = {
+            "protocolVersion": "1.0",
+            "operations": [
+                {"type": "shell", "id": "s", "command": "sudo ls"},
+                {"type": "createFile", "id": "bad", "path": "../escape.txt", "content": "x"},
+                {"type": "message", "id": "m", "content": "hello"},
+            ],
+        }
+        async with http.post(f"/v1/spaces/{space}/runs", json=message) as reply:
+            result = await reply.json()
+        kinds = [e["type"] for e in result["events"]]
+        assert kinds == ["policyDenied", "error", "message"]
+        assert result["events"][1]["category"] == "validation"
+        async with http.post(
+            f"/v1/spaces/{space}/runs", json={"protocolVersion": "2.0", "operations": []}
+        ) as reply:
+            assert reply.status == 400 and "protocolVersion" in (await reply.json())["error"]["message"]
+        async with http.post(f"/v1/spaces/{space}/runs", data=b"{nope") as reply:
+            assert reply.status == 400
+        async with http.get("/v1/spaces/nowhere") as reply:
+            assert reply.status == 404 and (await reply.json())["error"]["code"] == "NOT_FOUND"
+
+
+def test_the_ops_command_prints_the_events(tmp_path: Path) -> None:
+    (tmp_path / "ops.json").write_text(json.dumps(RISKY))
+    result = subprocess.run(
+        [sys.executable, "-m", "a3s_agent", "ops", str(tmp_path / "ops.json"), "--workspace", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    events = json.loads(result.stdout)
+    assert events["status"] == "awaiting_approval" and events["events"][0]["path"] == "temp/x.txt"
+    bad = subprocess.run(
+        [sys.executable, "-m", "a3s_agent", "ops", str(tmp_path / "missing.json")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 1 and "missing.json" in bad.stderr
