@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import grpc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,11 +91,12 @@ class Process:
             self.proc.kill()
 
 
-def agent_process(workspace: Path) -> Process:
+def agent_process(workspace: Path, http_port: int | None = None) -> Process:
     port = _free_port()
+    http_port = http_port or _free_port()
     argv = [sys.executable, "-m", "a3s_agent", "serve", "--listen", f"127.0.0.1:{port}",
             "--workspace", str(workspace), "--log-level", "WARNING", "--max-sessions", "10000000",
-            "--http-listen", f"127.0.0.1:{_free_port()}"]  # fmt: skip
+            "--http-listen", f"127.0.0.1:{http_port}"]  # fmt: skip
     return Process(argv, port, workspace)
 
 
@@ -522,12 +524,65 @@ async def _cancel_latency(stub: pb_grpc.CodeAgentServiceStub) -> float:
     return statistics.median(times)
 
 
+async def bench_http(seconds: float, workspace: Path) -> list[Row]:
+    count = 1000
+    plain_dir = workspace / "plain"
+    plain_dir.mkdir()
+    started = time.perf_counter()
+    for index in range(count):
+        (plain_dir / f"f{index}.txt").write_text(f"file {index}\n")
+    plain_rate = count / (time.perf_counter() - started)
+    operations = {
+        "protocolVersion": "1.0",
+        "operations": [
+            {"type": "createFile", "id": f"op{i}", "path": f"f{i}.txt", "content": f"file {i}\n"}
+            for i in range(count)
+        ],
+    }
+    http_port = _free_port()
+    with agent_process(workspace, http_port) as agent:
+        agent.wait_healthy()
+        base = f"http://127.0.0.1:{http_port}"
+        async with aiohttp.ClientSession(base_url=base) as client:
+            async with client.post("/v1/spaces", json={"policy": "permissive"}) as reply:
+                space = (await reply.json())["spaceId"]
+            started = time.perf_counter()
+            async with client.post(f"/v1/spaces/{space}/runs", json=operations) as reply:
+                events = (await reply.json())["events"]
+            run_rate = count / (time.perf_counter() - started)
+            assert all(e["success"] for e in events), events[:3]
+            healthz = await _requests_per_second(client, "/healthz", seconds)
+    return [
+        Row("createFile ops/s via /v1/spaces runs (1,000 in one run)", f"{run_rate:,.0f}"),
+        Row("plain Python write_text loop (files/s)", f"{plain_rate:,.0f}"),
+        Row("Agent Spaces ratio (runs / plain loop)", f"{run_rate / plain_rate:.2f}", ">= 0.3"),
+        Row("GET /healthz requests/s", f"{healthz:,.0f}", "report"),
+    ]
+
+
+async def _requests_per_second(client: aiohttp.ClientSession, path: str, seconds: float) -> float:
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            async with client.get(path) as reply:
+                await reply.read()
+            done += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    return done / (time.perf_counter() - started)
+
+
 SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "foundation": bench_foundation,
     "tools": bench_tools,
     "agent": bench_agent,
     "context": bench_context,
     "control": bench_control,
+    "http": bench_http,
 }
 
 
