@@ -45,10 +45,38 @@ def _parser() -> argparse.ArgumentParser:
     ops.add_argument("file", help="the operations message (JSON)")
     ops.add_argument("--workspace", default=".", help="the directory the operations work in")
     ops.add_argument("--policy", default="standard", help="restrictive, standard or permissive")
+    relay = commands.add_parser("relay", help="run a task with an LLM you relay by copy-paste (no network)")
+    relay_commands = relay.add_subparsers(dest="relay_command", required=True)
+    new = relay_commands.add_parser("new", help="start a session on TASK and write its first outbox file")
+    new.add_argument("task", help="what the agent should do")
+    new.add_argument("--workspace", default=".", help="the workspace directory (default: current directory)")
+    resume = relay_commands.add_parser("resume", help="go on with a relay session (default: the latest)")
+    resume.add_argument("--handle", help="the session's 8-hex-digit handle, as in its outbox file names")
+    for sub in (new, resume):
+        sub.add_argument("--relay-dir", help="holds outbox/, inbox/ and sessions.json (env A3S_RELAY_DIR)")
+        sub.add_argument(
+            "--wait-timeout", type=float, default=3600.0, help="seconds to wait for each reply (default 3600)"
+        )
     health = commands.add_parser("health", help="exit 0 when a server answers SERVING (for HEALTHCHECK)")
     health.add_argument("--address", default="127.0.0.1:4088", help="HOST:PORT of the server")
     health.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for an answer")
     return parser
+
+
+def _relay(args: argparse.Namespace) -> int:
+    import os
+
+    from .llm.relay import RelayTiming
+    from .relay_cli import relay_new, relay_resume
+
+    relay_dir = args.relay_dir or os.environ.get("A3S_RELAY_DIR")
+    if not relay_dir:
+        print("a3s-agent relay: give --relay-dir DIR or set A3S_RELAY_DIR", file=sys.stderr)
+        return 2
+    timing = RelayTiming(wait_timeout_s=args.wait_timeout)
+    if args.relay_command == "new":
+        return relay_new(args.task, workspace=Path(args.workspace), relay_dir=Path(relay_dir), timing=timing)
+    return relay_resume(relay_dir=Path(relay_dir), handle=args.handle, timing=timing)
 
 
 def _health(address: str, timeout_s: float) -> int:
@@ -95,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "health":
         return _health(args.address, args.timeout)
+    if args.command == "relay":
+        return _relay(args)
     if args.command == "ops":
         return _ops(Path(args.file), Path(args.workspace), args.policy)
     if args.command == "serve":

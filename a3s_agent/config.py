@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from .core.models import LLMConfig
 
@@ -36,6 +37,8 @@ class Settings:
     llm_timeout_s: float = DEFAULT_LLM_TIMEOUT_S
     llm_retries: int = DEFAULT_LLM_RETRIES
     skill_dirs: list[Path] = field(default_factory=list)
+    llm_tool_mode: Literal["native", "text"] = "native"  # the default of LLM configs without +text/+native
+    relay_dir: str = ""
 
     def skill_dirs_for(self, workspace: Path) -> list[Path]:
         """Where skills are found: configured dirs, then the workspace's own, then Box's mount."""
@@ -103,6 +106,8 @@ def settings_from(
         max_sessions=max_sessions or int(_number(env, "A3S_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)),
         llm_timeout_s=_number(env, "A3S_LLM_TIMEOUT_S", DEFAULT_LLM_TIMEOUT_S, float),
         llm_retries=int(_number(env, "A3S_LLM_RETRIES", DEFAULT_LLM_RETRIES, zero_ok=True)),
+        llm_tool_mode="text" if env.get("A3S_LLM_TOOL_MODE", "").lower() == "text" else "native",
+        relay_dir=env.get("A3S_RELAY_DIR", ""),
         skill_dirs=[
             Path(p) for p in [*(skills_dirs or []), *env.get("A3S_SKILL_DIRS", "").split(os.pathsep)] if p
         ],

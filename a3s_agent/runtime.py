@@ -25,6 +25,8 @@ from .core.store import Store
 from .core.tool_runner import ToolRunner
 from .llm.factory import ProviderCache
 from .llm.messages import tool_schema
+from .llm.relay import RELAY_PROVIDER
+from .llm.text_tools import EDIT_LINES_TOOL, tool_mode
 from .tools.registry import Tool, ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -74,7 +76,12 @@ class Runtime:
         self.tools = ToolRunner(
             self.registry, self.sessions, self.tool_context, settings.max_tools_per_request
         )
-        self.providers = ProviderCache(timeout_s=settings.llm_timeout_s, max_retries=settings.llm_retries)
+        self.providers = ProviderCache(
+            timeout_s=settings.llm_timeout_s,
+            max_retries=settings.llm_retries,
+            tool_mode=settings.llm_tool_mode,
+            relay_dir=settings.relay_dir,
+        )
         self.context = ContextManager(
             self.sessions,
             self.events,
@@ -166,12 +173,19 @@ class Runtime:
                 models.append(llm)
         return models
 
+    def speaks_text_protocol(self, session: Session | None) -> bool:
+        """Whether the session's model writes CodingAgent commands (tag tool mode or the relay)."""
+        name, mode = tool_mode(self.effective_llm(session).provider, self.settings.llm_tool_mode)
+        return mode == "text" or name == RELAY_PROVIDER
+
     def session_tools(self, session: Session | None) -> list[Tool]:
-        """What a session's model may call: the enabled built-in tools, skill tools, client tools."""
+        """What a session's model may call: the enabled built-in tools, skill tools, client tools,
+        and edit_lines (EDIT_FILE) for a model speaking the text protocol."""
         return [
             *self.registry.list(),
             *self.skills.tools_for(session),
             *self.client_tools.for_session(session),
+            *([EDIT_LINES_TOOL] if self.speaks_text_protocol(session) else []),
         ]
 
     def system_prompt(self, session: Session) -> str:

@@ -242,6 +242,8 @@ class _Run:
                 max_tokens=self.options.max_tokens or self.llm.max_tokens or None,
                 stop=self.options.stop_sequences,
                 response_format=self.options.response_format,
+                session_id=self.session.id,
+                workspace=str(self.context.workspace),
             )
             async for event in self.provider.stream(request):
                 if isinstance(event, TextDelta):

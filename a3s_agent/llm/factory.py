@@ -5,24 +5,37 @@ from __future__ import annotations
 from ..core.models import LLMConfig
 from .openai_compat import OpenAICompatibleProvider
 from .provider import Provider
+from .relay import RELAY_PROVIDER, RelayProvider, relay_dir_of
+from .text_tools import TextToolProvider, ToolMode, tool_mode
 
 
 class ProviderCache:
     """One provider (and so one HTTP connection pool) per endpoint and key."""
 
-    def __init__(self, *, timeout_s: float, max_retries: int) -> None:
+    def __init__(
+        self, *, timeout_s: float, max_retries: int, tool_mode: ToolMode = "native", relay_dir: str = ""
+    ) -> None:
         self._timeout_s = timeout_s
         self._max_retries = max_retries
+        self._tool_mode: ToolMode = tool_mode
+        self._relay_dir = relay_dir
         self._providers: dict[tuple[str, str, str], Provider] = {}
 
     def get(self, llm: LLMConfig) -> Provider:
         key = (llm.provider, llm.base_url, llm.api_key)
         provider = self._providers.get(key)
         if provider is None:
-            # Every provider name we know today speaks the OpenAI Chat Completions protocol.
-            provider = OpenAICompatibleProvider(llm, timeout_s=self._timeout_s, max_retries=self._max_retries)
-            self._providers[key] = provider
+            provider = self._providers[key] = self._build(llm)
         return provider
+
+    def _build(self, llm: LLMConfig) -> Provider:
+        """`relay` is the copy-paste relay; every other name speaks the OpenAI Chat Completions
+        protocol, with tools as CodingAgent text commands in text tool mode (`openai+text`)."""
+        name, mode = tool_mode(llm.provider, self._tool_mode)
+        if name == RELAY_PROVIDER:
+            return RelayProvider(relay_dir_of(llm.base_url, self._relay_dir))
+        inner = OpenAICompatibleProvider(llm, timeout_s=self._timeout_s, max_retries=self._max_retries)
+        return TextToolProvider(inner) if mode == "text" else inner
 
     async def close(self) -> None:
         for provider in self._providers.values():

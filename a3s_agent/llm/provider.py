@@ -20,6 +20,8 @@ class CompletionRequest:
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
     response_format: dict[str, Any] | None = None
+    session_id: str = ""
+    workspace: str = ""
 
 
 @dataclass

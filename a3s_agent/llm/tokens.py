@@ -174,6 +174,7 @@ def _seed(cache_dir: str, name: str) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o644)  # a public file, readable like tiktoken's own cache files
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import ipaddress
 import os
 import re
 import socket
@@ -263,11 +264,13 @@ class _Page:
     redirects: int
 
 
-def _check_hop(url: httpx.URL | str) -> httpx.URL:
+async def _check_hop(url: httpx.URL | str, allow_private: bool) -> httpx.URL:
     """Every URL web_fetch requests (the first and each redirect target) passes here, and only here.
 
-    Only http and https URLs with a host are allowed. This is the one place for a guard
-    against fetching private or loopback addresses.
+    Only http and https URLs with a host are allowed, and (a server-side request forgery guard)
+    only hosts whose every address is public, unless private addresses are allowed by
+    A3S_FETCH_ALLOW_PRIVATE=1. The check resolves the name itself; a DNS answer that changes
+    between this check and the connection (rebinding) is not caught.
     """
     try:
         parsed = httpx.URL(url)
@@ -277,7 +280,28 @@ def _check_hop(url: httpx.URL | str) -> httpx.URL:
         raise ToolFailure(f"{str(url)!r} is not an http or https URL; web_fetch fetches only those")
     if not parsed.host:
         raise ToolFailure(f"{str(url)!r} has no host name")
+    if not allow_private:
+        for address in await _addresses(
+            parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80)
+        ):
+            if not address.is_global:
+                raise ToolFailure(
+                    f"{parsed.host} is a private, loopback or link-local address ({address}); web_fetch"
+                    " refuses those unless the server sets A3S_FETCH_ALLOW_PRIVATE=1"
+                )
     return parsed
+
+
+async def _addresses(host: str, port: int) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    try:
+        return [ipaddress.ip_address(host.strip("[]"))]
+    except ValueError:
+        pass
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ToolFailure(f"could not resolve the host name {host} ({exc.strerror or exc})") from exc
+    return [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
 
 
 def _kind_of(media_type: str) -> _Kind | None:
@@ -337,9 +361,14 @@ async def _read_page(response: httpx.Response, max_bytes: int, redirects: int) -
     return _Page(response.status_code, url, content_type, kind, text, len(body), truncated, redirects)
 
 
-async def _download(client: httpx.AsyncClient, url: str, max_bytes: int) -> _Page:
+def _private_allowed(ctx: ToolContext) -> bool:
+    value = ctx.env.get("A3S_FETCH_ALLOW_PRIVATE", os.environ.get("A3S_FETCH_ALLOW_PRIVATE", ""))
+    return value.strip().lower() in {"1", "true", "yes"}
+
+
+async def _download(client: httpx.AsyncClient, url: str, max_bytes: int, allow_private: bool) -> _Page:
     """GET url, following at most MAX_REDIRECTS redirects, each target checked by _check_hop."""
-    target = _check_hop(url)
+    target = await _check_hop(url, allow_private)
     for redirects in range(MAX_REDIRECTS + 1):
         try:
             async with client.stream("GET", target) as response:
@@ -348,7 +377,7 @@ async def _download(client: httpx.AsyncClient, url: str, max_bytes: int) -> _Pag
                 next_url = response.next_request.url
         except httpx.InvalidURL as exc:
             raise ToolFailure(f"{target} redirected to a location that is not a valid URL: {exc}") from exc
-        target = _check_hop(next_url)
+        target = await _check_hop(next_url, allow_private)
     raise ToolFailure(f"{url} redirected more than {MAX_REDIRECTS} times (last to {target}); gave up")
 
 
@@ -415,7 +444,7 @@ async def web_fetch(args: WebFetchArgs, ctx: ToolContext) -> ToolOutput:
             asyncio.timeout(timeout_s),
             httpx.AsyncClient(timeout=timeout_s, headers=_FETCH_HEADERS) as client,
         ):
-            page = await _download(client, args.url, args.max_bytes)
+            page = await _download(client, args.url, args.max_bytes, _private_allowed(ctx))
     except (TimeoutError, httpx.TimeoutException) as exc:
         raise ToolFailure(f"fetching {args.url} timed out after {args.timeout_ms} ms") from exc
     except httpx.HTTPError as exc:

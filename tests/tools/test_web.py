@@ -166,7 +166,9 @@ def call(tmp_path: Path) -> Call:
     registry = ToolRegistry(web_tools.TOOLS)
 
     async def run(name: str, env: dict[str, str] | None = None, **args: Any) -> ToolOutput:
-        return await registry.run(name, json.dumps(args), ToolContext(workspace=tmp_path, env=env or {}))
+        # The test servers are on 127.0.0.1, which web_fetch refuses unless allowed.
+        allowed = {"A3S_FETCH_ALLOW_PRIVATE": "1", **(env or {})}
+        return await registry.run(name, json.dumps(args), ToolContext(workspace=tmp_path, env=allowed))
 
     return run
 
@@ -490,3 +492,19 @@ def test_tools_are_listed_as_web_queries() -> None:
         "text",
         "html",
     ]
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "http://127.0.0.1:9/x",
+        "http://localhost:9/",
+        "http://169.254.169.254/latest/meta-data",
+        "http://10.1.2.3/",
+        "http://[::1]:9/",
+    ],
+)
+async def test_private_addresses_are_refused_unless_allowed(call: Call, target: str) -> None:
+    result = await call("web_fetch", {"A3S_FETCH_ALLOW_PRIVATE": "0"}, url=target)
+    assert not result.success
+    assert "private, loopback or link-local" in result.error and "A3S_FETCH_ALLOW_PRIVATE" in result.error

@@ -1,0 +1,156 @@
+"""`a3s-agent relay new` and `relay resume`: run a session whose LLM is a person with a chat window.
+
+The agent runs in this process over a session store kept in `<relay_dir>/data`. Each model
+turn is an outbox file to paste into any chat LLM; the answer, saved as a `.txt` file in
+`<relay_dir>/inbox/`, is carried out and the next outbox follows, until the LLM sends DONE.
+`resume` picks a session up again (waiting again for an outbox left unanswered).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TextIO
+
+from .config import Settings
+from .core.agent import Agent, AgentEvent, DoneEvent, GenerateOptions, ToolResultEvent
+from .core.errors import AgentError
+from .core.models import LLMConfig, Message, SessionConfig
+from .llm.provider import Provider
+from .llm.relay import RELAY_PROVIDER, RELAY_SCHEME, RelayProvider, RelayTiming, load_sessions
+from .llm.text_protocol import CONTINUATION_PROMPT
+from .llm.text_tools import TurnScope
+from .runtime import Runtime
+from .tools.builtin import builtin_registry
+
+
+def relay_llm(relay_dir: Path) -> LLMConfig:
+    """The LLM config of a relay session (the model name is only a label)."""
+    return LLMConfig(provider=RELAY_PROVIDER, model="relay", base_url=f"{RELAY_SCHEME}{relay_dir.resolve()}")
+
+
+def text_protocol_agent(runtime: Runtime, provider: Provider) -> Agent:
+    """An agent over the runtime's sessions and tools whose model is `provider`: the relay with this
+    CLI's wait timing and its "paste this outbox" prompt, which the server's providers do not have."""
+    return Agent(
+        runtime.sessions,
+        llm_for=runtime.effective_llm,
+        provider_for=lambda _llm: provider,
+        context_for=runtime.tool_context,
+        tools_for=runtime.session_tools,
+        prompt_for=runtime.system_prompt,
+        control=runtime.control,
+        events=runtime.events,
+    )
+
+
+def _shown_arguments(arguments: str) -> str:
+    """The path, or the command's first line (the relay's calls have JSON object arguments)."""
+    parsed = json.loads(arguments)
+    return str(parsed.get("path") or parsed.get("command") or "").split("\n")[0]
+
+
+def _report(event: AgentEvent, out: TextIO) -> None:
+    if isinstance(event, ToolResultEvent):
+        status = "OK    " if event.result.success else "FAILED"
+        detail = "" if event.result.success else f": {event.result.error}"
+        print(f"  {status} {event.call.name} {_shown_arguments(event.call.arguments)}{detail}", file=out)
+    elif isinstance(event, DoneEvent):
+        print(f"\n{event.generation.message.content}", file=out)
+
+
+async def _drive(
+    relay_dir: Path, workspace: Path, session_id: str | None, prompt: str, timing: RelayTiming, out: TextIO
+) -> int:
+    """Run one generation of a relay session (a new one when `session_id` is None); 0 once it ends."""
+    runtime = Runtime(Settings(workspace=workspace, data_dir=relay_dir / "data"), registry=builtin_registry())
+    await runtime.start()
+    try:
+        if session_id is None:
+            config = SessionConfig(name=prompt[:80], workspace=str(workspace), llm=relay_llm(relay_dir))
+            session_id = (await runtime.sessions.create(None, config, [])).id
+
+        def waiting(outbox: Path) -> None:
+            print(f"Outbox: {outbox}", file=out)
+            print(
+                f"Paste it into your LLM chat and save the answer as a .txt file in {relay_dir / 'inbox'}",
+                file=out,
+                flush=True,
+            )
+
+        provider = RelayProvider(
+            relay_dir, scope=TurnScope(session_id, workspace), timing=timing, on_waiting=waiting
+        )
+        agent = text_protocol_agent(runtime, provider)
+        async for event in agent.run(session_id, [Message(role="user", content=prompt)], GenerateOptions()):
+            _report(event, out)
+    except AgentError as exc:
+        print(f"error: {exc}", file=out)
+        return 1
+    finally:
+        await runtime.close()
+    return 0
+
+
+def _run(drive: Coroutine[Any, Any, int], out: TextIO) -> int:
+    try:
+        return asyncio.run(drive)
+    except KeyboardInterrupt:
+        print("\nStopped; `a3s-agent relay resume` goes on from here.", file=out)
+        return 130
+
+
+def relay_new(
+    task: str,
+    *,
+    workspace: Path,
+    relay_dir: Path,
+    timing: RelayTiming | None = None,
+    out: TextIO = sys.stdout,
+) -> int:
+    """`a3s-agent relay new TASK --workspace DIR --relay-dir DIR`: start a session on `task`."""
+    workspace = workspace.resolve()
+    if not workspace.is_dir():
+        print(f"error: workspace {workspace} is not a directory", file=out)
+        return 2
+    return _run(_drive(relay_dir.resolve(), workspace, None, task, timing or RelayTiming(), out), out)
+
+
+def relay_resume(
+    *,
+    relay_dir: Path,
+    handle: str | None = None,
+    timing: RelayTiming | None = None,
+    out: TextIO = sys.stdout,
+) -> int:
+    """`a3s-agent relay resume [--handle H] --relay-dir DIR`: go on with a session, by default the
+    one active last."""
+    relay_dir = relay_dir.resolve()
+    try:
+        sessions = load_sessions(relay_dir)
+    except AgentError as exc:
+        print(f"error: {exc}", file=out)
+        return 1
+    if handle is not None and handle not in sessions:
+        print(f"error: no relay session {handle!r} in {relay_dir}", file=out)
+        return 2
+    if not sessions:
+        print(f"error: no relay session in {relay_dir}; start one with `a3s-agent relay new`", file=out)
+        return 2
+    session = sessions[handle] if handle is not None else max(sessions.values(), key=lambda s: s.updated_at)
+    if session.complete and not session.pending:
+        print(f"Session {session.handle} is complete: {session.task}", file=out)
+        return 0
+    print(f"Resuming session {session.handle}: {session.task}", file=out)
+    drive = _drive(
+        relay_dir,
+        Path(session.workspace),
+        session.session_id,
+        CONTINUATION_PROMPT,
+        timing or RelayTiming(),
+        out,
+    )
+    return _run(drive, out)
