@@ -159,6 +159,7 @@ def test_seed_replaces_a_corrupt_cached_file(tmp_path: Path) -> None:
     tokens._seed(str(tmp_path), "cl100k_base")
     assert hashlib.sha256(path.read_bytes()).hexdigest() == tokens._BUNDLED_SHA256["cl100k_base"]
     assert [p.name for p in tmp_path.iterdir()] == [path.name]
+    assert path.stat().st_mode & 0o777 == 0o644
 
 
 def test_empty_cache_dir_variable_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
