@@ -13,6 +13,7 @@ from .core.models import LLMConfig
 DEFAULT_LISTEN = "0.0.0.0:4088"
 DEFAULT_HTTP_LISTEN = "0.0.0.0:4089"
 DEFAULT_MAX_SESSIONS = 1000
+DEFAULT_MAX_GENERATIONS = 256
 DEFAULT_MAX_TOOLS_PER_REQUEST = 50
 DEFAULT_MAX_CONTEXT_TOKENS = 128_000
 DEFAULT_GRACE_SECONDS = 10.0
@@ -31,6 +32,7 @@ class Settings:
     log_level: str = "INFO"
     llm: LLMConfig = field(default_factory=LLMConfig)
     max_sessions: int = DEFAULT_MAX_SESSIONS
+    max_generations: int = DEFAULT_MAX_GENERATIONS
     max_tools_per_request: int = DEFAULT_MAX_TOOLS_PER_REQUEST
     max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
     grace_seconds: float = DEFAULT_GRACE_SECONDS
@@ -104,6 +106,7 @@ def settings_from(
         log_level=(log_level or env.get("A3S_LOG_LEVEL") or "INFO").upper(),
         llm=llm_from_env(env),
         max_sessions=max_sessions or int(_number(env, "A3S_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)),
+        max_generations=int(_number(env, "A3S_MAX_GENERATIONS", DEFAULT_MAX_GENERATIONS)),
         llm_timeout_s=_number(env, "A3S_LLM_TIMEOUT_S", DEFAULT_LLM_TIMEOUT_S, float),
         llm_retries=int(_number(env, "A3S_LLM_RETRIES", DEFAULT_LLM_RETRIES, zero_ok=True)),
         llm_tool_mode="text" if env.get("A3S_LLM_TOOL_MODE", "").lower() == "text" else "native",

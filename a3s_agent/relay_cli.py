@@ -44,6 +44,7 @@ def text_protocol_agent(runtime: Runtime, provider: Provider) -> Agent:
         prompt_for=runtime.system_prompt,
         control=runtime.control,
         events=runtime.events,
+        max_generations=runtime.settings.max_generations,
     )
 
 

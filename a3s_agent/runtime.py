@@ -100,6 +100,7 @@ class Runtime:
             control=self.control,
             events=self.events,
             context=self.context,
+            max_generations=settings.max_generations,
         )
         self.init = Initialization()
         self.started_at = time.monotonic()

@@ -363,3 +363,26 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+async def test_generations_beyond_the_server_limit_are_resource_exhausted(
+    workspace: Path, tmp_path: Path, fake: FakeLLM
+) -> None:
+    settings = agent_settings(workspace, tmp_path / "data")
+    settings.max_generations = 1
+    fake.script(text("slow", delay=0.5), text("second"))
+    async with running(settings) as server:
+        await initialize(server, fake)
+        first_session, second_session = await new_session(server), await new_session(server)
+        first = asyncio.ensure_future(
+            server.stub.Generate(pb.GenerateRequest(session_id=first_session, messages=[user("a")]))
+        )
+        await asyncio.sleep(0.1)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await server.stub.Generate(pb.GenerateRequest(session_id=second_session, messages=[user("b")]))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert (await first).message.content == "slow"
+        reply = await server.stub.Generate(
+            pb.GenerateRequest(session_id=second_session, messages=[user("b")])
+        )
+        assert reply.message.content == "second"

@@ -14,7 +14,7 @@ from ..llm.provider import CompletionRequest, Provider, TextDelta, ToolCallReady
 from ..tools.registry import Tool, ToolContext, ToolOutput
 from .context import ContextManager
 from .control import ControlPlane
-from .errors import AgentError, Cancelled, FailedPrecondition, InvalidArgument
+from .errors import AgentError, Cancelled, FailedPrecondition, InvalidArgument, ResourceExhausted
 from .events import EventBus, EventType
 from .models import LLMConfig, Message, Session, SessionState, ToolCall, Usage
 from .sessions import SessionManager
@@ -109,6 +109,7 @@ class Agent:
         prompt_for: Callable[[Session], str],
         control: ControlPlane,
         events: EventBus,
+        max_generations: int,
         context: ContextManager | None = None,
     ) -> None:
         self._sessions = sessions
@@ -121,6 +122,8 @@ class Agent:
         self._events = events
         self._gate = ToolGate(control, events)
         self._context = context
+        self._max_generations = max_generations
+        self._active = 0  # generations running or waiting for their session
 
     async def run(
         self, session_id: str, messages: list[Message], options: GenerateOptions
@@ -135,6 +138,20 @@ class Agent:
         run = _Run(self, session, llm, self._provider_for(llm), options)
         if session.state == SessionState.PAUSED:  # fail now rather than after waiting for the lock
             raise FailedPrecondition(f"session {session_id!r} is paused; Resume it first")
+        if self._active >= self._max_generations:
+            raise ResourceExhausted(
+                f"{self._active} generations are running, the server's limit; try again when one ends"
+            )
+        self._active += 1
+        try:
+            async for event in self._run_locked(session_id, llm, run, messages):
+                yield event
+        finally:
+            self._active -= 1
+
+    async def _run_locked(
+        self, session_id: str, llm: LLMConfig, run: _Run, messages: list[Message]
+    ) -> AsyncIterator[AgentEvent]:
         async with self._sessions.generation_lock(session_id):
             control = self._control.start_run(session_id)
             self._events.publish(

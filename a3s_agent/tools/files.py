@@ -22,6 +22,7 @@ from .gitignore import TreeEntry, walk_tree
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
 from .sandbox import relative_to_workspace, resolve_in_workspace
 
+MAX_WRITE_BYTES = 50_000_000  # one write; a bigger file is a build artefact, not an edit
 _SNIFF_BYTES = 8192
 _MAX_LINE_CHARS = 2000
 _INLINE_READ_BYTES = 1 << 20  # bigger files are read in a worker thread
@@ -295,6 +296,8 @@ async def write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolOutput:
     """
     target = resolve_in_workspace(ctx.workspace, args.path)
     data = _content_bytes(args.content, args.encoding)
+    if len(data) > MAX_WRITE_BYTES:
+        raise ToolFailure(f"content is {len(data)} bytes; write_file writes at most {MAX_WRITE_BYTES} bytes")
     created = await asyncio.to_thread(_write, target, args.path, data, args.overwrite)
     shown = relative_to_workspace(ctx.workspace, target)
     return ToolOutput(

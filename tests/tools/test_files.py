@@ -595,3 +595,16 @@ def test_walk_tree_ignores_a_symlinked_gitignore(workspace: Path, outside: Path)
     (workspace / ".gitignore").symlink_to(outside / "rules")
     write(workspace / "main.py", "pass\n")
     assert [e.rel for e in walk_tree(workspace, include_hidden=False)] == ["main.py"]
+
+
+async def test_write_file_refuses_content_beyond_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from a3s_agent.tools import files
+
+    monkeypatch.setattr(files, "MAX_WRITE_BYTES", 10)
+    result = await ToolRegistry(TOOLS).run(
+        "write_file", json.dumps({"path": "big.txt", "content": "x" * 11}), ToolContext(workspace=tmp_path)
+    )
+    assert not result.success and "at most 10 bytes" in result.error
+    assert not (tmp_path / "big.txt").exists()
