@@ -14,11 +14,8 @@ from grpc_reflection.v1alpha._async import ReflectionServicer
 from .config import Settings
 from .faces.auth import BearerTokenInterceptor
 from .faces.grpc.service import add_to_server
-from .faces.http import HttpBindError, HttpListener, start_http
-from .faces.http.spaces import spaces_routes
 from .proto import code_agent_pb2 as pb
 from .runtime import Runtime
-from .spaces import Spaces
 from .tools.builtin import builtin_registry
 
 log = logging.getLogger(__name__)
@@ -100,6 +97,12 @@ async def run(settings: Settings) -> int:
         log.error("%s", exc)
         return 2
     await runtime.start()
+    await server.start()  # gRPC (and so health) first; the HTTP face follows
+    # Imported only now: aiohttp's import is a good part of the start-up time.
+    from .faces.http import HttpBindError, HttpListener, start_http
+    from .faces.http.spaces import spaces_routes
+    from .spaces import Spaces
+
     spaces = Spaces(settings.resolved_data_dir, runtime.registry, env=lambda: runtime.init.env)
     await spaces.open()
     http: HttpListener | None = None
@@ -109,10 +112,10 @@ async def run(settings: Settings) -> int:
             http = await start_http(runtime, server.service, settings.http_listen, extra_routes=routes)
         except HttpBindError as exc:
             log.error("%s", exc)
+            await server.stop(0)
             await spaces.close()
             await runtime.close()
             return 2
-    await server.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, runtime.shutdown_requested.set)

@@ -8,8 +8,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-import jsonschema
-
 from .agent import Agent, AgentEvent, DoneEvent, GenerateOptions
 from .errors import FailedPrecondition, InvalidArgument
 from .models import Message, Usage
@@ -30,6 +28,8 @@ class StructuredDone:
 
 def parse_schema(text: str) -> dict[str, Any]:
     """The caller's schema, or InvalidArgument saying what is wrong with it."""
+    import jsonschema  # imported on first use: slow to import, rarely needed
+
     try:
         schema = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -53,6 +53,8 @@ def _instruction(schema: dict[str, Any]) -> Message:
 
 def _validated(text: str, schema: dict[str, Any]) -> str | None:
     """The JSON text when it validates, else None; a code fence around it is tolerated."""
+    import jsonschema
+
     stripped = text.strip()
     fenced = _FENCE.match(stripped)
     if fenced:
@@ -67,6 +69,8 @@ def _validated(text: str, schema: dict[str, Any]) -> str | None:
 
 
 def _problem(text: str, schema: dict[str, Any]) -> str:
+    import jsonschema
+
     try:
         value = json.loads(_FENCE.sub(r"\1", text.strip()))
     except json.JSONDecodeError as exc:

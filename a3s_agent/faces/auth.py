@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
-from aiohttp import web
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 # Probes must work without a token: container health checks and service discovery.
 GRPC_OPEN_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
@@ -68,6 +70,8 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
 
 
 def http_middleware(token: str) -> Callable[..., Awaitable[web.StreamResponse]]:
+    from aiohttp import web
+
     @web.middleware
     async def require_token(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]

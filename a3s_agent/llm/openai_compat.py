@@ -13,13 +13,14 @@ import json
 import random
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import FailedPrecondition, InvalidArgument, Unavailable
 from ..core.models import LLMConfig, Usage
 from .provider import CompletionRequest, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
+
+if TYPE_CHECKING:
+    import aiohttp
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT_S = 120.0
@@ -44,16 +45,19 @@ class OpenAICompatibleProvider:
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if llm.api_key:
             self._headers["Authorization"] = f"Bearer {llm.api_key}"
-        # No total limit (a long answer may stream for minutes), but silence is bounded.
-        self._timeout = aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_read=timeout_s)
         self._timeout_s = timeout_s
         self._max_retries = max_retries
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
+        # aiohttp is imported on first use: its import costs the server's start-up a quarter second.
+        import aiohttp
+
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+            # No total limit (a long answer may stream for minutes), but silence is bounded.
+            timeout = aiohttp.ClientTimeout(total=None, connect=self._timeout_s, sock_read=self._timeout_s)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
         return self._session
 
     async def close(self) -> None:
@@ -88,6 +92,8 @@ class OpenAICompatibleProvider:
                 await asyncio.sleep(_backoff(attempt, exc.delay_s))
 
     async def _attempt(self, body: str) -> AsyncIterator[ProviderEvent]:
+        import aiohttp
+
         try:
             async with self._client().post(self._url, data=body, headers=self._headers) as response:
                 if response.status >= 400:

@@ -15,14 +15,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
-from git import Repo
-from git.exc import InvalidGitRepositoryError, NoSuchPathError
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
 from .sandbox import relative_to_workspace, resolve_in_workspace
+
+if TYPE_CHECKING:
+    from git import Repo
 
 _Args = TypeVar("_Args", bound=BaseModel)
 _GIT_TIMEOUT_S = 120.0
@@ -106,6 +107,9 @@ def _text(raw: bytes) -> str:
 
 @contextmanager
 def _checkout(ctx: ToolContext) -> Iterator[_Checkout]:
+    from git import Repo  # GitPython is imported on first use: it is slow to import
+    from git.exc import InvalidGitRepositoryError, NoSuchPathError
+
     workspace = ctx.workspace.resolve()
     try:
         repo = Repo(workspace, search_parent_directories=True)
