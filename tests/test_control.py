@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from a3s_agent.core.events import EventBus, EventType
+from a3s_agent.core.models import Message
 from a3s_agent.proto import code_agent_pb2 as pb
 
 from .conftest import LiveServer, agent_settings, new_session, running, user
@@ -146,9 +147,13 @@ async def test_cancel_during_a_long_bash_call_stops_it_and_its_process(
     await eventually(lambda: not _alive(pid))
     history = await agent.runtime.sessions.history(session_id)
     assert "cancelled" in history[-1].content
+    assert history[-2].role == "tool" and "cancelled" in history[-2].content  # the call got its answer
     assert len(fake.requests) == 1
     # Nothing runs now: Cancel says so without an error.
     assert not (await agent.stub.Cancel(pb.CancelRequest(session_id=session_id))).success
+    # The session goes on: the history is one a strict provider accepts.
+    reply = await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("again")]))
+    assert reply.message.content == "never reached"
 
 
 async def test_cancel_during_a_streaming_reply_ends_the_stream_with_cancelled(
@@ -204,6 +209,21 @@ async def test_pause_stops_at_the_next_step_and_resume_continues(agent: LiveServ
     assert (agent.workspace / "after-resume.txt").read_text() == "ok"
     session = (await agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
     assert session.state == pb.SESSION_STATE_ACTIVE
+
+
+async def test_context_injected_while_running_reaches_the_next_model_call(
+    agent: LiveServer, fake: FakeLLM
+) -> None:
+    fake.script(tool_call("list_files", {}, delay=0.3), text("noted"))
+    session_id = await new_session(agent)
+    running_generation = generate(agent, session_id)
+    await eventually(lambda: agent.runtime.control.of(session_id).run_task is not None)
+    injected = Message(role="user", content="[context] the deadline moved to Friday")
+    assert agent.runtime.control.inject(session_id, [injected])
+    await running_generation
+    second_call = fake.requests[1].messages
+    assert second_call[-1]["content"] == "[context] the deadline moved to Friday"
+    assert not agent.runtime.control.inject(session_id, [injected])  # nothing runs now
 
 
 # --- human confirmation ----------------------------------------------------------------------

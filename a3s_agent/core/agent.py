@@ -14,7 +14,7 @@ from ..llm.provider import CompletionRequest, Provider, TextDelta, ToolCallReady
 from ..tools.registry import Tool, ToolContext, ToolOutput
 from .context import ContextManager
 from .control import ControlPlane
-from .errors import AgentError, Cancelled, FailedPrecondition, InvalidArgument, ResourceExhausted
+from .errors import Cancelled, FailedPrecondition, InvalidArgument, ResourceExhausted
 from .events import EventBus, EventType
 from .models import LLMConfig, Message, Session, SessionState, ToolCall, Usage
 from .sessions import SessionManager
@@ -170,6 +170,7 @@ class Agent:
                         )  # fmt: skip
                     yield event
             except asyncio.CancelledError:
+                await self._answer_open_calls(session_id, "cancelled: the run was stopped")
                 if not control.cancel_requested:
                     raise  # the caller went away: nothing more to tell anyone
                 current = asyncio.current_task()
@@ -180,11 +181,28 @@ class Agent:
                 )
                 self._events.publish(EventType.WARNING, session_id, "generation cancelled by the client")
                 raise Cancelled("the generation was cancelled") from None
-            except AgentError as exc:
+            except Exception as exc:
+                await self._answer_open_calls(session_id, f"not run: the generation failed ({exc})")
                 self._events.publish(EventType.ERROR, session_id, f"generation failed: {exc}")
                 raise
             finally:
+                leftover = self._control.take_injected(session_id)  # came after the last model call
                 self._control.end_run(session_id)
+                if leftover:
+                    await self._sessions.append_messages(session_id, leftover)
+
+    async def _answer_open_calls(self, session_id: str, reason: str) -> None:
+        """A run stopped between a model's tool calls and their results would leave a history every
+        strict provider refuses: give each unanswered call of the last turn an error result."""
+        history = await self._sessions.history(session_id)
+        last = next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "assistant"), None)
+        if last is None or not history[last].tool_calls:
+            return
+        answered = {m.tool_call_id for m in history[last + 1 :] if m.role == "tool"}
+        missing = [c for c in history[last].tool_calls if c.id not in answered]
+        if missing:
+            failed = ToolOutput(success=False, error=reason)
+            await self._sessions.append_messages(session_id, [tool_message(call, failed) for call in missing])
 
     def offered_tools(self, session: Session, options: GenerateOptions) -> list[Tool]:
         if not options.enable_tools:
@@ -240,6 +258,10 @@ class _Run:
         while True:
             turn += 1
             await self.agent._control.checkpoint(self.session.id)
+            injected = self.agent._control.take_injected(self.session.id)
+            if injected:
+                await self._store(*injected)
+                conversation.extend(to_openai(m) for m in injected)
             compacted = await self._compact_if_needed()
             if compacted is not None:
                 conversation = [

@@ -12,7 +12,7 @@ from typing import Any
 
 from .errors import InvalidArgument, NotFound
 from .events import EventBus, EventType
-from .models import SessionState
+from .models import Message, SessionState
 from .sessions import SessionManager
 
 DEFAULT_CONFIRMATION_TIMEOUT_MS = 30_000
@@ -104,6 +104,7 @@ class SessionControl:
         self.confirmations: dict[str, asyncio.Future[Outcome]] = {}
         self.external: dict[str, ExternalTask] = {}
         self.lanes = {lane: asyncio.Semaphore(limit) for lane, limit in LANE_LIMITS.items()}
+        self.injected: list[Message] = []  # context for the running run's next model call
 
 
 def _bounded_ms(value: int, default: int) -> int:
@@ -160,6 +161,19 @@ class ControlPlane:
         control.running.set()  # a paused run must wake up to stop
         control.run_task.cancel()
         return True
+
+    def inject(self, session_id: str, messages: list[Message]) -> bool:
+        """Queue context for the running generation's next model call; False when none runs."""
+        control = self.of(session_id)
+        if control.run_task is None or control.run_task.done():
+            return False
+        control.injected.extend(messages)
+        return True
+
+    def take_injected(self, session_id: str) -> list[Message]:
+        control = self.of(session_id)
+        taken, control.injected = control.injected, []
+        return taken
 
     async def pause(self, session_id: str) -> None:
         self.of(session_id).running.clear()

@@ -95,6 +95,9 @@ class RequestRun:
         return self._tools.approve(answer)
 
     def inject(self, message: Message, *, immediate: bool) -> None:
+        """IMMEDIATE goes to the running generation's next model call when one runs."""
+        if immediate and self._owns_run() and self._rt.control.inject(self._session_id, [message]):
+            return
         (self._immediate if immediate else self._later).append(message)
 
     # --- the run ---------------------------------------------------------------------------
