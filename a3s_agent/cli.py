@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -41,6 +42,22 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="a directory of skills; repeatable (env A3S_SKILL_DIRS)",
     )
+    serve.add_argument(
+        "--coven-gateway",
+        help="also connect to this coven gateway (HOST:PORT) as an agent (env A3S_COVEN_GATEWAY)",
+    )
+    coven = commands.add_parser("coven", help="connect to a coven gateway as an agent")
+    coven.add_argument("--gateway", required=True, help="HOST:PORT of the gateway")
+    coven.add_argument("--name", help="the agent's name (default a3s-agent@HOSTNAME)")
+    coven.add_argument(
+        "--agent-id", help="a fixed agent id (default: one made once and kept in the data dir)"
+    )
+    coven.add_argument(
+        "--workspace", help="the workspace directory (env WORKSPACE; default: current directory)"
+    )
+    coven.add_argument(
+        "--data-dir", help="where sessions are stored (env A3S_DATA_DIR; default <workspace>/.a3s)"
+    )
     ops = commands.add_parser("ops", help="run an Agent Spaces operations message and print the events")
     ops.add_argument("file", help="the operations message (JSON)")
     ops.add_argument("--workspace", default=".", help="the directory the operations work in")
@@ -61,6 +78,35 @@ def _parser() -> argparse.ArgumentParser:
     health.add_argument("--address", default="127.0.0.1:4088", help="HOST:PORT of the server")
     health.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for an answer")
     return parser
+
+
+def _coven(args: argparse.Namespace) -> int:
+    """The agent alone, talking only to the gateway (no gRPC or HTTP listener)."""
+    from .faces.coven import default_name, run_coven_agent
+    from .runtime import Runtime
+    from .tools.builtin import builtin_registry
+
+    try:
+        settings = settings_from(workspace=args.workspace, data_dir=args.data_dir)
+    except ConfigError as exc:
+        print(f"a3s-agent: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def main() -> int:
+        runtime = Runtime(settings, registry=builtin_registry())
+        await runtime.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            name = args.name or default_name()
+            return await run_coven_agent(runtime, args.gateway, name=name, agent_id=args.agent_id, stop=stop)
+        finally:
+            await runtime.close()
+
+    return asyncio.run(main())
 
 
 def _relay(args: argparse.Namespace) -> int:
@@ -125,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         return _health(args.address, args.timeout)
     if args.command == "relay":
         return _relay(args)
+    if args.command == "coven":
+        return _coven(args)
     if args.command == "ops":
         return _ops(Path(args.file), Path(args.workspace), args.policy)
     if args.command == "serve":
@@ -138,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_sessions=args.max_sessions,
                 skills_dirs=args.skills_dir,
                 auth_token=args.auth_token,
+                coven_gateway=args.coven_gateway,
             )
         except ConfigError as exc:
             print(f"a3s-agent: {exc}", file=sys.stderr)

@@ -27,6 +27,7 @@ class Settings:
     listen: str = DEFAULT_LISTEN
     http_listen: str = DEFAULT_HTTP_LISTEN  # HOST:PORT of the HTTP face, or "off"
     auth_token: str = ""  # when set, callers must send `authorization: Bearer <token>`
+    coven_gateway: str = ""  # HOST:PORT of a coven gateway to serve as an agent, alongside the server
     workspace: Path = field(default_factory=Path.cwd)
     data_dir: Path | None = None
     log_level: str = "INFO"
@@ -91,6 +92,7 @@ def settings_from(
     max_sessions: int | None = None,
     skills_dirs: list[str] | None = None,
     auth_token: str | None = None,
+    coven_gateway: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Settings:
     """Build settings from flag values (None = not given) over the environment."""
@@ -101,6 +103,7 @@ def settings_from(
         listen=listen or env.get("LISTEN_ADDR") or DEFAULT_LISTEN,
         http_listen=http_listen or env.get("A3S_HTTP_LISTEN") or DEFAULT_HTTP_LISTEN,
         auth_token=auth_token or env.get("A3S_AUTH_TOKEN", ""),
+        coven_gateway=coven_gateway or env.get("A3S_COVEN_GATEWAY", ""),
         workspace=Path(workspace_value).resolve() if workspace_value else Path.cwd(),
         data_dir=Path(data_value) if data_value else None,
         log_level=(log_level or env.get("A3S_LOG_LEVEL") or "INFO").upper(),

@@ -124,7 +124,21 @@ async def run(settings: Settings) -> int:
     if http is not None:
         http_host = settings.http_listen.rsplit(":", 1)[0]
         log.info("HTTP (REST, server-sent events, WebSocket, /healthz) on %s:%d", http_host, http.port)
+    coven = None
+    if settings.coven_gateway:
+        from .faces.coven import default_name, run_coven_agent
+
+        coven_stop = asyncio.Event()
+        coven = asyncio.create_task(
+            run_coven_agent(
+                runtime, settings.coven_gateway, name=default_name(), agent_id=None, stop=coven_stop
+            )
+        )
+        log.info("coven agent connecting to %s", settings.coven_gateway)
     await runtime.shutdown_requested.wait()
+    if coven is not None:
+        coven_stop.set()
+        await coven
     log.info("shutting down (grace %.0fs)", settings.grace_seconds)
     await asyncio.gather(server.stop(settings.grace_seconds), *([http.stop()] if http else []))
     await spaces.close()

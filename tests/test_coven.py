@@ -9,6 +9,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections import defaultdict, deque
@@ -29,7 +30,7 @@ from a3s_agent.proto import code_agent_pb2 as a3s_pb
 from a3s_agent.proto import coven_pb2 as pb
 from a3s_agent.proto import coven_pb2_grpc as pb_grpc
 
-from .conftest import LiveServer
+from .conftest import LiveServer, ServerProcess
 from .fake_llm import FakeLLM, call, error, text, tool_call, tool_calls
 
 TIMEOUT_S = 10.0
@@ -646,3 +647,29 @@ async def test_the_log_names_the_instance(
     assert "pack_weather" in caplog.text
     assert "instance abc" in caplog.text
     assert "API_KEY" in caplog.text and "hidden-value" not in caplog.text
+
+
+async def test_the_coven_command_and_serve_flag_connect_as_an_agent(
+    gateway: FakeGateway, tmp_path: Path
+) -> None:
+    """`a3s-agent coven` on its own, and `a3s-agent serve --coven-gateway` beside the server."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    coven_command = [sys.executable, "-m", "a3s_agent", "coven", "--gateway", gateway.address,
+                     "--name", "cli-agent", "--workspace", str(workspace)]  # fmt: skip
+    server = ServerProcess(workspace, tmp_path / "data")
+    serve_command = [*server.command(), "--coven-gateway", gateway.address]
+    for command, name in ((coven_command, "cli-agent"), (serve_command, None)):
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            stream, register = await gateway.accept()
+            assert register.agent_id and (name is None or register.name == name)
+            assert register.metadata.working_directory == str(workspace)
+            stream.send(shutdown=pb.Shutdown(reason="done"))
+            await stream.until_closed()
+            if name is not None:  # the coven command ends with its gateway's Shutdown
+                assert await asyncio.to_thread(proc.wait, 20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                assert await asyncio.to_thread(proc.wait, 20) == 0
