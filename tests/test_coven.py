@@ -660,7 +660,7 @@ async def test_the_coven_command_and_serve_flag_connect_as_an_agent(
     server = ServerProcess(workspace, tmp_path / "data")
     serve_command = [*server.command(), "--coven-gateway", gateway.address]
     for command, name in ((coven_command, "cli-agent"), (serve_command, None)):
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: ASYNC220
         try:
             stream, register = await gateway.accept()
             assert register.agent_id and (name is None or register.name == name)
