@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -213,12 +214,20 @@ def test_bad_settings_are_named_not_tracebacks(server_process: ServerProcess, na
 
 
 def test_serve_also_answers_http_on_its_own_port(server_process: ServerProcess) -> None:
+    import urllib.error
     import urllib.request
 
     server_process.start()
     base = f"http://127.0.0.1:{server_process.http_port}"
-    with urllib.request.urlopen(f"{base}/healthz", timeout=10) as reply:
-        assert reply.status == 200 and json.loads(reply.read())["status"] == "ok"
+    deadline = time.monotonic() + 15
+    while True:  # the HTTP face starts right after gRPC reports SERVING
+        try:
+            with urllib.request.urlopen(f"{base}/healthz", timeout=10) as reply:
+                assert reply.status == 200 and json.loads(reply.read())["status"] == "ok"
+                break
+        except urllib.error.URLError:
+            assert time.monotonic() < deadline, "HTTP never came up"
+            time.sleep(0.05)
     create = urllib.request.Request(f"{base}/v1/spaces", data=b"{}", method="POST")
     with urllib.request.urlopen(create, timeout=10) as reply:  # the Agent Spaces routes are served too
         assert reply.status == 201 and json.loads(reply.read())["spaceId"]
