@@ -19,8 +19,9 @@ from .config import Settings
 from .core.agent import Agent, AgentEvent, DoneEvent, GenerateOptions, ToolResultEvent
 from .core.errors import AgentError
 from .core.models import LLMConfig, Message, SessionConfig
+from .llm.modes import RELAY_PROVIDER
 from .llm.provider import Provider
-from .llm.relay import RELAY_PROVIDER, RELAY_SCHEME, RelayProvider, RelayTiming, load_sessions
+from .llm.relay import RELAY_SCHEME, RelayProvider, RelayTiming, load_sessions
 from .llm.text_protocol import CONTINUATION_PROMPT
 from .llm.text_tools import TurnScope
 from .runtime import Runtime

@@ -25,8 +25,7 @@ from .core.store import Store
 from .core.tool_runner import ToolRunner
 from .llm.factory import ProviderCache
 from .llm.messages import tool_schema
-from .llm.relay import RELAY_PROVIDER
-from .llm.text_tools import EDIT_LINES_TOOL, tool_mode
+from .llm.modes import speaks_text_protocol
 from .tools.registry import Tool, ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -174,11 +173,6 @@ class Runtime:
                 models.append(llm)
         return models
 
-    def speaks_text_protocol(self, session: Session | None) -> bool:
-        """Whether the session's model writes CodingAgent commands (tag tool mode or the relay)."""
-        name, mode = tool_mode(self.effective_llm(session).provider, self.settings.llm_tool_mode)
-        return mode == "text" or name == RELAY_PROVIDER
-
     def session_tools(self, session: Session | None) -> list[Tool]:
         """What a session's model may call: the enabled built-in tools, skill tools, client tools,
         and edit_lines (EDIT_FILE) for a model speaking the text protocol."""
@@ -186,8 +180,16 @@ class Runtime:
             *self.registry.list(),
             *self.skills.tools_for(session),
             *self.client_tools.for_session(session),
-            *([EDIT_LINES_TOOL] if self.speaks_text_protocol(session) else []),
+            *self._text_protocol_tools(session),
         ]
+
+    def _text_protocol_tools(self, session: Session | None) -> list[Tool]:
+        """edit_lines, for a model speaking the CodingAgent text protocol (its EDIT_FILE)."""
+        if not speaks_text_protocol(self.effective_llm(session).provider, self.settings.llm_tool_mode):
+            return []
+        from .llm.text_tools import EDIT_LINES_TOOL
+
+        return [EDIT_LINES_TOOL]
 
     def system_prompt(self, session: Session) -> str:
         workspace = session.config.workspace or str(self.workspace)

@@ -21,6 +21,7 @@ from a3s_agent.core.agent import DoneEvent, GenerateOptions
 from a3s_agent.core.models import LLMConfig, Message, SessionConfig, ToolCall
 from a3s_agent.core.tool_runner import tool_message
 from a3s_agent.llm.messages import to_openai, tool_schema
+from a3s_agent.llm.modes import tool_mode
 from a3s_agent.llm.openai_compat import OpenAICompatibleProvider
 from a3s_agent.llm.provider import CompletionRequest, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
 from a3s_agent.llm.text_protocol import (
@@ -40,7 +41,6 @@ from a3s_agent.llm.text_tools import (
     reply_events,
     scope_of,
     text_messages,
-    tool_mode,
     turn_outcome,
     workspace_files,
 )

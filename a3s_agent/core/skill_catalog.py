@@ -13,13 +13,25 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..tools.registry import Tool
 from .errors import InvalidArgument, NotFound
 from .models import Session
 from .permissions import PermissionPolicy, parse_rule
 from .sessions import SessionManager
-from .skills import SKILL_FILE, Skill, parse_skill
+
+if TYPE_CHECKING:
+    from .skills import Skill
+
+# The skill format (YAML, HTTP backends) is imported only once there is a skill to read: most
+# servers have none, and its imports are a good part of the start-up time.
+
+
+def parse_skill(text: str, *, source: str) -> Skill:
+    from .skills import parse_skill as parse
+
+    return parse(text, source=source)
 
 
 @dataclass
@@ -31,6 +43,8 @@ class LoadedSkill:
 
 def _read(path: Path) -> tuple[str, str]:
     """(text, source) of a skill file or a skill directory."""
+    from .skills import SKILL_FILE
+
     file = path / SKILL_FILE if path.is_dir() else path
     return file.read_text(encoding="utf-8"), str(file)
 
@@ -41,6 +55,8 @@ def _scan(dirs: list[Path]) -> dict[str, tuple[Skill, str]]:
     for directory in dirs:
         if not directory.is_dir():
             continue
+        from .skills import SKILL_FILE
+
         for entry in sorted(directory.iterdir()):
             if not ((entry / SKILL_FILE).is_file() or (entry.is_file() and entry.suffix == ".md")):
                 continue

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from ..core.models import LLMConfig
+from .modes import RELAY_PROVIDER, ToolMode, tool_mode
 from .openai_compat import OpenAICompatibleProvider
 from .provider import Provider
-from .relay import RELAY_PROVIDER, RelayProvider, relay_dir_of
-from .text_tools import TextToolProvider, ToolMode, tool_mode
 
 
 class ProviderCache:
@@ -33,9 +32,15 @@ class ProviderCache:
         protocol, with tools as CodingAgent text commands in text tool mode (`openai+text`)."""
         name, mode = tool_mode(llm.provider, self._tool_mode)
         if name == RELAY_PROVIDER:
+            from .relay import RelayProvider, relay_dir_of  # text-protocol code loads only when used
+
             return RelayProvider(relay_dir_of(llm.base_url, self._relay_dir))
         inner = OpenAICompatibleProvider(llm, timeout_s=self._timeout_s, max_retries=self._max_retries)
-        return TextToolProvider(inner) if mode == "text" else inner
+        if mode == "text":
+            from .text_tools import TextToolProvider
+
+            return TextToolProvider(inner)
+        return inner
 
     async def close(self) -> None:
         for provider in self._providers.values():

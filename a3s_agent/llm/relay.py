@@ -51,7 +51,6 @@ from .text_tools import (
 
 log = logging.getLogger(__name__)
 
-RELAY_PROVIDER = "relay"
 RELAY_SCHEME = "relay://"
 
 

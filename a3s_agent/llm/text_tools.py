@@ -27,7 +27,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,18 +55,7 @@ from .text_protocol import (
     parse_response,
 )
 
-ToolMode = Literal["native", "text"]
-_MODE_SUFFIXES: dict[str, ToolMode] = {"+text": "text", "+native": "native"}
-
 Chat = dict[str, Any]  # one Chat Completions message
-
-
-def tool_mode(provider: str, default: ToolMode = "native") -> tuple[str, ToolMode]:
-    """The provider name without its mode suffix, and the tool mode: "openai+text" -> ("openai", "text")."""
-    for suffix, mode in _MODE_SUFFIXES.items():
-        if provider.endswith(suffix):
-            return provider.removesuffix(suffix), mode
-    return provider, default
 
 
 @dataclass(frozen=True)
