@@ -226,7 +226,9 @@ async def test_lint_fix_refuses_files_reached_through_symlink_out_of_workspace(t
 
 def _hide_binary(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     """As on a machine without that tool (shellcheck comes with the test extra; prettier may be around)."""
-    monkeypatch.setattr(quality, "find_binary", lambda wanted: None if wanted == name else find_binary(wanted))
+    monkeypatch.setattr(
+        quality, "find_binary", lambda wanted: None if wanted == name else find_binary(wanted)
+    )
 
 
 async def test_lint_shell_script_with_shellcheck(tmp_path: Path) -> None:

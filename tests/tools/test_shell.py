@@ -120,7 +120,9 @@ async def test_bash_background_process_does_not_outlive_call(tmp_path: Path) -> 
 
 async def test_bash_caps_huge_output_with_hint(tmp_path: Path) -> None:
     ctx = ToolContext(workspace=tmp_path, max_output_bytes=2000)
-    result = await call(tmp_path, "bash", ctx, command="head -c 50000 /dev/zero | tr '\\0' x; echo; echo the-last-line")
+    result = await call(
+        tmp_path, "bash", ctx, command="head -c 50000 /dev/zero | tr '\\0' x; echo; echo the-last-line"
+    )
     assert result.success and result.metadata["truncated"] is True
     assert len(result.output.encode()) <= 2000
     assert result.output.startswith("x" * 800)
