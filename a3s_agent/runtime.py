@@ -14,11 +14,10 @@ from .core.agent import Agent
 from .core.client_tools import ClientTools
 from .core.context import ContextManager
 from .core.control import ControlPlane
-from .core.errors import InvalidArgument
 from .core.events import EventBus
 from .core.models import LLMConfig, Session
 from .core.prompts import system_prompt
-from .core.sessions import SessionManager
+from .core.sessions import SessionManager, existing_directory
 from .core.skill_catalog import SkillCatalog
 from .core.sqlite_store import SqliteStore
 from .core.store import Store
@@ -141,9 +140,7 @@ class Runtime:
         """Apply an Initialize call. Everything is validated before anything changes."""
         new_workspace = self.workspace
         if workspace:
-            new_workspace = Path(workspace).resolve()
-            if not new_workspace.is_dir():
-                raise InvalidArgument(f"workspace {workspace!r} does not exist or is not a directory")
+            new_workspace = existing_directory(workspace, "workspace")
         self.registry.configure(enabled_tools, disabled_tools)
         self.workspace = new_workspace
         self.init = Initialization(

@@ -90,6 +90,9 @@ class AgentServer:
 async def run(settings: Settings) -> int:
     """Serve until asked to stop; the exit code of `a3s-agent serve`."""
     runtime = Runtime(settings, registry=builtin_registry())
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # first: a stop during start-up is a graceful one too
+        loop.add_signal_handler(sig, runtime.shutdown_requested.set)
     server = AgentServer(runtime)
     try:
         port = server.bind(settings.listen)
@@ -116,9 +119,6 @@ async def run(settings: Settings) -> int:
             await spaces.close()
             await runtime.close()
             return 2
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, runtime.shutdown_requested.set)
     host = settings.listen.rsplit(":", 1)[0]
     log.info("a3s-agent %s serving on %s:%d", runtime.info.version, host, port)
     if http is not None:

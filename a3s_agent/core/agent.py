@@ -375,6 +375,7 @@ class _Run:
             )
             for call in group
         ]
+        notice: asyncio.Future[dict[str, str]] | None = None
         try:
             pending: set[asyncio.Future[Any]] = set(tasks)
             while pending:
@@ -389,7 +390,7 @@ class _Run:
                 yield NoticeEvent(self.notices.get_nowait())
             results.extend(task.result() for task in tasks)
         finally:
-            for task in tasks:
+            for task in [*tasks, *([notice] if notice is not None else [])]:
                 task.cancel()
 
     def _generation(self, message: Message, finish_reason: str, turns: int) -> Generation:

@@ -6,13 +6,13 @@ for a session are stored with it; server-wide ones (empty session id) live until
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..tools.registry import JsonArguments, Tool, ToolContext, ToolOutput, ToolRegistry, check_json_schema
 from .errors import InvalidArgument
+from .jsontext import parse_json
 from .models import Session
 from .sessions import SessionManager
 
@@ -49,10 +49,9 @@ class ClientTools:
             raise InvalidArgument("tool.name must be 1-64 characters of letters, digits, '_' or '-'")
         if self._registry.has(name):
             raise InvalidArgument(f"tool.name {name!r} clashes with a built-in tool")
-        try:
-            parameters = json.loads(parameters_json or '{"type": "object", "properties": {}}')
-        except ValueError as exc:
-            raise InvalidArgument(f"tool.parameters_schema is not valid JSON: {exc}") from exc
+        parameters = parse_json(
+            parameters_json or '{"type": "object", "properties": {}}', "tool.parameters_schema"
+        )
         check_json_schema(parameters, "tool.parameters_schema")
         return ClientToolSpec(name, description, parameters, list(tags))
 

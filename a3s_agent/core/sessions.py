@@ -19,6 +19,20 @@ from .store import Store
 SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
+def existing_directory(path: Path | str, field: str) -> Path:
+    """`path` resolved, or InvalidArgument when it is no directory or a path the OS refuses
+    (NUL bytes, names too long)."""
+    shown = str(path)[:300]
+    try:
+        resolved = Path(path).resolve()
+        is_dir = resolved.is_dir()
+    except (OSError, ValueError) as exc:
+        raise InvalidArgument(f"{field} {shown!r} is not a usable path: {exc}") from None
+    if not is_dir:
+        raise InvalidArgument(f"{field} {shown!r} does not exist or is not a directory")
+    return resolved
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -191,11 +205,9 @@ class SessionManager:
     def _validated(self, config: SessionConfig) -> SessionConfig:
         """The config with its workspace resolved and checked; InvalidArgument names the bad field."""
         base = self._default_workspace()
-        workspace = (base / config.workspace).resolve() if config.workspace else base
-        if not workspace.exists():
-            raise InvalidArgument(f"config.workspace {str(workspace)!r} does not exist")
-        if not workspace.is_dir():
-            raise InvalidArgument(f"config.workspace {str(workspace)!r} is not a directory")
+        workspace = (
+            existing_directory(base / config.workspace, "config.workspace") if config.workspace else base
+        )
         if config.max_context_length > self._max_context_tokens:
             raise InvalidArgument(
                 f"config.max_context_length {config.max_context_length} exceeds the server limit"

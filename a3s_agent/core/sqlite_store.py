@@ -68,19 +68,9 @@ class SqliteStore:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, db)
 
     async def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-
-        def connect() -> sqlite3.Connection:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA foreign_keys=ON")
-            (version,) = db.execute("PRAGMA user_version").fetchone()
-            for number, script in enumerate(_MIGRATIONS[version:], start=version + 1):
-                db.executescript(f"BEGIN; {script}; PRAGMA user_version={number}; COMMIT;")
-            return db
-
-        self._db = await asyncio.get_running_loop().run_in_executor(self._thread, connect)
+        self._db = await asyncio.get_running_loop().run_in_executor(
+            self._thread, connect, self.path, _MIGRATIONS
+        )
 
     async def close(self) -> None:
         if self._db is not None:
@@ -197,6 +187,21 @@ class SqliteStore:
             ).fetchall()
         )
         return [Message.from_json(role, content, json.loads(data)) for role, content, data in rows]
+
+
+def connect(path: Path, migrations: list[str]) -> sqlite3.Connection:
+    """A WAL-mode connection (for use on one thread at a time) with the schema migrated up.
+
+    `migrations[n]` takes a database from version n to n + 1; PRAGMA user_version keeps the count."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("PRAGMA foreign_keys=ON")
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    for number, script in enumerate(migrations[version:], start=version + 1):
+        db.executescript(f"BEGIN; {script}; PRAGMA user_version={number}; COMMIT;")
+    return db
 
 
 class _transaction:

@@ -8,8 +8,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..tools.registry import check_json_schema
 from .agent import Agent, AgentEvent, DoneEvent, GenerateOptions
-from .errors import FailedPrecondition, InvalidArgument
+from .errors import FailedPrecondition
+from .jsontext import parse_json
 from .models import Message, Usage
 
 MAX_REPAIRS = 2
@@ -28,19 +30,7 @@ class StructuredDone:
 
 def parse_schema(text: str) -> dict[str, Any]:
     """The caller's schema, or InvalidArgument saying what is wrong with it."""
-    import jsonschema  # imported on first use: slow to import, rarely needed
-
-    try:
-        schema = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"schema is not valid JSON: {exc}") from exc
-    if not isinstance(schema, dict):
-        raise InvalidArgument("schema must be a JSON Schema object")
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise InvalidArgument(f"schema is not a valid JSON Schema: {exc.message}") from exc
-    return schema
+    return check_json_schema(parse_json(text, "schema"), "schema", for_arguments=False)
 
 
 def _instruction(schema: dict[str, Any]) -> Message:
@@ -61,7 +51,7 @@ def _validated(text: str, schema: dict[str, Any]) -> str | None:
         stripped = fenced.group(1)
     try:
         value = json.loads(stripped)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         return None
     if next(jsonschema.validators.validator_for(schema)(schema).iter_errors(value), None) is not None:
         return None
@@ -73,8 +63,8 @@ def _problem(text: str, schema: dict[str, Any]) -> str:
 
     try:
         value = json.loads(_FENCE.sub(r"\1", text.strip()))
-    except json.JSONDecodeError as exc:
-        return f"it is not valid JSON ({exc})"
+    except (ValueError, RecursionError) as exc:
+        return f"it is not valid JSON ({exc or 'nested too deeply'})"
     error = jsonschema.exceptions.best_match(
         jsonschema.validators.validator_for(schema)(schema).iter_errors(value)
     )

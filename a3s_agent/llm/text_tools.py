@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import stat
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
@@ -32,6 +30,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.models import Usage
+from ..tools.atomic import write_atomically
 from ..tools.gitignore import walk_tree
 from ..tools.registry import ToolContext, ToolFailure, ToolOutput, tool
 from ..tools.sandbox import relative_to_workspace, resolve_in_workspace
@@ -78,22 +77,6 @@ def workspace_files(workspace: Path, *, skip: Path | None = None) -> list[tuple[
     skipped = skip.resolve() if skip is not None else None
     entries = walk_tree(root, include_hidden=False, descend=lambda entry: entry.path != skipped)
     return [(entry.rel, entry.size()) for entry in entries if entry.kind == "file"]
-
-
-def write_atomically(target: Path, data: bytes, mode: int | None = None) -> None:
-    """Write through a temporary file beside `target`, renamed over it: readers never see half a file.
-
-    The file gets `mode`, or 0o600 (mkstemp's) when none is given."""
-    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        if mode is not None:
-            os.chmod(temp, mode)
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 # Replies to tool calls

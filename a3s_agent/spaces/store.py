@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..core.errors import AlreadyExists
+from ..core.sqlite_store import connect
 
 T = TypeVar("T")
 
@@ -86,20 +87,10 @@ class SpacesStore:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, db)
 
     async def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="a3s-spaces")
-
-        def connect() -> sqlite3.Connection:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA foreign_keys=ON")
-            (version,) = db.execute("PRAGMA user_version").fetchone()
-            for number, script in enumerate(_MIGRATIONS[version:], start=version + 1):
-                db.executescript(f"BEGIN; {script}; PRAGMA user_version={number}; COMMIT;")
-            return db
-
-        self._db = await asyncio.get_running_loop().run_in_executor(self._thread, connect)
+        self._db = await asyncio.get_running_loop().run_in_executor(
+            self._thread, connect, self.path, _MIGRATIONS
+        )
 
     async def close(self) -> None:
         if self._db is not None:

@@ -7,7 +7,6 @@ import base64
 import binascii
 import difflib
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from fnmatch import fnmatchcase
@@ -18,6 +17,7 @@ from typing import BinaryIO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .atomic import write_atomically
 from .gitignore import TreeEntry, walk_tree
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
 from .sandbox import relative_to_workspace, resolve_in_workspace
@@ -57,29 +57,6 @@ def _existing_file_stat(path: Path, shown: str) -> os.stat_result:
     if info is None:
         raise ToolFailure(f"{shown} does not exist; use list_files or search_files to find the right path")
     return info
-
-
-def _atomic_write(target: Path, data: bytes, mode: int | None) -> None:
-    """Write through a temporary file in the same directory and rename it over `target`.
-
-    `mode` (the replaced file's permission bits) is kept; a new file gets the umask's default.
-    """
-    temp = target.with_name(f".{target.name[:200]}.{secrets.token_hex(6)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-    try:
-        fd = os.open(temp, flags, 0o666 if mode is None else mode)
-    except FileNotFoundError:  # a missing parent: create it only then (one syscall less per write)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(temp, flags, 0o666 if mode is None else mode)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        if mode is not None:
-            os.chmod(temp, mode)
-        os.replace(temp, target)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
 
 
 def _entry_path(workspace: Path, raw: str) -> Path:
@@ -282,7 +259,7 @@ def _write(target: Path, shown: str, data: bytes, overwrite: bool) -> bool:
             f"{shown} already exists; pass overwrite=true to replace it, or use edit_file to change part of it"
         )
     try:
-        _atomic_write(target, data, None if existing is None else stat.S_IMODE(existing.st_mode))
+        write_atomically(target, data, None if existing is None else stat.S_IMODE(existing.st_mode))
     except OSError as exc:
         raise ToolFailure(f"cannot write {shown}: {exc.strerror or exc}") from exc
     return existing is None
@@ -380,7 +357,7 @@ def _edit(target: Path, shown: str, args: EditFileArgs) -> tuple[str, str, int]:
     old, new = _like_file_line_endings(before, args.old_string, args.new_string)
     after, count = _replaced(before, old, new, args.replace_all, shown)
     try:
-        _atomic_write(target, after.encode("utf-8"), mode)
+        write_atomically(target, after.encode("utf-8"), mode)
     except OSError as exc:
         raise ToolFailure(f"cannot write {shown}: {exc.strerror or exc}") from exc
     return before, after, count

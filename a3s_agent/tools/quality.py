@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import stat
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .atomic import write_atomically
 from .process import ProcessResult, find_binary, run_process
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
 from .sandbox import relative_to_workspace, resolve_in_workspace
@@ -199,17 +198,8 @@ def _read_text(path: Path, rel: str) -> str:
 def _write_atomically(path: Path, text: str, rel: str) -> None:
     """Replace `path` with `text` via a temporary file in the same directory, keeping its mode."""
     try:
-        mode = stat.S_IMODE(path.stat().st_mode)
-        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        write_atomically(path, text.encode("utf-8"), stat.S_IMODE(path.stat().st_mode))
     except OSError as exc:
-        raise ToolFailure(f"cannot write {rel}: {exc.strerror}") from exc
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode("utf-8"))
-        os.chmod(temp, mode)
-        os.replace(temp, path)
-    except OSError as exc:
-        Path(temp).unlink(missing_ok=True)
         raise ToolFailure(f"cannot write {rel}: {exc.strerror}") from exc
 
 

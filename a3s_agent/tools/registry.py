@@ -18,6 +18,7 @@ from typing import Any, Literal, get_type_hints
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..core.errors import InvalidArgument, NotFound
+from ..core.jsontext import parse_json
 
 DEFAULT_MAX_OUTPUT_BYTES = 100_000
 
@@ -96,11 +97,7 @@ class Tool:
     def parse_arguments(self, arguments: str | dict[str, Any]) -> BaseModel:
         """Validate raw arguments; InvalidArgument lists every schema error."""
         if isinstance(arguments, str):
-            text = arguments.strip() or "{}"
-            try:
-                arguments = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InvalidArgument(f"arguments for {self.name} are not valid JSON: {exc}") from exc
+            arguments = parse_json(arguments.strip() or "{}", f"arguments for {self.name}")
         if not isinstance(arguments, dict):
             raise InvalidArgument(f"arguments for {self.name} must be a JSON object")
         if self.json_schema is not None:
@@ -146,8 +143,9 @@ def _validated_by_schema(name: str, schema: dict[str, Any], arguments: dict[str,
     return JsonArguments(**arguments)
 
 
-def check_json_schema(schema: Any, field: str) -> dict[str, Any]:
-    """A tool's parameter schema from a client or a skill, or InvalidArgument naming the fault."""
+def check_json_schema(schema: Any, field: str, *, for_arguments: bool = True) -> dict[str, Any]:
+    """A JSON Schema from a client or a skill, or InvalidArgument naming the fault. A tool's
+    parameters (`for_arguments`) must describe an object."""
     import jsonschema
 
     if not isinstance(schema, dict):
@@ -156,7 +154,9 @@ def check_json_schema(schema: Any, field: str) -> dict[str, Any]:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
         raise InvalidArgument(f"{field} is not a valid JSON Schema: {exc.message}") from exc
-    if schema.get("type", "object") != "object":
+    except RecursionError:
+        raise InvalidArgument(f"{field} is nested too deeply") from None
+    if for_arguments and schema.get("type", "object") != "object":
         raise InvalidArgument(f"{field} must describe an object (type: object)")
     return schema
 

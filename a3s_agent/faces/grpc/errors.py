@@ -11,10 +11,14 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, NoReturn
 
 import grpc
+from google.protobuf.message import DecodeError, Message
 
 from ...core import errors
 
 log = logging.getLogger("a3s_agent.rpc")
+
+# Status messages travel in metadata; clients refuse more than 16 KB by default.
+MAX_MESSAGE_CHARS = 2000
 
 STATUS_OF: dict[type[errors.AgentError], grpc.StatusCode] = {
     errors.NotFound: grpc.StatusCode.NOT_FOUND,
@@ -59,8 +63,15 @@ async def _raise(exc: BaseException, method: str, context: grpc.aio.ServicerCont
     code, message = _status_for(exc)
     if code is grpc.StatusCode.INTERNAL:
         log.error("rpc %s failed unexpectedly", method, exc_info=exc)
-    await context.abort(code, message)
+    await context.abort(code, shortened(message, MAX_MESSAGE_CHARS))
     raise AssertionError("unreachable: abort raises")
+
+
+def shortened(text: str, limit: int) -> str:
+    """At most `limit` characters: a message quoting a huge value must still fit a client's limits."""
+    return (
+        text if len(text) <= limit else f"{text[: limit - 30]}... [{len(text) - limit + 30} more characters]"
+    )
 
 
 def _finish(method: str, request: Any, started: float, code: grpc.StatusCode) -> None:
@@ -68,7 +79,7 @@ def _finish(method: str, request: Any, started: float, code: grpc.StatusCode) ->
         log.info(
             "rpc %s session=%s status=%s duration_ms=%.2f",
             method,
-            getattr(request, "session_id", "") or "-",
+            shortened(getattr(request, "session_id", "") or "-", 128),
             code.name,
             (time.perf_counter() - started) * 1000,
         )
@@ -106,5 +117,31 @@ def rpc(fn: Callable[..., Any]) -> Callable[..., Any]:
             await _raise(exc, method, context)
         finally:
             _finish(method, request, started, code)
+
+    return unary
+
+
+def decoding(
+    behavior: Callable[..., Any], request_type: type[Message], streaming: bool
+) -> Callable[..., Any]:
+    """`behavior` taking the raw request bytes: undecodable ones end the call with INVALID_ARGUMENT."""
+
+    async def decode(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return request_type.FromString(raw)
+        except (DecodeError, RecursionError) as exc:
+            message = f"the request is not a valid {request_type.DESCRIPTOR.full_name}: {exc or 'nested too deeply'}"
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, shortened(message, MAX_MESSAGE_CHARS))
+
+    if streaming:
+
+        async def stream(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async for item in behavior(await decode(raw, context), context):
+                yield item
+
+        return stream
+
+    async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        return await behavior(await decode(raw, context), context)
 
     return unary

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 
 from ...core.agent import DoneEvent, TextEvent
 from ...core.errors import InvalidArgument
 from ...core.events import parse_event_types
+from ...core.jsontext import parse_json
 from ...core.models import Session, SessionState, ToolCall
 from ...core.permissions import PermissionPolicy, add_rule, evaluate
 from ...core.structured import StructuredDone, run_structured
@@ -19,7 +20,7 @@ from ...proto import code_agent_pb2 as pb
 from ...proto import code_agent_pb2_grpc as pb_grpc
 from ...runtime import Runtime
 from . import convert
-from .errors import rpc
+from .errors import decoding, rpc
 
 log = logging.getLogger(__name__)
 
@@ -419,10 +420,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         self, request: pb.CheckPermissionRequest, context: Any
     ) -> pb.CheckPermissionResponse:
         policy = self._permission_policy(request.session_id)
-        try:
-            arguments = json.loads(request.arguments or "{}")
-        except ValueError as exc:
-            raise InvalidArgument(f"arguments is not valid JSON: {exc}") from exc
+        arguments = parse_json(request.arguments or "{}", "arguments")
         if not isinstance(arguments, dict):
             raise InvalidArgument("arguments must be a JSON object")
         workspace = self.rt.sessions.get(request.session_id).config.workspace
@@ -452,6 +450,23 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
 
 
 def add_to_server(runtime: Runtime, server: grpc.aio.Server) -> CodeAgentService:
+    """Register every RPC. Requests are decoded here rather than by grpc, so that bytes that are
+    not a valid request answer INVALID_ARGUMENT (grpc's own decoding failure is UNKNOWN)."""
     service = CodeAgentService(runtime)
-    pb_grpc.add_CodeAgentServiceServicer_to_server(service, server)
+    descriptor = pb.DESCRIPTOR.services_by_name["CodeAgentService"]
+    handlers = {}
+    for method in descriptor.methods:
+        request_type = getattr(pb, method.input_type.name)
+        behavior = decoding(getattr(service, method.name), request_type, method.server_streaming)
+        make = (
+            grpc.unary_stream_rpc_method_handler
+            if method.server_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[method.name] = make(behavior, response_serializer=_serialize)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(descriptor.full_name, handlers),))
     return service
+
+
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()

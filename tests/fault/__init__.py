@@ -1,0 +1,1 @@
+"""The fault and load suite: crash safety, load, hostile input, disconnects (marker `fault`)."""

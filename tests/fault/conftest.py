@@ -1,0 +1,126 @@
+"""Helpers for the fault and load suite: logged server subprocesses, the fake LLM as a subprocess,
+and /proc readings. Every test here is marked `fault` (run them alone with `pytest -m fault`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ..conftest import ServerProcess, wait_serving
+
+FAKE_LLM = Path(__file__).resolve().parent.parent / "fake_llm.py"
+DEAD_LLM_URL = "http://127.0.0.1:9/v1"
+"""An LLM endpoint nothing listens on: any request to it is refused at once, on this machine."""
+
+
+def env_number(name: str, default: float) -> float:
+    """A positive number from the environment (to run the suite longer than CI does), else `default`."""
+    value = os.environ.get(name, "")
+    return float(value) if value.strip() else default
+
+
+class LoggedServer(ServerProcess):
+    """`a3s-agent serve` whose output goes to a log file (a pipe nobody reads would block it)."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        data_dir: Path,
+        log_path: Path,
+        extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(workspace, data_dir, env)
+        self.log_path = log_path
+        self.extra_args = extra_args
+
+    def command(self) -> list[str]:
+        return [*super().command(), *self.extra_args]
+
+    def start(self, timeout_s: float = 30.0) -> LoggedServer:
+        with self.log_path.open("a") as log:
+            self.proc = subprocess.Popen(
+                self.command(), env=self.env, stdout=log, stderr=subprocess.STDOUT, text=True
+            )
+        try:
+            wait_serving(self.address, timeout_s, self.proc)
+        except AssertionError as exc:
+            self.kill()
+            raise AssertionError(f"{exc}\n--- server log ---\n{self.log()[-4000:]}") from None
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL, and reap the process."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class FakeLLMProcess:
+    """tests/fake_llm.py as a subprocess on 127.0.0.1 (its own CPU, like a real provider)."""
+
+    def __init__(self, *args: str) -> None:
+        argv = [sys.executable, str(FAKE_LLM), "--host", "127.0.0.1", "--port", "0", *args]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("FAKE_LLM_READY"):
+            self.close()
+            raise AssertionError(f"the fake LLM did not start: {line!r}")
+        self.base_url = line.split()[-1]
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def __enter__(self) -> FakeLLMProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def rss_kb(pid: int) -> int:
+    """Resident set size of a process, from /proc/<pid>/status."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def thread_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def child_pids(pid: int) -> set[int]:
+    """Direct children of a process, over all its threads."""
+    children: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children.update(int(c) for c in (task / "children").read_text().split())
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+    return children
+
+
+def alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"

@@ -1,0 +1,215 @@
+"""Disconnects: clients that vanish mid-stream. The run is cancelled, the tool's process is killed,
+the session is free again, and nothing leaks: the in-process server's asyncio tasks return to their
+baseline, a subprocess server's child processes to none.
+
+Cases: StreamGenerate calls cancelled while the model's `bash sleep 30` runs (one client and many
+at once); a SubscribeEvents client whose channel is closed; an HTTP server-sent-events stream
+(`/sessions/{id}/generate/stream`) dropped by an aiohttp client, and a gRPC stream cancelled, against
+a subprocess server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+import grpc
+import pytest
+
+from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+
+from ..conftest import LiveServer, new_session, user
+from ..fake_llm import FakeLLM, text, tool_call
+from .conftest import FakeLLMProcess, LoggedServer, alive, child_pids
+
+pytestmark = pytest.mark.fault
+
+CHUNK = pb.GenerateChunk
+WITHIN_S = 10.0
+
+
+async def eventually(check: Callable[[], bool], what: str, within_s: float = WITHIN_S) -> None:
+    deadline = asyncio.get_running_loop().time() + within_s
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"not within {within_s} s: {what}")
+        await asyncio.sleep(0.02)
+
+
+def sleeper(marker: Path) -> str:
+    """A bash command that records its pid (one line per process) and then sleeps."""
+    return f"echo $$ >> {marker}; sleep 30"
+
+
+def pids(marker: Path) -> list[int]:
+    return [int(line) for line in marker.read_text().split()] if marker.exists() else []
+
+
+async def until_tool_call(call: grpc.aio.UnaryStreamCall) -> None:
+    async for chunk in call:
+        if chunk.type == CHUNK.CHUNK_TYPE_TOOL_CALL:
+            return
+    raise AssertionError("the stream ended before the tool call")
+
+
+async def settled_tasks() -> int:
+    """The number of asyncio tasks once it stops changing (finalizers of the last run are done)."""
+    count = len(asyncio.all_tasks())
+    for _ in range(20):
+        await asyncio.sleep(0.1)
+        count, previous = len(asyncio.all_tasks()), count
+        if count == previous:
+            break
+    return count
+
+
+async def no_task_leak(one_round: Callable[[], Awaitable[None]], caplog: pytest.LogCaptureFixture) -> None:
+    """One round first (it creates the long-lived tasks: connections, pools), then the baseline;
+    after two more rounds the task count must come back to it. A task left pending on something
+    only it references vanishes from the count when the garbage collector runs (asyncio keeps
+    tasks weakly), so the collector runs and asyncio must not complain of a pending task destroyed."""
+    gc.collect()  # garbage of earlier tests is destroyed now, not during this one
+    caplog.clear()
+    await one_round()
+    baseline = await settled_tasks()
+    for _ in range(2):
+        await one_round()
+    gc.collect()
+    destroyed = [r.getMessage() for r in caplog.records if "destroyed but it is pending" in r.getMessage()]
+    assert not destroyed, f"{len(destroyed)} pending tasks were left behind: {destroyed[0][:500]}"
+    await eventually(lambda: len(asyncio.all_tasks()) <= baseline, f"tasks back to {baseline}")
+
+
+# --- in-process server: asyncio tasks ---------------------------------------------------------
+
+
+async def cancel_streams(agent: LiveServer, fake: FakeLLM, clients: int) -> None:
+    """`clients` StreamGenerate calls, each cancelled while its bash runs; every bash must die."""
+    marker = agent.workspace / f"pids-{uuid.uuid4().hex}"
+    fake.script(*[tool_call("bash", {"command": sleeper(marker)}) for _ in range(clients)])
+    sessions = [await new_session(agent) for _ in range(clients)]
+    calls = [
+        agent.stub.StreamGenerate(pb.GenerateRequest(session_id=s, messages=[user("go")])) for s in sessions
+    ]
+    await asyncio.gather(*(until_tool_call(c) for c in calls))
+    await eventually(lambda: len(pids(marker)) == clients, "every bash recorded its pid")
+    for call in calls:
+        call.cancel()
+    await eventually(lambda: not any(alive(p) for p in pids(marker)), "every bash is gone")
+    fake.script(*[text("again") for _ in sessions])
+    for session_id in sessions:  # each session is free for the next run
+        reply = await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("x")]))
+        assert reply.message.content == "again"
+
+
+@pytest.mark.parametrize("clients", [1, 10])
+async def test_cancelled_streams_kill_their_tools_and_free_their_sessions(
+    agent: LiveServer, fake: FakeLLM, clients: int
+) -> None:
+    await cancel_streams(agent, fake, clients)
+
+
+async def test_cancelled_streams_leak_no_task(
+    agent: LiveServer, fake: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    await no_task_leak(lambda: cancel_streams(agent, fake, 10), caplog)
+
+
+async def subscribe_and_hang_up(agent: LiveServer) -> None:
+    """A subscriber on its own channel gets an event, then its channel closes under the stream."""
+    channel = grpc.aio.insecure_channel(agent.address)
+    events = pb_grpc.CodeAgentServiceStub(channel).SubscribeEvents(pb.SubscribeEventsRequest())
+    await asyncio.sleep(0.1)  # the subscription is in place
+    created = await new_session(agent)
+    first = await asyncio.wait_for(events.read(), WITHIN_S)
+    assert first.type == pb.AgentEvent.EVENT_TYPE_SESSION_CREATED and first.session_id == created
+    await channel.close()
+
+
+async def test_a_subscriber_whose_channel_closes_leaks_no_task(
+    agent: LiveServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    await no_task_leak(lambda: subscribe_and_hang_up(agent), caplog)
+    await new_session(agent)  # publishing with no subscriber left still works
+
+
+# --- subprocess server: child processes -----------------------------------------------------
+
+
+Running = Callable[[], Awaitable[None]]
+"""Waits until the model's bash command is running."""
+
+
+async def http_ready(client: aiohttp.ClientSession) -> None:
+    """The HTTP face starts just after gRPC reports healthy: wait for its /healthz."""
+    for _ in range(int(WITHIN_S / 0.05)):
+        try:
+            async with client.get("/healthz") as response:
+                if response.status == 200:
+                    return
+        except aiohttp.ClientConnectionError:
+            pass
+        await asyncio.sleep(0.05)
+    raise AssertionError("the HTTP face never answered /healthz")
+
+
+async def drop_sse(server: LoggedServer, session_id: str, running: Running) -> None:
+    """Open the SSE stream, read until the tool call, and go away without a word once bash runs."""
+    base = f"http://127.0.0.1:{server.http_port}"
+    async with aiohttp.ClientSession(base) as client:
+        await http_ready(client)
+        response = await client.get(f"/sessions/{session_id}/generate/stream", params={"content": "go"})
+        assert response.status == 200, await response.text()
+        async for line in response.content:
+            if b"CHUNK_TYPE_TOOL_CALL" in line:
+                break
+        await running()
+        response.close()
+
+
+async def cancel_grpc(server: LoggedServer, session_id: str, running: Running) -> None:
+    """Start StreamGenerate, read until the tool call, and cancel the call once bash runs."""
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        request = pb.GenerateRequest(session_id=session_id, messages=[user("go")])
+        call = pb_grpc.CodeAgentServiceStub(channel).StreamGenerate(request)
+        await until_tool_call(call)
+        await running()
+        call.cancel()
+
+
+def bash_turns(marker: Path) -> str:
+    """The fake LLM's script (for --turns-file): one bash call that records its pid and sleeps."""
+    return json.dumps([{"tool_calls": [{"name": "bash", "arguments": {"command": sleeper(marker)}}]}])
+
+
+@pytest.mark.parametrize("vanish", [drop_sse, cancel_grpc], ids=["http-sse", "grpc"])
+async def test_a_client_vanishing_from_a_server_process_leaves_no_child(
+    tmp_path: Path, vanish: Callable[[LoggedServer, str, Running], Awaitable[None]]
+) -> None:
+    workspace, marker, turns = tmp_path / "workspace", tmp_path / "pids", tmp_path / "turns.json"
+    workspace.mkdir()
+    turns.write_text(bash_turns(marker))
+    with FakeLLMProcess("--turns-file", str(turns), "--text", "after") as fake:
+        server = LoggedServer(workspace, tmp_path / "data", tmp_path / "server.log").start()
+        try:
+            async with grpc.aio.insecure_channel(server.address) as channel:
+                stub = pb_grpc.CodeAgentServiceStub(channel)
+                llm = pb.LLMConfig(provider="openai", model="fake-model", base_url=fake.base_url, api_key="k")
+                await stub.Initialize(pb.InitializeRequest(config=pb.AgentConfig(llm=llm)))
+                session_id = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
+                assert child_pids(server.pid) == set()
+                await vanish(server, session_id, lambda: eventually(lambda: bool(pids(marker)), "bash runs"))
+                assert child_pids(server.pid) or not alive(pids(marker)[0])
+                await eventually(lambda: not alive(pids(marker)[0]), "bash is gone")
+                await eventually(lambda: not child_pids(server.pid), "the server has no child left")
+                request = pb.GenerateRequest(session_id=session_id, messages=[user("again")])
+                reply = await stub.Generate(request, timeout=WITHIN_S)
+                assert reply.message.content == "after"  # the session is free, the loop carries on
+        finally:
+            server.kill()
