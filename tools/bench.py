@@ -70,7 +70,11 @@ class Process:
     def wait_healthy(self, timeout_s: float = 20) -> float:
         """Seconds from process start until HealthCheck answers HEALTHY."""
         deadline = time.monotonic() + timeout_s
-        with grpc.insecure_channel(self.address) as channel:
+        # Without these, the channel waits a second after the first refused connection before
+        # trying again, and that wait would be counted as start-up time.
+        fast_retry = [("grpc.initial_reconnect_backoff_ms", 10), ("grpc.min_reconnect_backoff_ms", 10),
+                      ("grpc.max_reconnect_backoff_ms", 20)]  # fmt: skip
+        with grpc.insecure_channel(self.address, options=fast_retry) as channel:
             stub = pb_grpc.CodeAgentServiceStub(channel)
             while time.monotonic() < deadline:
                 try:
@@ -544,6 +548,7 @@ async def bench_http(seconds: float, workspace: Path) -> list[Row]:
         agent.wait_healthy()
         base = f"http://127.0.0.1:{http_port}"
         async with aiohttp.ClientSession(base_url=base) as client:
+            await _http_ready(client)
             async with client.post("/v1/spaces", json={"policy": "permissive"}) as reply:
                 space = (await reply.json())["spaceId"]
             started = time.perf_counter()
@@ -558,6 +563,19 @@ async def bench_http(seconds: float, workspace: Path) -> list[Row]:
         Row("Agent Spaces ratio (runs / plain loop)", f"{run_rate / plain_rate:.2f}", ">= 0.3"),
         Row("GET /healthz requests/s", f"{healthz:,.0f}", "report"),
     ]
+
+
+async def _http_ready(client: aiohttp.ClientSession) -> None:
+    """The HTTP face starts right after gRPC reports SERVING: wait for it."""
+    for _ in range(200):
+        try:
+            async with client.get("/healthz") as reply:
+                if reply.status == 200:
+                    return
+        except aiohttp.ClientConnectionError:
+            pass
+        await asyncio.sleep(0.05)
+    raise RuntimeError("the HTTP face never came up")
 
 
 async def _requests_per_second(client: aiohttp.ClientSession, path: str, seconds: float) -> float:
@@ -603,6 +621,7 @@ async def main(seconds: float, only: list[str]) -> None:
             workspace = Path(tmp) / name
             workspace.mkdir()
             rows.extend(await section(seconds, workspace))
+            print(f"[{name} done]", file=sys.stderr, flush=True)
     print(
         f"a3s-agent benchmark, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, python {sys.version.split()[0]}"
     )

@@ -43,10 +43,11 @@ class ToolRunner:
     async def execute(self, session_id: str, name: str, arguments: str) -> ToolOutput:
         """One call; unknown tools and bad arguments raise (NotFound / InvalidArgument)."""
         session = self._sessions.get(session_id) if session_id else None
-        call = ToolCall(id=new_call_id(), name=name, arguments=arguments)
         result = await self._registry.run(name, arguments, self._context_for(session))
         if session is not None:
-            await self._record(session, [(call, result)])
+            await self._record(
+                session, [(ToolCall(id=new_call_id(), name=name, arguments=arguments), result)]
+            )
         return result
 
     async def execute_batch(self, session_id: str, calls: list[ToolCall]) -> list[ToolOutput]:

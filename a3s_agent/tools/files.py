@@ -25,6 +25,7 @@ from .sandbox import relative_to_workspace, resolve_in_workspace
 MAX_WRITE_BYTES = 50_000_000  # one write; a bigger file is a build artefact, not an edit
 _SNIFF_BYTES = 8192
 _MAX_LINE_CHARS = 2000
+_WHOLE_READ_BYTES = 1 << 16
 _INLINE_READ_BYTES = 1 << 20  # bigger files are read (and written) in a worker thread
 _MAX_WINDOW_BYTES = 4 << 20  # more than any output budget shows; bounds memory on huge lines
 _FOOTER_ROOM = 300  # bytes of the output budget kept for read_file's footer
@@ -122,8 +123,12 @@ def _count_remaining_lines(handle: BinaryIO) -> int:
     return count + (last != b"\n")
 
 
-def _line_window(handle: BinaryIO, offset: int, limit: int) -> tuple[list[bytes], int]:
+def _line_window(handle: BinaryIO, offset: int, limit: int, size: int) -> tuple[list[bytes], int]:
     """Lines offset..offset+limit of an open file (fewer past _MAX_WINDOW_BYTES), and its line count."""
+    if size <= _WHOLE_READ_BYTES:  # small files (most reads): one read and a split beat line iteration
+        parts = handle.read().split(b"\n")
+        lines = [part + b"\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+        return lines[offset : offset + limit], len(lines)
     skipped = sum(1 for _ in islice(handle, offset))
     window: list[bytes] = []
     taken = 0
@@ -165,7 +170,7 @@ def _read_text(path: Path, shown: str, args: ReadFileArgs, size: int, budget: in
             if b"\0" in handle.read(_SNIFF_BYTES):
                 raise ToolFailure(f'{shown} is a binary file; use encoding="base64" to read its raw bytes')
             handle.seek(0)
-            window, total = _line_window(handle, args.offset, args.limit)
+            window, total = _line_window(handle, args.offset, args.limit, size)
     except OSError as exc:
         raise ToolFailure(f"cannot read {shown}: {exc.strerror or exc}") from exc
     if total == 0:

@@ -42,11 +42,18 @@ class ToolOutput:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def string_metadata(self) -> dict[str, str]:
-        """Metadata as the wire wants it: strings, with JSON for lists and dicts."""
-        return {
-            key: value if isinstance(value, str) else json.dumps(value)
-            for key, value in self.metadata.items()
-        }
+        """Metadata as the wire wants it: strings, JSON for everything else ("true", 3, [...])."""
+        return {key: _as_string(value) for key, value in self.metadata.items()}
+
+
+def _as_string(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):  # (before int: a bool is an int)
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return json.dumps(value)
 
 
 @dataclass
