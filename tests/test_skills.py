@@ -607,7 +607,7 @@ async def test_arguments_are_validated_against_the_schema_with_every_error(ctx: 
         "(arguments): Additional properties are not allowed ('extra' was unexpected); "
         "opts.n: 0 is less than the minimum of 1"
     )
-    with pytest.raises(InvalidArgument, match="arguments for t are not valid JSON"):
+    with pytest.raises(InvalidArgument, match="arguments for t: not valid JSON"):
         await registry.run("t", "{not json", ctx)
     with pytest.raises(InvalidArgument, match="arguments for t must be a JSON object"):
         await registry.run("t", "[1]", ctx)

@@ -12,6 +12,6 @@ def parse_json(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except RecursionError:
-        raise InvalidArgument(f"{what} is nested too deeply") from None
+        raise InvalidArgument(f"{what}: not valid JSON: nested too deeply") from None
     except ValueError as exc:
-        raise InvalidArgument(f"{what} is not valid JSON: {exc}") from exc
+        raise InvalidArgument(f"{what}: not valid JSON: {exc}") from exc

@@ -44,7 +44,7 @@ CHANNELS = 4
 PROBE_EVERY_S = 0.05
 STREAM_TIMEOUT_S = 60.0
 # Generous bounds: this catches a server that stalls or leaks, not one that is a little slow.
-MAX_P99_HEALTH_S = 1.0
+MAX_P99_HEALTH_S = 3.0  # generous: on 2 shared cores the load client, the fake LLM and the probe compete too
 MAX_RSS_GROWTH_MB = 400.0
 
 CHUNK = pb.GenerateChunk
