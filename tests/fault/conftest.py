@@ -112,7 +112,7 @@ def child_pids(pid: int) -> set[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             children.update(int(c) for c in (task / "children").read_text().split())
-        except FileNotFoundError:  # the thread ended meanwhile
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
             continue
     return children
 
