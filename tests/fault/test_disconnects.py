@@ -83,7 +83,11 @@ async def no_task_leak(one_round: Callable[[], Awaitable[None]], caplog: pytest.
     gc.collect()
     destroyed = [r.getMessage() for r in caplog.records if "destroyed but it is pending" in r.getMessage()]
     assert not destroyed, f"{len(destroyed)} pending tasks were left behind: {destroyed[0][:500]}"
-    await eventually(lambda: len(asyncio.all_tasks()) <= baseline, f"tasks back to {baseline}")
+    try:
+        await eventually(lambda: len(asyncio.all_tasks()) <= baseline, f"tasks back to {baseline}")
+    except AssertionError as exc:
+        left = "\n".join(repr(t)[:300] for t in asyncio.all_tasks())
+        raise AssertionError(f"{exc}; tasks now:\n{left}") from None
 
 
 # --- in-process server: asyncio tasks ---------------------------------------------------------
