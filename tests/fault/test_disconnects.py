@@ -58,12 +58,23 @@ async def until_tool_call(call: grpc.aio.UnaryStreamCall) -> None:
     raise AssertionError("the stream ended before the tool call")
 
 
+def server_tasks() -> int:
+    """The asyncio tasks of this process but those of the fake LLM's HTTP server: it keeps a task
+    per keep-alive connection, and the provider opens new connections when cancelled streams
+    closed the old ones."""
+    return sum(
+        1
+        for task in asyncio.all_tasks()
+        if getattr(task.get_coro(), "__qualname__", "") != "RequestHandler.start"
+    )
+
+
 async def settled_tasks() -> int:
-    """The number of asyncio tasks once it stops changing (finalizers of the last run are done)."""
-    count = len(asyncio.all_tasks())
+    """The number of server tasks once it stops changing (finalizers of the last run are done)."""
+    count = server_tasks()
     for _ in range(20):
         await asyncio.sleep(0.1)
-        count, previous = len(asyncio.all_tasks()), count
+        count, previous = server_tasks(), count
         if count == previous:
             break
     return count
@@ -84,7 +95,7 @@ async def no_task_leak(one_round: Callable[[], Awaitable[None]], caplog: pytest.
     destroyed = [r.getMessage() for r in caplog.records if "destroyed but it is pending" in r.getMessage()]
     assert not destroyed, f"{len(destroyed)} pending tasks were left behind: {destroyed[0][:500]}"
     try:
-        await eventually(lambda: len(asyncio.all_tasks()) <= baseline, f"tasks back to {baseline}")
+        await eventually(lambda: server_tasks() <= baseline, f"tasks back to {baseline}")
     except AssertionError as exc:
         left = "\n".join(repr(t)[:300] for t in asyncio.all_tasks())
         raise AssertionError(f"{exc}; tasks now:\n{left}") from None
