@@ -18,7 +18,6 @@ from a3s_agent.core.permissions import (
     RuleType,
     add_rule,
     canonical_tool_name,
-    describe_rule_order,
     evaluate,
     parse_rule,
     split_command,
@@ -492,12 +491,6 @@ def test_evaluate_takes_the_workspace_for_absolute_paths() -> None:
     policy = PermissionPolicy(deny=["Edit(src/**)"])
     assert evaluate(policy, "edit_file", {"path": f"{WORKSPACE}/src/a.py"}, WORKSPACE).decision == "deny"
     assert evaluate(policy, "edit_file", {"path": f"{WORKSPACE}/src/a.py"}).decision == "allow"
-
-
-def test_the_rule_order_is_described() -> None:
-    text = describe_rule_order()
-    assert "Deny beats ask, ask beats allow" in text and "default_decision" in text
-    assert "multiedit -> edit_file" in text
 
 
 # --- validation, add_rule, serialisation ----------------------------------------------------------

@@ -9,7 +9,6 @@ fallback still shrinks the context (old tool outputs first, then the oldest turn
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -237,7 +236,3 @@ def _turn_groups(messages: list[Message]) -> list[list[Message]]:
 
 def _flat(groups: list[list[Message]]) -> list[Message]:
     return [m for group in groups for m in group]
-
-
-def usage_json(usage: ContextUsage) -> str:
-    return json.dumps({"total": usage.total_tokens, "messages": usage.message_count})

@@ -103,16 +103,6 @@ _SHELL_KEYWORDS: Final = frozenset(
 _SHELL_OPERATORS: Final = ("&&", "||", "|&", ";;", "|", ";", "\n")
 
 
-def describe_rule_order() -> str:
-    """How a policy decides, in words a README or an error message can quote."""
-    aliases = ", ".join(f"{alias} -> {'/'.join(tools)}" for alias, tools in TOOL_ALIASES.items())
-    return (
-        "Deny beats ask, ask beats allow; default_decision (default: allow) applies when nothing "
-        "matches. A disabled policy allows everything. Rules are Tool or Tool(pattern); tool names "
-        f"are case-insensitive, * is every tool, and these aliases are understood: {aliases}."
-    )
-
-
 def canonical_tool_name(name: str) -> str:
     """The tool a name means: lower-cased, with a one-tool alias (Read, WebFetch...) resolved."""
     lowered = name.lower()

@@ -37,36 +37,7 @@ def parse_skill(text: str, *, source: str) -> Skill:
 @dataclass
 class LoadedSkill:
     skill: Skill
-    text: str
     tools: list[Tool]
-
-
-def _read(path: Path) -> tuple[str, str]:
-    """(text, source) of a skill file or a skill directory."""
-    from .skills import SKILL_FILE
-
-    file = path / SKILL_FILE if path.is_dir() else path
-    return file.read_text(encoding="utf-8"), str(file)
-
-
-def _scan(dirs: list[Path]) -> dict[str, tuple[Skill, str]]:
-    """Every parseable skill in the directories; the first of a name wins."""
-    found: dict[str, tuple[Skill, str]] = {}
-    for directory in dirs:
-        if not directory.is_dir():
-            continue
-        from .skills import SKILL_FILE
-
-        for entry in sorted(directory.iterdir()):
-            if not ((entry / SKILL_FILE).is_file() or (entry.is_file() and entry.suffix == ".md")):
-                continue
-            try:
-                text, source = _read(entry)
-                skill = parse_skill(text, source=source)
-            except (InvalidArgument, OSError, UnicodeDecodeError):
-                continue  # a broken skill file does not hide the others
-            found.setdefault(skill.name, (skill, text))
-    return found
 
 
 class SkillCatalog:
@@ -76,17 +47,23 @@ class SkillCatalog:
         self._sessions = sessions
         self._dirs = dirs
         self._builtin_names = builtin_names
-        self.available: dict[str, tuple[Skill, str]] = {}
+        self.available: dict[str, Skill] = {}
         self._server_wide: dict[str, LoadedSkill] = {}
         self._parsed: dict[str, LoadedSkill] = {}  # by skill text: sessions share parsed skills
 
     async def rescan(self) -> None:
-        self.available = await asyncio.to_thread(_scan, self._dirs())
+        dirs = [d for d in self._dirs() if d.is_dir()]
+        if not dirs:  # (the skill format's imports are paid only when there are skills)
+            self.available = {}
+            return
+        from .skills import scan_skill_dirs
+
+        self.available = await asyncio.to_thread(scan_skill_dirs, dirs)
 
     def _loaded(self, text: str, source: str) -> LoadedSkill:
         if text not in self._parsed:
             skill = parse_skill(text, source=source)
-            self._parsed[text] = LoadedSkill(skill, text, skill.build_tools())
+            self._parsed[text] = LoadedSkill(skill, skill.build_tools())
         return self._parsed[text]
 
     def loaded_for(self, session: Session | None) -> list[LoadedSkill]:
@@ -108,22 +85,25 @@ class SkillCatalog:
         if not name and not content:
             raise InvalidArgument("skill_name (or skill_content) is required")
         if content:
-            skill, text = parse_skill(content, source="client"), content
+            skill = parse_skill(content, source="client")
             if name and skill.name != name:
                 raise InvalidArgument(f"skill_name {name!r} does not match the skill's name {skill.name!r}")
         else:
             await self.rescan()
             if name not in self.available:
                 raise NotFound(f"no skill named {name!r} (ListSkills shows the available ones)")
-            skill, text = self.available[name]
+            skill = self.available[name]
         session = self._sessions.get(session_id) if session_id else None
         self._check_tool_names(skill, session)
-        loaded = LoadedSkill(skill, text, skill.build_tools())
-        self._parsed[text] = loaded
+        loaded = LoadedSkill(skill, skill.build_tools())
+        self._parsed[skill.text] = loaded
         if session is None:
             self._server_wide[skill.name] = loaded
         else:
-            skills = {**session.extras.get("skills", {}), skill.name: {"text": text, "source": skill.source}}
+            skills = {
+                **session.extras.get("skills", {}),
+                skill.name: {"text": skill.text, "source": skill.source},
+            }
             await self._sessions.set_extra(session_id, "skills", skills)
             await self._update_allow_rules(session_id)
         return skill.tool_names

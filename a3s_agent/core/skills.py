@@ -363,6 +363,7 @@ class Skill:
     tools: list[SkillToolSpec] = field(default_factory=list)
     source: str = "client"  # the file it came from, or "client"
     metadata: dict[str, Any] = field(default_factory=dict)  # frontmatter keys we do not interpret
+    text: str = field(default="", repr=False, compare=False)  # what it was parsed from, kept to store it
 
     @property
     def tool_names(self) -> list[str]:
@@ -378,9 +379,11 @@ def parse_skill(text: str, *, source: str) -> Skill:
     first_line, frontmatter, body = _split_frontmatter(text, source)
     data = _load_yaml(frontmatter, first_line, source)
     try:
-        return _skill_from(data, body.strip(), source)
+        skill = _skill_from(data, body.strip(), source)
     except InvalidArgument as exc:
         raise InvalidArgument(f"{source}: {exc}") from None
+    skill.text = text
+    return skill
 
 
 def load_skill_file(path: Path | str) -> Skill:

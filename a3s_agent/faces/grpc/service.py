@@ -283,7 +283,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         session = self.rt.sessions.get(request.session_id) if request.session_id else None
         await self.rt.skills.rescan()
         loaded = {item.skill.name: item.skill for item in self.rt.skills.loaded_for(session)}
-        every = {name: skill for name, (skill, _) in self.rt.skills.available.items()} | loaded
+        every = self.rt.skills.available | loaded
         return pb.ListSkillsResponse(
             skills=[
                 pb.Skill(
