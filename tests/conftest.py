@@ -185,3 +185,12 @@ async def initialize(server: LiveServer, fake: FakeLLM) -> None:
 async def new_session(server: LiveServer, **config: object) -> str:
     reply = await server.stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(**config)))
     return reply.session_id
+
+
+def alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"

@@ -15,7 +15,7 @@ from a3s_agent.core.events import EventBus, EventType
 from a3s_agent.core.models import Message
 from a3s_agent.proto import code_agent_pb2 as pb
 
-from .conftest import LiveServer, agent_settings, new_session, running, user
+from .conftest import LiveServer, agent_settings, alive, new_session, running, user
 from .fake_llm import FakeLLM, Reply, call, text, tool_call, tool_calls
 
 CHUNK = pb.GenerateChunk
@@ -38,14 +38,6 @@ def generate(server: LiveServer, session_id: str, content: str = "go") -> asynci
     return asyncio.ensure_future(
         server.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user(content)]))
     )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 # --- events ---------------------------------------------------------------------------------
@@ -144,7 +136,7 @@ async def test_cancel_during_a_long_bash_call_stops_it_and_its_process(
         await running_generation
     assert err.value.code() == grpc.StatusCode.CANCELLED
     assert asyncio.get_running_loop().time() - started < 2
-    await eventually(lambda: not _alive(pid))
+    await eventually(lambda: not alive(pid))
     history = await agent.runtime.sessions.history(session_id)
     assert "cancelled" in history[-1].content
     assert history[-2].role == "tool" and "cancelled" in history[-2].content  # the call got its answer

@@ -11,7 +11,7 @@ import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
 
-from .conftest import LiveServer, agent_settings, initialize, new_session, running, user
+from .conftest import LiveServer, agent_settings, alive, initialize, new_session, running, user
 from .fake_llm import FakeLLM, broken_stream, call, error, hang, text, tool_call, tool_calls
 
 
@@ -350,19 +350,11 @@ async def test_client_disconnect_cancels_the_run_and_its_process(agent: LiveServ
     pid = int(marker.read_text())
     stream.cancel()
     for _ in range(100):
-        if not _alive(pid):
+        if not alive(pid):
             break
         await asyncio.sleep(0.02)
-    assert not _alive(pid)
+    assert not alive(pid)
     assert len(fake.requests) == 1  # the run stopped; the model was not called again
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 async def test_generations_beyond_the_server_limit_are_resource_exhausted(

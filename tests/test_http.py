@@ -8,7 +8,6 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -19,7 +18,7 @@ from a3s_agent.faces.http import HttpBindError, start_http
 from a3s_agent.faces.http import app as http_app
 from a3s_agent.proto import code_agent_pb2 as pb
 
-from .conftest import LiveServer, new_session
+from .conftest import LiveServer, alive, new_session
 from .fake_llm import FakeLLM, broken_stream, delayed, text, tool_call
 
 USER = "ROLE_USER"
@@ -303,7 +302,7 @@ async def test_a_client_going_away_cancels_the_run_and_its_process(api: Http, fa
             break
     pid = int(await _eventually(lambda: (marker.exists() and marker.read_text().strip()) or None))
     response.close()
-    assert await _eventually(lambda: not _alive(pid))
+    assert await _eventually(lambda: not alive(pid))
     assert len(fake.requests) == 1  # the run stopped; the model was not called again
 
 
@@ -484,11 +483,3 @@ async def _eventually(check: Any, timeout_s: float = 5.0) -> Any:
             return value
         await asyncio.sleep(0.02)
     raise AssertionError("condition not met in time")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"

@@ -125,6 +125,8 @@ class Tool:
             result = await self.run(args, ctx)
         except ToolFailure as exc:
             result = ToolOutput(success=False, error=str(exc), metadata=dict(exc.metadata))
+        except OSError as exc:  # what the system refused (a name too long...) is the call's failure
+            result = ToolOutput(success=False, error=f"{self.name} failed: {exc.strerror or exc}")
         if isinstance(result, str):
             result = ToolOutput(output=result)
         result.metadata.setdefault("duration_ms", round((time.perf_counter() - started) * 1000, 3))

@@ -115,12 +115,3 @@ def child_pids(pid: int) -> set[int]:
         except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
             continue
     return children
-
-
-def alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"

@@ -24,9 +24,9 @@ import pytest
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 
-from ..conftest import LiveServer, new_session, user
+from ..conftest import LiveServer, alive, new_session, user
 from ..fake_llm import FakeLLM, text, tool_call
-from .conftest import FakeLLMProcess, LoggedServer, alive, child_pids
+from .conftest import FakeLLMProcess, LoggedServer, child_pids
 
 pytestmark = pytest.mark.fault
 

@@ -608,3 +608,10 @@ async def test_write_file_refuses_content_beyond_the_limit(
     )
     assert not result.success and "at most 10 bytes" in result.error
     assert not (tmp_path / "big.txt").exists()
+
+
+async def test_a_name_the_file_system_refuses_is_a_failed_call(tmp_path: Path) -> None:
+    result = await ToolRegistry(TOOLS).run(
+        "delete_file", json.dumps({"path": "x" * 300}), ToolContext(workspace=tmp_path)
+    )
+    assert not result.success and "too long" in result.error.lower()
