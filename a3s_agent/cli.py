@@ -18,11 +18,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"a3s-agent {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gRPC server")
-    serve.add_argument("--listen", help="HOST:PORT to listen on (env LISTEN_ADDR; default 0.0.0.0:4088)")
+    serve.add_argument("--listen", help="HOST:PORT to listen on (env LISTEN_ADDR; default 127.0.0.1:4088)")
     serve.add_argument(
         "--http-listen",
         help="HOST:PORT for REST, server-sent events, WebSocket and /healthz, or 'off'"
-        " (env A3S_HTTP_LISTEN; default 0.0.0.0:4089)",
+        " (env A3S_HTTP_LISTEN; default 127.0.0.1:4089)",
     )
     serve.add_argument(
         "--workspace", help="the workspace directory (env WORKSPACE; default: current directory)"
@@ -35,6 +35,40 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--auth-token",
         help="require 'authorization: Bearer TOKEN' on every call but health checks (env A3S_AUTH_TOKEN)",
+    )
+    serve.add_argument(
+        "--auth-token-file",
+        help="read the bearer token from this file (env A3S_AUTH_TOKEN_FILE, or the token in A3S_AUTH_TOKEN)",
+    )
+    serve.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve a non-loopback address without a token (env A3S_ALLOW_UNAUTHENTICATED=1)",
+    )
+    serve.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        help="a browser Origin the HTTP face accepts, e.g. https://app.example; repeatable"
+        " (env A3S_ALLOWED_ORIGINS, comma-separated; default none)",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        help="a Host name the HTTP face accepts besides its own address; repeatable (env A3S_ALLOWED_HOSTS)",
+    )
+    serve.add_argument("--tls-cert", help="PEM certificate chain for both listeners (env A3S_TLS_CERT)")
+    serve.add_argument("--tls-key", help="PEM private key for both listeners (env A3S_TLS_KEY)")
+    serve.add_argument(
+        "--workspace-root",
+        help="session workspaces must lie inside this directory (env A3S_WORKSPACE_ROOT; default the workspace)",
+    )
+    serve.add_argument(
+        "--trust-workspace-skills",
+        action="store_true",
+        help="let skills in <workspace>/.a3s/skills turn their allowed-tools into allow rules"
+        " (env A3S_TRUST_WORKSPACE_SKILLS=1)",
     )
     serve.add_argument(
         "--skills-dir",
@@ -187,6 +221,13 @@ def main(argv: list[str] | None = None) -> int:
                 skills_dirs=args.skills_dir,
                 auth_token=args.auth_token,
                 coven_gateway=args.coven_gateway,
+                allow_unauthenticated=args.allow_unauthenticated,
+                allowed_origins=args.allowed_origin,
+                allowed_hosts=args.allowed_host,
+                tls_cert=args.tls_cert,
+                tls_key=args.tls_key,
+                trust_workspace_skills=args.trust_workspace_skills,
+                workspace_root=args.workspace_root,
             )
         except ConfigError as exc:
             print(f"a3s-agent: {exc}", file=sys.stderr)

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Literal
 
 from .core.models import LLMConfig
+from .tools.environment import operator_secret_names
 
-DEFAULT_LISTEN = "0.0.0.0:4088"
-DEFAULT_HTTP_LISTEN = "0.0.0.0:4089"
+DEFAULT_LISTEN = "127.0.0.1:4088"
+DEFAULT_HTTP_LISTEN = "127.0.0.1:4089"
 DEFAULT_MAX_SESSIONS = 1000
 DEFAULT_MAX_GENERATIONS = 256
 DEFAULT_MAX_TOOLS_PER_REQUEST = 50
@@ -19,6 +20,10 @@ DEFAULT_MAX_CONTEXT_TOKENS = 128_000
 DEFAULT_GRACE_SECONDS = 10.0
 DEFAULT_LLM_TIMEOUT_S = 120.0
 DEFAULT_LLM_RETRIES = 3
+DEFAULT_MAX_HTTP_CONNECTIONS = 512
+DEFAULT_MAX_TOOL_CALLS = 64
+DEFAULT_MAX_SPACE_RUNS = 16
+DEFAULT_MAX_REQUEST_MESSAGES = 10_000
 BOX_SKILLS_DIR = Path("/a3s/skills")  # A3S Box mounts skills here, read-only
 
 
@@ -27,6 +32,18 @@ class Settings:
     listen: str = DEFAULT_LISTEN
     http_listen: str = DEFAULT_HTTP_LISTEN  # HOST:PORT of the HTTP face, or "off"
     auth_token: str = ""  # when set, callers must send `authorization: Bearer <token>`
+    allow_unauthenticated: bool = False  # serve a non-loopback address without a token (operator's choice)
+    allowed_origins: list[str] = field(default_factory=list)  # browser Origins the HTTP face accepts
+    allowed_hosts: list[str] = field(default_factory=list)  # Host names the HTTP face accepts besides its own
+    tls_cert: Path | None = None  # PEM certificate chain for both listeners
+    tls_key: Path | None = None  # PEM private key for both listeners
+    max_http_connections: int = DEFAULT_MAX_HTTP_CONNECTIONS
+    secret_env_names: frozenset[str] = frozenset()  # further variables the operator marks secret
+    trust_workspace_skills: bool = False  # a workspace skill's allowed-tools may become allow rules
+    workspace_root: Path | None = None  # session workspaces must lie inside it; default the workspace
+    max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS  # direct ExecuteTool/ExecuteToolBatch calls at once
+    max_space_runs: int = DEFAULT_MAX_SPACE_RUNS  # Agent Spaces runs at once
+    max_request_messages: int = DEFAULT_MAX_REQUEST_MESSAGES  # messages in one request
     coven_gateway: str = ""  # HOST:PORT of a coven gateway to serve as an agent, alongside the server
     workspace: Path = field(default_factory=Path.cwd)
     data_dir: Path | None = None
@@ -48,6 +65,11 @@ class Settings:
         return [*self.skill_dirs, workspace / ".a3s" / "skills", BOX_SKILLS_DIR]
 
     @property
+    def resolved_workspace_root(self) -> Path:
+        """The directory every session workspace must lie in: --workspace-root, else the workspace."""
+        return (self.workspace_root or self.workspace).resolve()
+
+    @property
     def resolved_data_dir(self) -> Path:
         """The data directory; `<workspace>/.a3s` unless set."""
         return (self.data_dir or self.workspace / ".a3s").resolve()
@@ -65,6 +87,20 @@ def llm_from_env(env: Mapping[str, str]) -> LLMConfig:
 
 class ConfigError(ValueError):
     """A setting has a value that cannot be used; the message names it."""
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name} must be 1/true/yes/on or 0/false/no/off, not {value!r}")
+
+
+def _list(values: list[str] | None, env: Mapping[str, str], name: str) -> list[str]:
+    """Flag values (repeatable) then the comma-separated env value."""
+    return [v.strip() for v in [*(values or []), *env.get(name, "").split(",")] if v.strip()]
 
 
 def _number(
@@ -93,17 +129,39 @@ def settings_from(
     skills_dirs: list[str] | None = None,
     auth_token: str | None = None,
     coven_gateway: str | None = None,
+    allow_unauthenticated: bool = False,
+    allowed_origins: list[str] | None = None,
+    allowed_hosts: list[str] | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    trust_workspace_skills: bool = False,
+    workspace_root: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Settings:
     """Build settings from flag values (None = not given) over the environment."""
     env = os.environ if env is None else env
     workspace_value = workspace or env.get("WORKSPACE")
     data_value = data_dir or env.get("A3S_DATA_DIR")
+    cert_value = tls_cert or env.get("A3S_TLS_CERT")
+    key_value = tls_key or env.get("A3S_TLS_KEY")
+    root_value = workspace_root or env.get("A3S_WORKSPACE_ROOT")
     return Settings(
         listen=listen or env.get("LISTEN_ADDR") or DEFAULT_LISTEN,
         http_listen=http_listen or env.get("A3S_HTTP_LISTEN") or DEFAULT_HTTP_LISTEN,
         auth_token=auth_token or env.get("A3S_AUTH_TOKEN", ""),
         coven_gateway=coven_gateway or env.get("A3S_COVEN_GATEWAY", ""),
+        allow_unauthenticated=allow_unauthenticated or _flag(env, "A3S_ALLOW_UNAUTHENTICATED"),
+        allowed_origins=_list(allowed_origins, env, "A3S_ALLOWED_ORIGINS"),
+        allowed_hosts=_list(allowed_hosts, env, "A3S_ALLOWED_HOSTS"),
+        tls_cert=Path(cert_value) if cert_value else None,
+        tls_key=Path(key_value) if key_value else None,
+        max_http_connections=int(_number(env, "A3S_MAX_HTTP_CONNECTIONS", DEFAULT_MAX_HTTP_CONNECTIONS)),
+        secret_env_names=operator_secret_names(env),
+        trust_workspace_skills=trust_workspace_skills or _flag(env, "A3S_TRUST_WORKSPACE_SKILLS"),
+        workspace_root=Path(root_value).resolve() if root_value else None,
+        max_tool_calls=int(_number(env, "A3S_MAX_TOOL_CALLS", DEFAULT_MAX_TOOL_CALLS)),
+        max_space_runs=int(_number(env, "A3S_MAX_SPACE_RUNS", DEFAULT_MAX_SPACE_RUNS)),
+        max_request_messages=int(_number(env, "A3S_MAX_REQUEST_MESSAGES", DEFAULT_MAX_REQUEST_MESSAGES)),
         workspace=Path(workspace_value).resolve() if workspace_value else Path.cwd(),
         data_dir=Path(data_value) if data_value else None,
         log_level=(log_level or env.get("A3S_LOG_LEVEL") or "INFO").upper(),

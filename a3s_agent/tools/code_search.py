@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .environment import tool_environment
 from .process import find_binary
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
 from .sandbox import relative_to_workspace, resolve_in_workspace
@@ -130,7 +131,7 @@ async def _run_rg(argv: list[str], ctx: ToolContext, collector: _Collector) -> t
         proc = subprocess.Popen(  # noqa: ASYNC220
             argv,
             cwd=ctx.workspace.resolve(),
-            env={**os.environ, **ctx.env},
+            env=tool_environment(ctx.env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=stderr,

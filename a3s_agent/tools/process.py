@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .environment import tool_environment
+
 DEFAULT_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 600.0
 TIMEOUT_EXIT_CODE = 124
@@ -110,7 +112,7 @@ async def run_process(
         lambda: _ExitAwareProtocol(limit=_READ_CHUNK, loop=loop),
         *argv,
         cwd=cwd,
-        env={**os.environ, **(extra_env or {})},
+        env=tool_environment(extra_env),
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
