@@ -1,0 +1,1 @@
+"""Security suite: attacks through the real interfaces (marker `security`)."""
