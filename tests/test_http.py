@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,20 +23,28 @@ from .conftest import LiveServer, alive, new_session
 from .fake_llm import FakeLLM, broken_stream, delayed, text, tool_call
 
 USER = "ROLE_USER"
+JSON = {"Content-Type": "application/json"}
 
 
 @dataclass
 class Http:
     client: aiohttp.ClientSession
     server: LiveServer
+    port: int
 
 
 @asynccontextmanager
-async def serving(server: LiveServer) -> AsyncIterator[Http]:
-    listener = await start_http(server.runtime, CodeAgentService(server.runtime), "127.0.0.1:0")
+async def serving(
+    server: LiveServer, address: str = "127.0.0.1:0", trust: ssl.SSLContext | None = None
+) -> AsyncIterator[Http]:
+    """The HTTP face of `server` on `address`, and a client to it (over TLS trusting `trust`, if given)."""
+    listener = await start_http(server.runtime, CodeAgentService(server.runtime), address)
+    base_url = f"{'https' if trust else 'http'}://127.0.0.1:{listener.port}"
     try:
-        async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{listener.port}") as client:
-            yield Http(client, server)
+        async with aiohttp.ClientSession(
+            base_url=base_url, connector=aiohttp.TCPConnector(ssl=trust) if trust else None
+        ) as client:
+            yield Http(client, server, listener.port)
     finally:
         await listener.stop()
 
@@ -131,7 +140,7 @@ async def test_session_routes_share_the_core_with_grpc(rest: Http) -> None:
 
     camel = await client.post("/sessions", json={"sessionId": "s2"})  # the JSON mapping's other name
     assert camel.status == 201 and (await camel.json())["session_id"] == "s2"
-    anonymous = await client.post("/sessions")  # an empty body is an empty request
+    anonymous = await client.post("/sessions", headers=JSON)  # an empty body is an empty request
     assert anonymous.status == 201 and (await anonymous.json())["session_id"]
 
     listed = await (await client.get("/sessions")).json()
@@ -148,7 +157,9 @@ async def test_session_routes_share_the_core_with_grpc(rest: Http) -> None:
 
 async def test_bad_requests_are_json_errors_naming_the_fault(rest: Http) -> None:
     client = rest.client
-    message = await error_of(await client.post("/sessions", data=b"{not json"), 400, "INVALID_ARGUMENT")
+    message = await error_of(
+        await client.post("/sessions", data=b"{not json", headers=JSON), 400, "INVALID_ARGUMENT"
+    )
     assert "not valid JSON" in message
     message = await error_of(await client.post("/sessions", json={"bogus": 1}), 400, "INVALID_ARGUMENT")
     assert "bogus" in message and "CreateSessionRequest" in message
@@ -174,16 +185,16 @@ async def test_bad_requests_are_json_errors_naming_the_fault(rest: Http) -> None
     wrong_method = await client.put("/healthz")
     assert "GET" in wrong_method.headers["Allow"]
     await error_of(wrong_method, 405, "UNIMPLEMENTED")
-    too_big = await client.post("/sessions", data=b" " * (16 * 1024 * 1024 + 1))
+    too_big = await client.post("/sessions", data=b" " * (16 * 1024 * 1024 + 1), headers=JSON)
     assert "exceeded" in await error_of(too_big, 413, "RESOURCE_EXHAUSTED")
 
 
 async def test_any_rpc_by_name_and_unknown_names(rest: Http) -> None:
-    tools = await rest.client.post("/rpc/list_tools")
+    tools = await rest.client.post("/rpc/list_tools", headers=JSON)
     assert tools.status == 200 and len((await tools.json())["tools"]) >= 20
     policy = await rest.client.post("/rpc/GetCapabilities", json={})
     assert (await policy.json())["features"] == FEATURES
-    unknown = await rest.client.post("/rpc/launch_rockets")
+    unknown = await rest.client.post("/rpc/launch_rockets", headers=JSON)
     body = await unknown.json()
     assert unknown.status == 501 and body["error"]["code"] == "UNIMPLEMENTED"
     assert "stream_generate" in body["error"]["details"]["methods"]

@@ -1,4 +1,4 @@
-"""The HTTP face: /healthz, the A3S REST adapter (server-sent events for streams), /ws, the listener.
+"""The HTTP face's application: /healthz, the A3S REST adapter (server-sent events for streams), /ws.
 
 Routes (bodies and replies are the proto messages' JSON forms, see bridge.py):
 
@@ -17,7 +17,9 @@ Routes (bodies and replies are the proto messages' JSON forms, see bridge.py):
     GET    /ws                               the WebSocket JSON form of every RPC (ws.py)
 
 Errors are `{"error": {"code": "NOT_FOUND", "message": ..., "details": object|null}}` with the
-HTTP status of bridge.HTTP_STATUS; a body over MAX_BODY_BYTES is 413.
+HTTP status of bridge.HTTP_STATUS; a body over MAX_BODY_BYTES is 413. Before any route, guard.py
+refuses a foreign Host (421), a foreign browser Origin (403) and a body that is not JSON (415);
+listener.py binds the address behind the connection cap and the header timeout (connections.py).
 
 A stream answers `data: <reply JSON>` per reply, then `event: done` (`data: {}`). A failure
 before the first reply is a plain error response with its status; after it, `event: error`
@@ -41,7 +43,9 @@ from ...proto import code_agent_pb2 as pb
 from ...runtime import Runtime
 from ..auth import http_middleware
 from ..grpc.service import CodeAgentService
-from .bridge import Bridge, CallError, as_json, find_method, json_text, parse
+from ..refusals import RefusalLog
+from .bridge import Bridge, CallError, as_json, find_method, json_text, load_json, parse
+from .guard import RequestGuard
 from .ws import WebSocketFace
 
 log = logging.getLogger(__name__)
@@ -52,9 +56,12 @@ KEEPALIVE_S = 15.0
 
 _CODE_OF_HTTP_STATUS = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
+    403: grpc.StatusCode.PERMISSION_DENIED,
     404: grpc.StatusCode.NOT_FOUND,
     405: grpc.StatusCode.UNIMPLEMENTED,
     413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    415: grpc.StatusCode.INVALID_ARGUMENT,
+    421: grpc.StatusCode.PERMISSION_DENIED,
 }
 _STREAM_GENERATE = find_method("StreamGenerate")
 _EXECUTE_TOOL = find_method("ExecuteTool")
@@ -97,12 +104,7 @@ async def _json_body(request: web.Request) -> Any:
     raw = await request.read()
     if not raw.strip():
         return {}
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise CallError(
-            grpc.StatusCode.INVALID_ARGUMENT, f"the request body is not valid JSON: {exc}"
-        ) from None
+    return load_json(raw, "the request body")
 
 
 def _json(value: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -266,66 +268,25 @@ class RestApi:
 
 
 def build_app(
-    runtime: Runtime, service: CodeAgentService, extra_routes: Iterable[web.AbstractRouteDef] = ()
+    runtime: Runtime,
+    service: CodeAgentService,
+    guard: RequestGuard,
+    refusals: RefusalLog,
+    extra_routes: Iterable[web.AbstractRouteDef] = (),
 ) -> web.Application:
-    """The application; `extra_routes` (e.g. a RouteTableDef) are served next to ours."""
+    """The application; `extra_routes` (e.g. a RouteTableDef) are served next to ours.
+
+    The guard runs before the token check, so that a browser's preflight (which never carries
+    the token) is answered, and a refused origin is refused whatever it sends."""
     bridge = Bridge(service)
     token = runtime.settings.auth_token
     app = web.Application(
-        client_max_size=MAX_BODY_BYTES, middlewares=[*([http_middleware(token)] if token else []), _errors]
+        client_max_size=MAX_BODY_BYTES,
+        middlewares=[_errors, guard.middleware, *([http_middleware(token, refusals)] if token else [])],
     )
+    app.on_response_prepare.append(guard.on_response_prepare)
     sockets = WebSocketFace(bridge, MAX_BODY_BYTES)
     app.add_routes([*RestApi(runtime, bridge).routes(), web.get("/ws", sockets.handle)])
     app.add_routes(extra_routes)
     app.on_shutdown.append(sockets.close_all)
     return app
-
-
-class HttpBindError(RuntimeError):
-    """The HTTP listen address could not be bound."""
-
-
-class HttpListener:
-    """A running HTTP listener."""
-
-    def __init__(self, runner: web.AppRunner, port: int) -> None:
-        self._runner = runner
-        self.port = port
-
-    async def stop(self) -> None:
-        """Close the listener, the WebSockets, then wait (up to the grace) for requests in flight."""
-        await self._runner.cleanup()
-
-
-def _split(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise HttpBindError(f"cannot listen on {address!r}: expected HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
-async def start_http(
-    runtime: Runtime,
-    service: CodeAgentService,
-    address: str,
-    *,
-    extra_routes: Iterable[web.AbstractRouteDef] = (),
-) -> HttpListener:
-    """Serve the HTTP face on `address` (HOST:PORT; port 0 picks a free one) in this event loop."""
-    host, port = _split(address)
-    runner = web.AppRunner(
-        build_app(runtime, service, extra_routes),
-        handler_cancellation=True,  # a client that goes away cancels its call, as in gRPC
-        access_log=None,  # the rpc wrapper logs every call; probes would flood an access log
-        shutdown_timeout=runtime.settings.grace_seconds,
-    )
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port).start()
-    except OSError as exc:
-        await runner.cleanup()
-        raise HttpBindError(
-            f"cannot listen on {address}: already in use or not available ({exc.strerror or exc});"
-            " choose another with --http-listen or A3S_HTTP_LISTEN, or 'off'"
-        ) from exc
-    return HttpListener(runner, runner.addresses[0][1])

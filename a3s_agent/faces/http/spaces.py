@@ -10,29 +10,24 @@ POST /v1/spaces/{spaceId}/runs/{runId}/cancel
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import grpc
 from aiohttp import web
 
 from ...core.errors import AgentError
 from ...runtime import Runtime
 from ...spaces import Spaces
 from ..grpc.errors import status_for
-from .bridge import CallError
+from .bridge import CallError, load_json
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 async def _body(request: web.Request) -> Any:
     raw = await request.read()
-    try:
-        return json.loads(raw) if raw.strip() else {}
-    except ValueError as exc:
-        raise CallError(grpc.StatusCode.INVALID_ARGUMENT, f"the body is not JSON: {exc}") from exc
+    return load_json(raw, "the body") if raw.strip() else {}  # 400 for deep nesting, lone surrogates too
 
 
 def _domain(handler: Handler) -> Handler:

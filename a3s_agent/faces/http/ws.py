@@ -9,7 +9,6 @@ and ends that call, never the socket. Calls still running when the socket closes
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
@@ -17,7 +16,7 @@ import grpc
 from aiohttp import WSCloseCode, WSMsgType, web
 from google.protobuf.message import Message
 
-from .bridge import Bridge, CallError, Method, as_json, find_method, json_text, parse
+from .bridge import Bridge, CallError, Method, as_json, find_method, json_text, load_json, parse
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +50,7 @@ class _Connection:
     async def _dispatch(self, text: str) -> None:
         request_id: Any = None
         try:
-            try:
-                envelope = json.loads(text)
-            except ValueError as exc:
-                raise CallError(
-                    grpc.StatusCode.INVALID_ARGUMENT, f"the message is not valid JSON: {exc}"
-                ) from None
+            envelope = load_json(text, "the message")
             if not isinstance(envelope, dict):
                 raise CallError(
                     grpc.StatusCode.INVALID_ARGUMENT, 'a message is a JSON object: {"method", "params", "id"}'
