@@ -21,6 +21,9 @@ RUN pip install --no-cache-dir -c constraints.txt .
 
 USER 10001
 WORKDIR /a3s/workspace
+# Both listeners face the container's network, so the server starts only with a token from the
+# environment: A3S_AUTH_TOKEN, or A3S_AUTH_TOKEN_FILE naming a mounted secret file. Without one
+# it exits 2 saying so. The image holds no token. grpc.health needs none, so the HEALTHCHECK works.
 ENV WORKSPACE=/a3s/workspace \
     LISTEN_ADDR=0.0.0.0:4088 \
     A3S_HTTP_LISTEN=0.0.0.0:4089 \

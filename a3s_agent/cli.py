@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
-from .config import ConfigError, settings_from
+from .config import ConfigError, check_serving, settings_from
+
+if TYPE_CHECKING:
+    import grpc
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,11 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-sessions", type=int, help="most sessions held at once (env A3S_MAX_SESSIONS)")
     serve.add_argument(
         "--auth-token",
-        help="require 'authorization: Bearer TOKEN' on every call but health checks (env A3S_AUTH_TOKEN)",
+        help="refused: a token on the command line is visible to every local user; use --auth-token-file",
     )
     serve.add_argument(
         "--auth-token-file",
-        help="read the bearer token from this file (env A3S_AUTH_TOKEN_FILE, or the token in A3S_AUTH_TOKEN)",
+        help="require 'authorization: Bearer TOKEN' on every call but health checks, TOKEN being this"
+        " file's contents (env A3S_AUTH_TOKEN_FILE, or the token itself in A3S_AUTH_TOKEN)",
     )
     serve.add_argument(
         "--allow-unauthenticated",
@@ -111,6 +117,16 @@ def _parser() -> argparse.ArgumentParser:
     health = commands.add_parser("health", help="exit 0 when a server answers SERVING (for HEALTHCHECK)")
     health.add_argument("--address", default="127.0.0.1:4088", help="HOST:PORT of the server")
     health.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for an answer")
+    health.add_argument(
+        "--tls-ca",
+        help="speak TLS, trusting the CA certificate(s) in this PEM file"
+        " (default: A3S_TLS_CERT when set, i.e. the server's own, possibly self-signed, certificate)",
+    )
+    health.add_argument(
+        "--tls-server-name",
+        help="the name to check the server's certificate against, when not the host in --address"
+        " (env A3S_TLS_SERVER_NAME)",
+    )
     return parser
 
 
@@ -126,6 +142,7 @@ def _coven(args: argparse.Namespace) -> int:
         print(f"a3s-agent: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _withhold_secrets(settings.secret_env_names)
 
     async def main() -> int:
         runtime = Runtime(settings, registry=builtin_registry())
@@ -144,8 +161,6 @@ def _coven(args: argparse.Namespace) -> int:
 
 
 def _relay(args: argparse.Namespace) -> int:
-    import os
-
     from .llm.relay import RelayTiming
     from .relay_cli import relay_new, relay_resume
 
@@ -159,12 +174,37 @@ def _relay(args: argparse.Namespace) -> int:
     return relay_resume(relay_dir=Path(relay_dir), handle=args.handle, timing=timing)
 
 
-def _health(address: str, timeout_s: float) -> int:
+def _withhold_secrets(marked: frozenset[str]) -> None:
+    """Once the settings hold what the server needs: secrets out of the environment (server_secrets)."""
+    from .server_secrets import withhold_secrets
+
+    names = withhold_secrets(marked)
+    if names:
+        logging.getLogger("a3s_agent").info("withheld from the environment: %s", ", ".join(names))
+
+
+def _channel(address: str, ca_file: str | None, server_name: str | None) -> grpc.Channel:
+    """A plaintext channel, or a TLS one trusting `ca_file`."""
+    import grpc
+
+    if not ca_file:
+        return grpc.insecure_channel(address)
+    credentials = grpc.ssl_channel_credentials(root_certificates=Path(ca_file).read_bytes())
+    options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+    return grpc.secure_channel(address, credentials, options=options)
+
+
+def _health(address: str, timeout_s: float, ca_file: str | None, server_name: str | None) -> int:
     """Ask grpc.health.v1 for the server's overall status."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(address) as channel:
+    try:
+        channel = _channel(address, ca_file, server_name)
+    except OSError as exc:
+        print(f"a3s-agent health: cannot read the CA file {ca_file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    with channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(), timeout=timeout_s
@@ -202,7 +242,9 @@ def _ops(file: Path, workspace: Path, policy: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "health":
-        return _health(args.address, args.timeout)
+        ca_file = args.tls_ca or os.environ.get("A3S_TLS_CERT")
+        server_name = args.tls_server_name or os.environ.get("A3S_TLS_SERVER_NAME")
+        return _health(args.address, args.timeout, ca_file, server_name)
     if args.command == "relay":
         return _relay(args)
     if args.command == "coven":
@@ -210,6 +252,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "ops":
         return _ops(Path(args.file), Path(args.workspace), args.policy)
     if args.command == "serve":
+        if args.auth_token is not None:
+            print(
+                "a3s-agent: --auth-token is refused: every local user can read a command line (ps,"
+                " /proc/<pid>/cmdline). Put the token in a file only you can read and pass"
+                " --auth-token-file FILE, or set A3S_AUTH_TOKEN_FILE=FILE or A3S_AUTH_TOKEN",
+                file=sys.stderr,
+            )
+            return 2
         try:
             settings = settings_from(
                 listen=args.listen,
@@ -219,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                 log_level=args.log_level,
                 max_sessions=args.max_sessions,
                 skills_dirs=args.skills_dir,
-                auth_token=args.auth_token,
+                auth_token_file=args.auth_token_file,
                 coven_gateway=args.coven_gateway,
                 allow_unauthenticated=args.allow_unauthenticated,
                 allowed_origins=args.allowed_origin,
@@ -229,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 trust_workspace_skills=args.trust_workspace_skills,
                 workspace_root=args.workspace_root,
             )
+            check_serving(settings)
         except ConfigError as exc:
             print(f"a3s-agent: {exc}", file=sys.stderr)
             return 2
@@ -237,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
+        _withhold_secrets(settings.secret_env_names)
         if not settings.workspace.is_dir():
             logging.getLogger("a3s_agent").error("workspace %s is not a directory", settings.workspace)
             return 2

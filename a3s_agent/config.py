@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,10 +63,6 @@ class Settings:
     llm_tool_mode: Literal["native", "text"] = "native"  # the default of LLM configs without +text/+native
     relay_dir: str = ""
 
-    def skill_dirs_for(self, workspace: Path) -> list[Path]:
-        """Where skills are found: configured dirs, then the workspace's own, then Box's mount."""
-        return [*self.skill_dirs, workspace / ".a3s" / "skills", BOX_SKILLS_DIR]
-
     @property
     def resolved_workspace_root(self) -> Path:
         """The directory every session workspace must lie in: --workspace-root, else the workspace."""
@@ -118,6 +117,28 @@ def _number(
     return number
 
 
+_TOKEN_CHARACTERS = re.compile(r"[\x21-\x7e]+")  # it travels in a header: printable ASCII, no spaces
+
+
+def _auth_token(file_flag: str | None, env: Mapping[str, str]) -> str:
+    """The bearer token: the file's contents (--auth-token-file, A3S_AUTH_TOKEN_FILE), else A3S_AUTH_TOKEN."""
+    path = file_flag or env.get("A3S_AUTH_TOKEN_FILE", "")
+    source = "--auth-token-file" if file_flag else "A3S_AUTH_TOKEN_FILE"
+    if path:
+        try:
+            token = Path(path).read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not text"
+            raise ConfigError(f"cannot read the token file {path} ({source}): {reason}") from None
+        if not token:
+            raise ConfigError(f"the token file {path} ({source}) is empty")
+    else:
+        token, source = env.get("A3S_AUTH_TOKEN", "").strip(), "A3S_AUTH_TOKEN"
+    if token and not _TOKEN_CHARACTERS.fullmatch(token):
+        raise ConfigError(f"the token from {source} must be printable ASCII without spaces")
+    return token
+
+
 def settings_from(
     *,
     listen: str | None = None,
@@ -127,7 +148,7 @@ def settings_from(
     log_level: str | None = None,
     max_sessions: int | None = None,
     skills_dirs: list[str] | None = None,
-    auth_token: str | None = None,
+    auth_token_file: str | None = None,
     coven_gateway: str | None = None,
     allow_unauthenticated: bool = False,
     allowed_origins: list[str] | None = None,
@@ -148,7 +169,7 @@ def settings_from(
     return Settings(
         listen=listen or env.get("LISTEN_ADDR") or DEFAULT_LISTEN,
         http_listen=http_listen or env.get("A3S_HTTP_LISTEN") or DEFAULT_HTTP_LISTEN,
-        auth_token=auth_token or env.get("A3S_AUTH_TOKEN", ""),
+        auth_token=_auth_token(auth_token_file, env),
         coven_gateway=coven_gateway or env.get("A3S_COVEN_GATEWAY", ""),
         allow_unauthenticated=allow_unauthenticated or _flag(env, "A3S_ALLOW_UNAUTHENTICATED"),
         allowed_origins=_list(allowed_origins, env, "A3S_ALLOWED_ORIGINS"),
@@ -176,3 +197,65 @@ def settings_from(
             Path(p) for p in [*(skills_dirs or []), *env.get("A3S_SKILL_DIRS", "").split(os.pathsep)] if p
         ],
     )
+
+
+def is_loopback(address: str) -> bool:
+    """Whether HOST:PORT names this machine only: 127.0.0.0/8, ::1 or localhost (0.0.0.0 and :: do not)."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name, or empty (all interfaces)
+        return False
+
+
+def exposed_listeners(settings: Settings) -> list[str]:
+    """The listeners other machines may reach, e.g. ['gRPC on 0.0.0.0:4088']."""
+    listeners = (("gRPC", settings.listen), ("HTTP", settings.http_listen))
+    return [
+        f"{face} on {address}" for face, address in listeners if address != "off" and not is_loopback(address)
+    ]
+
+
+def check_serving(settings: Settings) -> None:
+    """Refuse what `serve` must not start with: a non-loopback listener without a token
+    (unless the operator opted in), and TLS files that cannot be used."""
+    exposed = exposed_listeners(settings)
+    if exposed and not settings.auth_token and not settings.allow_unauthenticated:
+        raise ConfigError(
+            f"refusing to serve {' and '.join(exposed)} without a token: anyone who can reach it could"
+            " run commands here. Set a token with --auth-token-file FILE, A3S_AUTH_TOKEN_FILE or"
+            " A3S_AUTH_TOKEN, listen on 127.0.0.1, or opt in with --allow-unauthenticated"
+            " (A3S_ALLOW_UNAUTHENTICATED=1)"
+        )
+    _check_tls(settings.tls_cert, settings.tls_key)
+
+
+def _check_tls(cert: Path | None, key: Path | None) -> None:
+    if cert is None and key is None:
+        return
+    if cert is None or key is None:
+        given, missing = ("--tls-cert", "--tls-key") if key is None else ("--tls-key", "--tls-cert")
+        raise ConfigError(
+            f"{given} needs {missing} too (env A3S_TLS_CERT, A3S_TLS_KEY): give both or neither"
+        )
+    texts = {}
+    for path, flag in ((cert, "--tls-cert"), (key, "--tls-key")):
+        try:
+            texts[flag] = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {flag} {path}: {exc.strerror}") from None
+    if b"-----BEGIN CERTIFICATE-----" not in texts["--tls-cert"]:
+        raise ConfigError(f"--tls-cert {cert} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+    if b"PRIVATE KEY-----" not in texts["--tls-key"] or b"ENCRYPTED" in texts["--tls-key"]:
+        raise ConfigError(
+            f"--tls-key {key} holds no unencrypted PEM private key (-----BEGIN PRIVATE KEY-----)"
+        )
+    try:  # parses both and checks that the key belongs to the certificate
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key, password=lambda: b"")
+    except ssl.SSLError as exc:
+        raise ConfigError(
+            f"--tls-cert {cert} and --tls-key {key} are not a usable certificate and its private key:"
+            f" {exc.reason or exc}"
+        ) from None

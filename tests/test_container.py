@@ -4,17 +4,23 @@ reads, and the environment the Dockerfile describes really serves (built here wi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
+import grpc
+import pytest
 import yaml
 
-from a3s_agent.config import BOX_SKILLS_DIR, DEFAULT_LISTEN, settings_from
+from a3s_agent.config import BOX_SKILLS_DIR, DEFAULT_LISTEN, ConfigError, check_serving, settings_from
+from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 
-from .conftest import free_port, wait_serving
+from .conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,6 +42,7 @@ def test_the_dockerfile_sets_what_box_expects() -> None:
         "WORKDIR /a3s/workspace",
         "WORKSPACE=/a3s/workspace",
         "LISTEN_ADDR=0.0.0.0:4088",
+        "A3S_HTTP_LISTEN=0.0.0.0:4089",
         "A3S_DATA_DIR=/a3s/data",
         'VOLUME ["/a3s/data"]',
         "EXPOSE 4088 4089",
@@ -44,13 +51,29 @@ def test_the_dockerfile_sets_what_box_expects() -> None:
         "USER 10001",
     ):
         assert fact in text, fact
+    # The image holds no token and does not opt out of needing one.
+    assert "A3S_AUTH_TOKEN=" not in text and "ALLOW_UNAUTHENTICATED" not in text
+
+
+def _dockerfile_env() -> dict[str, str]:
+    """The ENV instruction's NAME=value pairs."""
+    block = re.search(r"^ENV (.*?)(?=^\S)", _dockerfile(), re.MULTILINE | re.DOTALL)
+    assert block, "the Dockerfile has an ENV instruction"
+    return dict(re.findall(r"(\w+)=(\S+)", block.group(1)))
 
 
 def test_box_config_matches_what_the_server_reads() -> None:
     config = yaml.safe_load((ROOT / "box-config.yaml").read_text())["coding_agent"]
     assert (config["kind"], config["protocol"], config["port"]) == ("custom", "grpc", 4088)
     env = {name: str(value) for name, value in config["env"].items()}
-    settings = settings_from(env={**env, "A3S_LLM_API_KEY": "sk-test"})
+    assert env["A3S_AUTH_TOKEN"].startswith("${secret:")  # from Box's secret store, not in the file
+    assert "A3S_ALLOW_UNAUTHENTICATED" not in env
+    box_env = {**_dockerfile_env(), **env}
+    with pytest.raises(ConfigError, match="without a token"):  # were the secret missing
+        check_serving(settings_from(env={**box_env, "A3S_AUTH_TOKEN": ""}))
+    settings = settings_from(env={**box_env, "A3S_LLM_API_KEY": "sk-test", "A3S_AUTH_TOKEN": "tok-from-box"})
+    check_serving(settings)
+    assert settings.auth_token == "tok-from-box"
     assert settings.listen == env["LISTEN_ADDR"] and settings.listen.endswith(f":{config['port']}")
     assert DEFAULT_LISTEN.endswith(":4088")
     assert str(settings.workspace) == env["WORKSPACE"]
@@ -75,21 +98,36 @@ def test_the_environment_the_dockerfile_describes_serves(tmp_path: Path) -> None
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     port = free_port()
-    env = {
+    agent = env_dir / "bin" / "a3s-agent"
+    env = {  # the image's environment: both listeners on every interface
         **os.environ,
         "WORKSPACE": str(workspace),
-        "LISTEN_ADDR": f"127.0.0.1:{port}",
-        "A3S_HTTP_LISTEN": f"127.0.0.1:{free_port()}",
+        "LISTEN_ADDR": f"0.0.0.0:{port}",
+        "A3S_HTTP_LISTEN": f"0.0.0.0:{free_port()}",
         "A3S_DATA_DIR": str(tmp_path / "data"),
     }
-    server = subprocess.Popen([env_dir / "bin" / "a3s-agent", "serve"], env=env, cwd=workspace, text=True)
+    env.pop("A3S_AUTH_TOKEN", None)
+    refused = subprocess.run(
+        [agent, "serve"], env=env, cwd=workspace, capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode == 2 and "without a token" in refused.stderr, refused.stderr
+
+    server = subprocess.Popen(
+        [agent, "serve"], env={**env, "A3S_AUTH_TOKEN": "tok-container"}, cwd=workspace, text=True
+    )
     try:
-        wait_serving(f"127.0.0.1:{port}", 30, server)
-        health = subprocess.run(
-            [env_dir / "bin" / "a3s-agent", "health", "--address", f"127.0.0.1:{port}"],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        assert health.returncode == 0, health.stderr
+        health = [agent, "health", "--address", f"127.0.0.1:{port}"]  # the HEALTHCHECK: no token
+        deadline = time.monotonic() + 30
+        while (result := subprocess.run(health, capture_output=True, text=True, check=False)).returncode:
+            assert server.poll() is None and time.monotonic() < deadline, result.stderr
+            time.sleep(0.2)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as err:
+                stub.CreateSession(pb.CreateSessionRequest())
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            metadata = (("authorization", "Bearer tok-container"),)
+            assert stub.CreateSession(pb.CreateSessionRequest(), metadata=metadata).session_id
         for tool in ("rg", "ruff", "shfmt"):
             assert (env_dir / "bin" / tool).exists(), f"{tool} should come with the package"
     finally:

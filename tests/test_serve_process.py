@@ -228,6 +228,8 @@ def test_serve_also_answers_http_on_its_own_port(server_process: ServerProcess) 
         except urllib.error.URLError:
             assert time.monotonic() < deadline, "HTTP never came up"
             time.sleep(0.05)
-    create = urllib.request.Request(f"{base}/v1/spaces", data=b"{}", method="POST")
+    create = urllib.request.Request(
+        f"{base}/v1/spaces", data=b"{}", method="POST", headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(create, timeout=10) as reply:  # the Agent Spaces routes are served too
         assert reply.status == 201 and json.loads(reply.read())["spaceId"]

@@ -1,8 +1,8 @@
-"""Optional bearer-token authentication for both faces (`--auth-token` / A3S_AUTH_TOKEN).
+"""Bearer-token authentication for both faces (--auth-token-file, A3S_AUTH_TOKEN_FILE or A3S_AUTH_TOKEN).
 
 When a token is set, every gRPC call except grpc.health and reflection, and every HTTP route
-except /healthz, needs `authorization: Bearer <token>`; others get UNAUTHENTICATED / 401.
-The comparison takes constant time.
+except /healthz, needs `authorization: Bearer <token>`; others get UNAUTHENTICATED / 401 and
+a line in the shared RefusalLog (peer, method, why). The comparison takes constant time.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
+
+from .refusals import RefusalLog
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -27,14 +29,25 @@ def token_matches(expected: str, header: str | None) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode())
 
 
-def _refusal(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    """A handler of the same shape as `handler` that only refuses."""
+def _why(header: str | None) -> str:
+    """Why a request was refused; never the header's value."""
+    return "no bearer token" if not header else "wrong bearer token"
+
+
+def _refusal(
+    handler: grpc.RpcMethodHandler, refusals: RefusalLog, method: str, why: str
+) -> grpc.RpcMethodHandler:
+    """A handler of the same shape as `handler` that logs the refusal and refuses."""
+
+    async def refuse(context: grpc.aio.ServicerContext) -> None:
+        refusals.refused(context.peer(), method, why)
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, MISSING)
 
     async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, MISSING)
+        await refuse(context)
 
     async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, MISSING)
+        await refuse(context)
         yield  # pragma: no cover - makes this an async generator
 
     kinds = {
@@ -52,8 +65,9 @@ def _refusal(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, refusals: RefusalLog) -> None:
         self._token = token
+        self._refusals = refusals
 
     async def intercept_service(
         self,
@@ -63,21 +77,24 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         if handler is None or details.method.startswith(GRPC_OPEN_PREFIXES):
             return handler
-        metadata = dict(details.invocation_metadata or ())
-        if token_matches(self._token, metadata.get("authorization")):
+        header = dict(details.invocation_metadata or ()).get("authorization")
+        if token_matches(self._token, header):
             return handler
-        return _refusal(handler)
+        # The peer is known only inside the call, so the refusing handler logs it.
+        return _refusal(handler, self._refusals, details.method, _why(header))
 
 
-def http_middleware(token: str) -> Callable[..., Awaitable[web.StreamResponse]]:
+def http_middleware(token: str, refusals: RefusalLog) -> Callable[..., Awaitable[web.StreamResponse]]:
     from aiohttp import web
 
     @web.middleware
     async def require_token(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        if request.path in HTTP_OPEN_PATHS or token_matches(token, request.headers.get("Authorization")):
+        header = request.headers.get("Authorization")
+        if request.path in HTTP_OPEN_PATHS or token_matches(token, header):
             return await handler(request)
+        refusals.refused(request.remote or "", f"HTTP {request.method} {request.path}", _why(header))
         return web.json_response(
             {"error": {"code": "UNAUTHENTICATED", "message": MISSING, "details": None}},
             status=401,
