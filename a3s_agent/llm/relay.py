@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import FailedPrecondition, Unavailable
+from ..tools.atomic import write_atomically
 from .provider import CompletionRequest, ProviderEvent
 from .text_protocol import CONTINUATION_PROMPT, render_outbox
 from .text_tools import (
@@ -46,7 +47,6 @@ from .text_tools import (
     scope_of,
     summary_events,
     workspace_files,
-    write_atomically,
 )
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import stat
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
@@ -30,10 +29,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.models import Usage
-from ..tools.atomic import write_atomically
+from ..tools.files import rewrite_text_file
 from ..tools.gitignore import walk_tree
 from ..tools.registry import ToolContext, ToolFailure, ToolOutput, tool
-from ..tools.sandbox import relative_to_workspace, resolve_in_workspace
 from .provider import CompletionRequest, Provider, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
 from .text_protocol import (
     CONTINUATION_PROMPT,
@@ -436,24 +434,17 @@ class EditLinesArgs(BaseModel):
     content: str = Field(description="The new lines; empty deletes the range.")
 
 
-def _edit_lines(target: Path, args: EditLinesArgs) -> None:
-    try:
-        mode = stat.S_IMODE(target.stat().st_mode)
-        original = target.read_bytes().decode("utf-8")
-    except FileNotFoundError as exc:
-        raise ToolFailure(f"File '{args.path}' not found") from exc
-    except UnicodeDecodeError as exc:
-        raise ToolFailure(f"'{args.path}' is not UTF-8 text") from exc
-    except OSError as exc:
-        raise ToolFailure(f"cannot read '{args.path}': {exc.strerror or exc}") from exc
-    try:
-        edited = apply_line_edit(original, args.start_line, args.end_line, args.content)
-    except ValueError as exc:
-        raise ToolFailure(f"'{args.path}': {exc}") from exc
-    try:
-        write_atomically(target, edited.encode("utf-8"), mode)
-    except OSError as exc:
-        raise ToolFailure(f"cannot write '{args.path}': {exc.strerror or exc}") from exc
+def _edit_lines(workspace: Path, args: EditLinesArgs) -> str:
+    """The line edit on disk; returns the path as shown."""
+
+    def replace_lines(original: str) -> str:
+        try:
+            return apply_line_edit(original, args.start_line, args.end_line, args.content)
+        except ValueError as exc:
+            raise ToolFailure(f"'{args.path}': {exc}") from exc
+
+    missing = f"File '{args.path}' not found"  # the text protocol's wording
+    return rewrite_text_file(workspace, args.path, replace_lines, "edit_lines", missing)[0]
 
 
 @tool("edit_lines", family="file", lane="execute")
@@ -465,9 +456,7 @@ async def edit_lines(args: EditLinesArgs, ctx: ToolContext) -> ToolOutput:
     atomically and keeps its permissions. Example:
     {"path": "src/app.py", "start_line": 3, "end_line": 4, "content": "    return a + b\\n"}
     """
-    target = resolve_in_workspace(ctx.workspace, args.path)
-    await asyncio.to_thread(_edit_lines, target, args)
-    shown = relative_to_workspace(ctx.workspace, target)
+    shown = await asyncio.to_thread(_edit_lines, ctx.workspace, args)
     return ToolOutput(
         output=f"Replaced lines {args.start_line}-{args.end_line} of {shown}",
         metadata={"path": shown, "start_line": args.start_line, "end_line": args.end_line},

@@ -6,6 +6,8 @@ import os
 import secrets
 from pathlib import Path
 
+from .beneath import DIRECTORY_HANDLE
+
 
 def write_atomically(target: Path, data: bytes, mode: int | None = None) -> None:
     """Write through a temporary file in the same directory and rename it over `target`.
@@ -13,19 +15,35 @@ def write_atomically(target: Path, data: bytes, mode: int | None = None) -> None
     `mode` (e.g. the replaced file's permission bits) is kept; without it a new file gets the
     umask's default. Missing parent directories are created.
     """
-    temp = target.with_name(f".{target.name[:200]}.{secrets.token_hex(6)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
-        fd = os.open(temp, flags, 0o666 if mode is None else mode)
+        dir_fd = os.open(target.parent, DIRECTORY_HANDLE)
     except FileNotFoundError:  # a missing parent: create it only then (one syscall less per write)
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(temp, flags, 0o666 if mode is None else mode)
+        dir_fd = os.open(target.parent, DIRECTORY_HANDLE)
+    try:
+        write_atomically_at(dir_fd, target.name, data, mode)
+    finally:
+        os.close(dir_fd)
+
+
+def write_atomically_at(dir_fd: int, name: str, data: bytes, mode: int | None = None) -> None:
+    """write_atomically for the entry `name` of the open directory `dir_fd`: the temporary file is made
+    and renamed in that directory, whatever its path has become meanwhile. The data is fsynced
+    before the rename, so after a crash the file holds the old or the new content."""
+    temp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    fd = os.open(temp, flags, 0o666 if mode is None else mode, dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        if mode is not None:
-            os.chmod(temp, mode)
-        os.replace(temp, target)
+            handle.flush()
+            if mode is not None:
+                os.fchmod(fd, mode)
+            os.fsync(fd)
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        temp.unlink(missing_ok=True)
+        try:
+            os.unlink(temp, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
         raise

@@ -8,19 +8,20 @@ import binascii
 import difflib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from fnmatch import fnmatchcase
 from functools import partial
 from itertools import islice, pairwise
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import BinaryIO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .atomic import write_atomically
+from .atomic import write_atomically_at
+from .beneath import Located
 from .gitignore import TreeEntry, walk_tree
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
-from .sandbox import relative_to_workspace, resolve_in_workspace
+from .sandbox import locate_in_workspace, open_in_workspace, relative_to_workspace, workspace_root
 
 MAX_WRITE_BYTES = 50_000_000  # one write; a bigger file is a build artefact, not an edit
 _SNIFF_BYTES = 8192
@@ -36,16 +37,18 @@ _PATH_DESCRIPTION = "Path relative to the workspace root (an absolute path must 
 
 
 # Shared helpers
+#
+# Every path is resolved beneath the workspace on descriptors (sandbox.py): a file is read from
+# the descriptor that opened it, and written, replaced and deleted by name inside the directory
+# descriptor the path led to, so a symlink swapped in meanwhile never leads a call out.
 
 
-def _file_stat(path: Path, shown: str) -> os.stat_result | None:
-    """The stat of the regular file at `path`, None when nothing is there; directories and devices fail."""
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ToolFailure(f"cannot access {shown}: {exc.strerror or exc}") from exc
+def _missing(shown: str) -> ToolFailure:
+    return ToolFailure(f"{shown} does not exist; use list_files or search_files to find the right path")
+
+
+def _regular(info: os.stat_result, shown: str) -> os.stat_result:
+    """`info` when it is a regular file's; directories and devices fail."""
     if stat.S_ISDIR(info.st_mode):
         raise ToolFailure(f"{shown} is a directory; use list_files to see what it contains")
     if not stat.S_ISREG(info.st_mode):
@@ -53,30 +56,37 @@ def _file_stat(path: Path, shown: str) -> os.stat_result | None:
     return info
 
 
-def _existing_file_stat(path: Path, shown: str) -> os.stat_result:
-    info = _file_stat(path, shown)
-    if info is None:
-        raise ToolFailure(f"{shown} does not exist; use list_files or search_files to find the right path")
-    return info
+def _locate(workspace: Path, raw: str, **how: bool) -> Located:
+    """locate_in_workspace, its failures worded for the model."""
+    try:
+        return locate_in_workspace(workspace, raw, **how)
+    except FileNotFoundError as exc:
+        raise _missing(raw) from exc
+    except OSError as exc:
+        raise ToolFailure(f"cannot access {raw}: {exc.strerror or exc}") from exc
 
 
-def _entry_path(workspace: Path, raw: str) -> Path:
-    """The path `raw` names, without following a final symlink (its directory must lie in the workspace)."""
-    pure = PurePosixPath(raw)
-    parent = resolve_in_workspace(workspace, str(pure.parent))
-    entry = parent / pure.name
-    if pure.name in ("", "..") or not entry.is_symlink():
-        return resolve_in_workspace(workspace, raw)
-    return entry
+def _file_stat(place: Located, shown: str) -> os.stat_result | None:
+    """The stat of the regular file `place` names, None when nothing is there."""
+    try:
+        info = os.stat(place.name, dir_fd=place.dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ToolFailure(f"cannot access {shown}: {exc.strerror or exc}") from exc
+    return _regular(info, shown)
 
 
 def _directory(workspace: Path, raw: str) -> Path:
-    start = resolve_in_workspace(workspace, raw)
-    if not start.exists():
-        raise ToolFailure(f"{raw} does not exist")
-    if not start.is_dir():
+    """The directory `raw` leads to, as a path under the resolved workspace with no symlinks in it."""
+    with _locate(workspace, raw) as place:
+        try:
+            info = os.stat(place.name, dir_fd=place.dir_fd, follow_symlinks=False)
+        except FileNotFoundError as exc:
+            raise ToolFailure(f"{raw} does not exist") from exc
+    if not stat.S_ISDIR(info.st_mode):
         raise ToolFailure(f"{raw} is not a directory; use read_file to read a file")
-    return start
+    return workspace_root(workspace) / place.rel
 
 
 def _shown_prefix(workspace: Path, start: Path) -> str:
@@ -164,13 +174,12 @@ def _numbered(texts: list[str], first: int, budget: int) -> tuple[list[str], int
     return lines, sum(len(text) > _MAX_LINE_CHARS for text in texts[: len(lines)]) if long_lines else 0
 
 
-def _read_text(path: Path, shown: str, args: ReadFileArgs, size: int, budget: int) -> ToolOutput:
+def _read_text(handle: BinaryIO, shown: str, args: ReadFileArgs, size: int, budget: int) -> ToolOutput:
     try:
-        with open(path, "rb") as handle:
-            if b"\0" in handle.read(_SNIFF_BYTES):
-                raise ToolFailure(f'{shown} is a binary file; use encoding="base64" to read its raw bytes')
-            handle.seek(0)
-            window, total = _line_window(handle, args.offset, args.limit, size)
+        if b"\0" in handle.read(_SNIFF_BYTES):
+            raise ToolFailure(f'{shown} is a binary file; use encoding="base64" to read its raw bytes')
+        handle.seek(0)
+        window, total = _line_window(handle, args.offset, args.limit, size)
     except OSError as exc:
         raise ToolFailure(f"cannot read {shown}: {exc.strerror or exc}") from exc
     if total == 0:
@@ -195,15 +204,31 @@ def _read_text(path: Path, shown: str, args: ReadFileArgs, size: int, budget: in
     )
 
 
-def _read_base64(path: Path, shown: str, size: int, budget: int) -> ToolOutput:
+def _read_base64(handle: BinaryIO, shown: str, size: int, budget: int) -> ToolOutput:
     max_bytes = budget * 3 // 4
     if size > max_bytes:
         raise ToolFailure(f"{shown} has {size} bytes; base64 reads are limited to {max_bytes} bytes")
     try:
-        data = path.read_bytes()
+        data = handle.read()
     except OSError as exc:
         raise ToolFailure(f"cannot read {shown}: {exc.strerror or exc}") from exc
     return ToolOutput(output=base64.b64encode(data).decode("ascii"), metadata={"bytes": len(data)})
+
+
+def _open_file(workspace: Path, raw: str) -> BinaryIO:
+    """The regular file `raw` leads to, open for reading (O_NONBLOCK: a FIFO is refused, not waited on)."""
+    try:
+        fd = open_in_workspace(workspace, raw, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError as exc:
+        raise _missing(raw) from exc
+    except OSError as exc:
+        raise ToolFailure(f"cannot access {raw}: {exc.strerror or exc}") from exc
+    try:
+        _regular(os.fstat(fd), raw)
+    except BaseException:
+        os.close(fd)
+        raise
+    return open(fd, "rb")
 
 
 @tool(
@@ -224,13 +249,13 @@ async def read_file(args: ReadFileArgs, ctx: ToolContext) -> ToolOutput:
     which returns the whole file's bytes base64-encoded (no numbering), for files up to
     about 75 KB. Use list_files or search_files to find paths, and grep to find text.
     """
-    path = resolve_in_workspace(ctx.workspace, args.path)
-    size = _existing_file_stat(path, args.path).st_size
-    if args.encoding == "base64":
-        return _read_base64(path, args.path, size, ctx.max_output_bytes)
-    if size > _INLINE_READ_BYTES:
-        return await asyncio.to_thread(_read_text, path, args.path, args, size, ctx.max_output_bytes)
-    return _read_text(path, args.path, args, size, ctx.max_output_bytes)
+    with _open_file(ctx.workspace, args.path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if args.encoding == "base64":
+            return _read_base64(handle, args.path, size, ctx.max_output_bytes)
+        if size > _INLINE_READ_BYTES:
+            return await asyncio.to_thread(_read_text, handle, args.path, args, size, ctx.max_output_bytes)
+        return _read_text(handle, args.path, args, size, ctx.max_output_bytes)
 
 
 # write_file
@@ -256,18 +281,25 @@ def _content_bytes(content: str, encoding: str) -> bytes:
         raise ToolFailure(f"content is not valid base64: {exc}") from exc
 
 
-def _write(target: Path, shown: str, data: bytes, overwrite: bool) -> bool:
-    """Write `data` to `target`; True when the file is new."""
-    existing = _file_stat(target, shown)
-    if existing is not None and not overwrite:
-        raise ToolFailure(
-            f"{shown} already exists; pass overwrite=true to replace it, or use edit_file to change part of it"
-        )
+def _write(workspace: Path, raw: str, data: bytes, overwrite: bool) -> tuple[str, bool]:
+    """Write `data` where `raw` leads; the path written as shown, and whether the file is new."""
     try:
-        write_atomically(target, data, None if existing is None else stat.S_IMODE(existing.st_mode))
+        place = locate_in_workspace(workspace, raw, create_parents=True)
     except OSError as exc:
-        raise ToolFailure(f"cannot write {shown}: {exc.strerror or exc}") from exc
-    return existing is None
+        raise ToolFailure(f"cannot write {raw}: {exc.strerror or exc}") from exc
+    with place:
+        existing = _file_stat(place, raw)
+        if existing is not None and not overwrite:
+            raise ToolFailure(
+                f"{raw} already exists; pass overwrite=true to replace it, "
+                "or use edit_file to change part of it"
+            )
+        try:
+            mode = None if existing is None else stat.S_IMODE(existing.st_mode)
+            write_atomically_at(place.dir_fd, place.name, data, mode)
+        except OSError as exc:
+            raise ToolFailure(f"cannot write {raw}: {exc.strerror or exc}") from exc
+    return place.rel, existing is None
 
 
 @tool("write_file", family="file", lane="execute")
@@ -280,15 +312,13 @@ async def write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolOutput:
     that exists. For binary data pass the bytes base64-encoded with encoding="base64".
     Example: {"path": "src/util.py", "content": "def add(a, b):\\n    return a + b\\n"}
     """
-    target = resolve_in_workspace(ctx.workspace, args.path)
     data = _content_bytes(args.content, args.encoding)
     if len(data) > MAX_WRITE_BYTES:
         raise ToolFailure(f"content is {len(data)} bytes; write_file writes at most {MAX_WRITE_BYTES} bytes")
     if len(data) > _INLINE_READ_BYTES:
-        created = await asyncio.to_thread(_write, target, args.path, data, args.overwrite)
+        shown, created = await asyncio.to_thread(_write, ctx.workspace, args.path, data, args.overwrite)
     else:  # a small write takes less time than the hop to a worker thread would
-        created = _write(target, args.path, data, args.overwrite)
-    shown = relative_to_workspace(ctx.workspace, target)
+        shown, created = _write(ctx.workspace, args.path, data, args.overwrite)
     return ToolOutput(
         output=f"{'Created' if created else 'Overwrote'} {shown} ({len(data)} bytes)",
         metadata={"path": shown, "bytes": len(data), "created": created},
@@ -350,22 +380,61 @@ def _replaced(text: str, old: str, new: str, replace_all: bool, shown: str) -> t
     return text.replace(old, new, -1 if replace_all else 1), count
 
 
-def _edit(target: Path, shown: str, args: EditFileArgs) -> tuple[str, str, int]:
-    """Apply the edit on disk; returns the text before, the text after and the replacement count."""
-    mode = stat.S_IMODE(_existing_file_stat(target, shown).st_mode)
+def _read_entry(place: Located, shown: str) -> tuple[bytes, int]:
+    """The bytes and permission bits of the regular file `place` names (never through a symlink)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        before = target.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ToolFailure(f"{shown} is not utf-8 text; edit_file only edits text files") from exc
+        fd = os.open(place.name, flags, dir_fd=place.dir_fd)
+    except FileNotFoundError as exc:
+        raise _missing(shown) from exc
     except OSError as exc:
         raise ToolFailure(f"cannot read {shown}: {exc.strerror or exc}") from exc
-    old, new = _like_file_line_endings(before, args.old_string, args.new_string)
-    after, count = _replaced(before, old, new, args.replace_all, shown)
-    try:
-        write_atomically(target, after.encode("utf-8"), mode)
-    except OSError as exc:
-        raise ToolFailure(f"cannot write {shown}: {exc.strerror or exc}") from exc
-    return before, after, count
+    with open(fd, "rb") as handle:
+        mode = stat.S_IMODE(_regular(os.fstat(fd), shown).st_mode)
+        try:
+            return handle.read(), mode
+        except OSError as exc:
+            raise ToolFailure(f"cannot read {shown}: {exc.strerror or exc}") from exc
+
+
+def rewrite_text_file(
+    workspace: Path, raw: str, change: Callable[[str], str], tool_name: str, missing: str | None = None
+) -> tuple[str, str, str]:
+    """Rewrite the UTF-8 text file `raw` as `change` says, atomically and keeping its permissions, on
+    the directory descriptor it was found in (a symlink swapped meanwhile cannot redirect the write).
+    `missing` words the failure for a file that is not there. Returns the path as shown, the text
+    before and after."""
+    with _locate(workspace, raw) as place:
+        try:
+            data, mode = _read_entry(place, raw)
+        except ToolFailure as exc:
+            if missing and isinstance(exc.__cause__, FileNotFoundError):
+                raise ToolFailure(missing) from exc
+            raise
+        try:
+            before = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ToolFailure(f"{raw} is not utf-8 text; {tool_name} only edits text files") from exc
+        after = change(before)
+        try:
+            write_atomically_at(place.dir_fd, place.name, after.encode("utf-8"), mode)
+        except OSError as exc:
+            raise ToolFailure(f"cannot write {raw}: {exc.strerror or exc}") from exc
+    return place.rel, before, after
+
+
+def _edit(workspace: Path, raw: str, args: EditFileArgs) -> tuple[str, str, str, int]:
+    """Apply the edit on disk; returns the path as shown, the text before and after, and the count."""
+    counted: list[int] = []
+
+    def replace(before: str) -> str:
+        old, new = _like_file_line_endings(before, args.old_string, args.new_string)
+        after, count = _replaced(before, old, new, args.replace_all, raw)
+        counted.append(count)
+        return after
+
+    shown, before, after = rewrite_text_file(workspace, raw, replace, "edit_file")
+    return shown, before, after, counted[0]
 
 
 def _unified_diff(before: str, after: str, shown: str) -> str:
@@ -393,9 +462,7 @@ async def edit_file(args: EditFileArgs, ctx: ToolContext) -> ToolOutput:
         )
     if args.old_string == args.new_string:
         raise ToolFailure("old_string and new_string are identical; there is nothing to change")
-    target = resolve_in_workspace(ctx.workspace, args.path)
-    shown = relative_to_workspace(ctx.workspace, target)
-    before, after, count = await asyncio.to_thread(_edit, target, args.path, args)
+    shown, before, after, count = await asyncio.to_thread(_edit, ctx.workspace, args.path, args)
     return ToolOutput(
         output=f"Edited {shown}: {count} replacement(s)\n{_unified_diff(before, after, shown)}",
         metadata={"path": shown, "replacements": count},
@@ -418,18 +485,18 @@ async def delete_file(args: DeleteFileArgs, ctx: ToolContext) -> ToolOutput:
     Directories are refused. There is no undo, so check the path first (list_files).
     Example: {"path": "build/old_output.txt"}
     """
-    target = _entry_path(ctx.workspace, args.path)
-    try:
-        info = target.lstat()
-    except FileNotFoundError as exc:
-        raise ToolFailure(f"{args.path} does not exist") from exc
-    if stat.S_ISDIR(info.st_mode):
-        raise ToolFailure(f"{args.path} is a directory; delete_file only deletes files")
-    try:
-        target.unlink()
-    except OSError as exc:
-        raise ToolFailure(f"cannot delete {args.path}: {exc.strerror or exc}") from exc
-    shown = relative_to_workspace(ctx.workspace, target)
+    with _locate(ctx.workspace, args.path, follow_final=False) as place:
+        try:
+            info = os.stat(place.name, dir_fd=place.dir_fd, follow_symlinks=False)
+        except FileNotFoundError as exc:
+            raise ToolFailure(f"{args.path} does not exist") from exc
+        if stat.S_ISDIR(info.st_mode):
+            raise ToolFailure(f"{args.path} is a directory; delete_file only deletes files")
+        try:
+            os.unlink(place.name, dir_fd=place.dir_fd)
+        except OSError as exc:
+            raise ToolFailure(f"cannot delete {args.path}: {exc.strerror or exc}") from exc
+    shown = place.rel
     kind = "symlink" if stat.S_ISLNK(info.st_mode) else "file"
     return ToolOutput(
         output=f"Deleted {shown}",
@@ -458,12 +525,12 @@ def _listing_line(prefix: str, entry: TreeEntry) -> str:
     if entry.kind == "dir":
         return f"dir      {'-':>10}  {shown}/"
     if entry.kind == "symlink":
-        return f"symlink  {'-':>10}  {shown} -> {os.readlink(entry.path)}"
+        return f"symlink  {'-':>10}  {shown} -> {entry.link}"
     return f"{entry.kind:<7}  {entry.size():>10}  {shown}"
 
 
 def _list(workspace: Path, start: Path, max_depth: int | None, include_hidden: bool) -> ToolOutput:
-    root = workspace.resolve()
+    root = workspace_root(workspace)
     walk = walk_tree(start, root=root, max_depth=max_depth, include_hidden=include_hidden)
     entries = list(islice(walk, _MAX_ENTRIES + 1))
     truncated = len(entries) > _MAX_ENTRIES
@@ -584,9 +651,9 @@ def _matching_files(workspace: Path, start: Path, patterns: list[list[str]]) -> 
         parts = entry.rel.split("/")
         return any(_may_contain_matches(pattern, parts) for pattern in patterns)
 
-    root = workspace.resolve()
+    root = workspace_root(workspace)
     prefix = _shown_prefix(root, start)
-    for entry in walk_tree(start, root=root, descend=descend):
+    for entry in walk_tree(start, root=root, descend=descend, details=False):
         if entry.kind != "dir" and any(_path_matches(p, entry.rel.split("/")) for p in patterns):
             yield prefix + entry.rel
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from a3s_agent.core.errors import InvalidArgument
+from a3s_agent.tools import beneath
 from a3s_agent.tools.files import TOOLS
 from a3s_agent.tools.gitignore import walk_tree
 from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry
@@ -232,7 +233,7 @@ async def test_write_file_failing_midway_keeps_the_original_and_cleans_up(
 ) -> None:
     original = write(workspace / "keep.txt", "original\n")
 
-    def disk_full(src: str, dst: str) -> None:
+    def disk_full(src: str, dst: str, **dir_fds: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "replace", disk_full)
@@ -417,6 +418,57 @@ async def test_search_and_list_do_not_follow_a_link_out(workspace: Path, outside
     listing = await call(workspace, "list_files", recursive=True)
     assert "secret" not in listing.output
     assert listing.output.splitlines()[0] == f"symlink           -  link -> {outside}"
+
+
+@pytest.fixture(params=["openat2", "portable-walk"])
+def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test once with the kernel's openat2 (where there is one) and once with the portable walk."""
+    if request.param == "openat2" and not beneath.openat2_enabled:
+        pytest.skip("this kernel has no openat2")
+    monkeypatch.setattr(beneath, "openat2_enabled", request.param == "openat2")
+    return request.param
+
+
+async def test_symlinks_that_stay_inside_keep_working(workspace: Path, resolver: str) -> None:
+    write(workspace / "src/real.txt", "real\n")
+    (workspace / "absolute.txt").symlink_to(workspace / "src/real.txt")  # openat2 refuses these: the walk
+    (workspace / "relative").symlink_to("src")
+    (workspace / "src/up").symlink_to("../src")
+    for raw in ("absolute.txt", "relative/real.txt", "src/up/up/real.txt", "relative/../src/real.txt"):
+        result = await call(workspace, "read_file", path=raw)
+        assert result.success and "real" in result.output, (raw, result.error)
+    written = await call(workspace, "write_file", path="absolute.txt", content="new\n")
+    assert written.output == "Overwrote src/real.txt (4 bytes)"
+    assert (workspace / "absolute.txt").is_symlink() and (workspace / "src/real.txt").read_text() == "new\n"
+    (workspace / "later.txt").symlink_to("src/made/later.txt")  # dangling: writing creates the target
+    created = await call(workspace, "write_file", path="later.txt", content="x")
+    assert created.output == "Created src/made/later.txt (1 bytes)"
+    edited = await call(
+        workspace, "edit_file", path="relative/up/real.txt", old_string="new", new_string="old"
+    )
+    assert edited.success and edited.metadata["path"] == "src/real.txt"
+    listed = await call(workspace, "list_files", path="relative/up", recursive=True)
+    assert "src/made/later.txt" in listed.output
+
+
+async def test_a_symlink_leading_out_through_dotdot_or_a_loop_is_refused(
+    workspace: Path, outside: Path, resolver: str
+) -> None:
+    (workspace / "sub").mkdir()
+    (workspace / "sub/up2").symlink_to("../..")  # the workspace's parent
+    (workspace / "sub/sneaky").symlink_to(f"../../{outside.name}/secret.txt")
+    (workspace / "loop").symlink_to("loop")
+    for raw in ("sub/up2/outside/secret.txt", "sub/sneaky"):
+        for name, arguments in [
+            ("read_file", {"path": raw}),
+            ("write_file", {"path": raw, "content": "pwned"}),
+            ("edit_file", {"path": raw, "old_string": "top", "new_string": "pwned"}),
+        ]:
+            result = await call(workspace, name, **arguments)
+            assert not result.success and "outside the workspace" in result.error, (name, raw, result.error)
+    looped = await call(workspace, "read_file", path="loop/x")
+    assert not looped.success and "symbolic links" in looped.error
+    assert (outside / "secret.txt").read_text() == "top secret\n"
 
 
 # list_files
@@ -611,7 +663,8 @@ async def test_write_file_refuses_content_beyond_the_limit(
 
 
 async def test_a_name_the_file_system_refuses_is_a_failed_call(tmp_path: Path) -> None:
+    # 200 characters pass the tools' own check, but 400 bytes are more than a file name may have
     result = await ToolRegistry(TOOLS).run(
-        "delete_file", json.dumps({"path": "x" * 300}), ToolContext(workspace=tmp_path)
+        "delete_file", json.dumps({"path": "é" * 200}), ToolContext(workspace=tmp_path)
     )
     assert not result.success and "too long" in result.error.lower()
