@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .containment import CallScope, tool_call
 from .environment import tool_environment
 from .process import find_binary
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
@@ -99,13 +98,8 @@ def _feed_lines(fd: int, collector: _Collector) -> None:
         collector.feed(pending)
 
 
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def _read_until_done(proc: subprocess.Popen[bytes], collector: _Collector) -> None:
-    """(Worker thread.) Stream rg's stdout into the collector, then kill rg's process group and reap it.
+def _read_until_done(proc: subprocess.Popen[bytes], scope: CallScope, collector: _Collector) -> None:
+    """(Worker thread.) Stream rg's stdout into the collector, then kill what rg started and reap it.
 
     Killing after a natural end is harmless (rg is exiting and keeps its status); after an early
     stop it is what ends the search.
@@ -114,7 +108,7 @@ def _read_until_done(proc: subprocess.Popen[bytes], collector: _Collector) -> No
     try:
         _feed_lines(proc.stdout.fileno(), collector)
     finally:
-        _kill_group(proc.pid)
+        scope.kill()
         proc.stdout.close()
         proc.wait()
 
@@ -125,19 +119,21 @@ async def _run_rg(argv: list[str], ctx: ToolContext, collector: _Collector) -> t
     Lines are read in a worker thread: far cheaper per chunk than the event loop's pipe machinery,
     which matters when rg writes many small results.
     """
-    with tempfile.TemporaryFile() as stderr:
+    with tempfile.TemporaryFile() as stderr, tool_call() as scope:
         # Spawned here, as asyncio's create_subprocess_exec also does: rg must be ours to kill
         # before the first await, or a cancellation could leave it running.
+        cwd, env = ctx.workspace.resolve(), scope.environment(tool_environment(ctx.env))
         proc = subprocess.Popen(  # noqa: ASYNC220
-            argv,
-            cwd=ctx.workspace.resolve(),
-            env=tool_environment(ctx.env),
+            scope.command(argv, cwd, env),
+            cwd=cwd,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=stderr,
             start_new_session=True,
         )
-        reading = asyncio.ensure_future(asyncio.to_thread(_read_until_done, proc, collector))
+        scope.started(proc.pid)
+        reading = asyncio.ensure_future(asyncio.to_thread(_read_until_done, proc, scope, collector))
         timed_out = False
         try:
             await asyncio.wait_for(asyncio.shield(reading), _RG_TIMEOUT_S)
@@ -145,7 +141,7 @@ async def _run_rg(argv: list[str], ctx: ToolContext, collector: _Collector) -> t
             timed_out = True
         finally:
             if not reading.done():  # timed out or cancelled: end rg so that the reader returns
-                _kill_group(proc.pid)
+                scope.kill()
                 await reading
         stderr.seek(0)
         message = stderr.read(_STDERR_CAP).decode("utf-8", errors="replace").strip()
@@ -198,14 +194,15 @@ async def grep(args: GrepArgs, ctx: ToolContext) -> ToolOutput:
     target = relative_to_workspace(ctx.workspace, resolved)
     collector = _Collector(args.max_results, args.context)
     exit_code, stderr, timed_out = await _run_rg(_rg_argv(rg, args, target), ctx, collector)
-    if exit_code == 2 and not collector.matches:
+    nothing_searched = stderr.startswith("No files were searched")  # e.g. no file matches the glob
+    if exit_code == 2 and not collector.matches and not nothing_searched:
         raise ToolFailure(_failure_message(stderr), exit_code=2)
     metadata: dict[str, object] = {
         "matches": collector.matches,
         "files": len(collector.files),
         "truncated": collector.truncated or timed_out,
     }
-    if exit_code == 2:
+    if exit_code == 2 and not nothing_searched:
         metadata["warnings"] = stderr
     if collector.lines:
         output = "\n".join(collector.lines)

@@ -1,17 +1,17 @@
-"""Running subprocesses for tools: own process group, bounded time, capped output, nothing left behind."""
+"""Running subprocesses for tools: contained (tools/containment.py), bounded time, capped output."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import containment
 from .environment import tool_environment
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -39,13 +39,6 @@ def find_binary(name: str) -> str | None:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which(name)
-
-
-def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class _ExitAwareProtocol(asyncio.subprocess.SubprocessStreamProtocol):
@@ -100,24 +93,40 @@ async def run_process(
     stdin: bytes | None = None,
     max_output_bytes: int = 1_000_000,
 ) -> ProcessResult:
-    """Run argv in its own process group; on timeout or cancellation the whole group is killed.
+    """Run argv contained (its own session, and cgroup where available); when it ends, times out or
+    is cancelled, every process it started is killed, including any that left its process group.
 
     Output beyond max_output_bytes keeps its first and last halves (the child never blocks
     on a full pipe) and `truncated` is set. A timeout gives exit code 124.
     """
     timeout_s = min(max(timeout_s, 0.001), MAX_TIMEOUT_S)
+    with containment.tool_call() as scope:
+        return await _run_contained(argv, scope, cwd, extra_env, timeout_s, stdin, max_output_bytes)
+
+
+async def _run_contained(
+    argv: Sequence[str],
+    scope: containment.CallScope,
+    cwd: Path,
+    extra_env: Mapping[str, str] | None,
+    timeout_s: float,
+    stdin: bytes | None,
+    max_output_bytes: int,
+) -> ProcessResult:
     loop = asyncio.get_running_loop()
     started = time.perf_counter()
+    env = scope.environment(tool_environment(extra_env))
     transport, protocol = await loop.subprocess_exec(
         lambda: _ExitAwareProtocol(limit=_READ_CHUNK, loop=loop),
-        *argv,
+        *scope.command(argv, cwd, env),
         cwd=cwd,
-        env=tool_environment(extra_env),
+        env=env,
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
     )
+    scope.started(transport.get_pid())
     proc = asyncio.subprocess.Process(transport, protocol, loop)
     merged, out, err = _HeadTail(max_output_bytes), _HeadTail(max_output_bytes), _HeadTail(max_output_bytes)
 
@@ -150,8 +159,8 @@ async def run_process(
             except TimeoutError:
                 pass
     finally:
-        # Kill the group even on success: a background child must not outlive its tool call.
-        _kill_group(proc)
+        # Kill even on success: a background child must not outlive its tool call.
+        scope.kill()
         try:
             await asyncio.wait_for(pumps, _DRAIN_GRACE_S)
         except (TimeoutError, asyncio.CancelledError):

@@ -200,3 +200,9 @@ async def test_a_missing_path_is_a_failure(workspace: Path) -> None:
 async def test_out_of_range_or_unknown_arguments_are_rejected(workspace: Path, arguments: dict) -> None:
     with pytest.raises(InvalidArgument):
         await grep(workspace, **arguments)
+
+
+async def test_a_glob_no_file_matches_is_zero_matches_not_a_failure(workspace: Path) -> None:
+    result = await grep(workspace, pattern="load_config", glob="*.rs")
+    assert result.success, result.error
+    assert result.metadata["matches"] == 0 and "No matches" in result.output

@@ -14,6 +14,8 @@ from a3s_agent.tools.process import find_binary
 from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry
 from a3s_agent.tools.shell import TOOLS
 
+from ..conftest import alive
+
 
 async def call(workspace: Path, name: str, ctx: ToolContext | None = None, **arguments: Any) -> ToolOutput:
     context = ctx or ToolContext(workspace=workspace)
@@ -116,6 +118,20 @@ async def test_bash_background_process_does_not_outlive_call(tmp_path: Path) -> 
     result = await call(tmp_path, "bash", command="sleep 30 >/dev/null 2>&1 & echo $$")
     assert result.success and time.monotonic() - started < 5
     assert _wait_until_gone(int(result.output.split()[0])) == []
+
+
+async def test_bash_process_that_leaves_its_session_does_not_outlive_call(tmp_path: Path) -> None:
+    # Outside a server (no cgroup, no subreaper): the call's environment marker still finds it.
+    command = (
+        "setsid -f sh -c 'echo $$ > pid.tmp; mv pid.tmp pid; exec sleep 30'; until [ -e pid ]; do :; done"
+    )
+    result = await call(tmp_path, "bash", command=command)
+    assert result.success
+    escaped = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 2
+    while alive(escaped) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not alive(escaped)
 
 
 async def test_bash_caps_huge_output_with_hint(tmp_path: Path) -> None:

@@ -1,0 +1,107 @@
+"""cgroup v2 directories for tool calls, where this process may create them below its own cgroup.
+
+A process in a cgroup cannot leave it by forking, setsid or double-forking; `cgroup.kill` ends
+everything inside at once. Creating them needs a writable (delegated) cgroup v2 directory: true
+for root and for services with systemd's Delegate=yes; elsewhere `own_directory()` is None.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+
+_KILL_ROUNDS = 8
+SHELL = "/bin/sh"
+_JOIN = '{ echo 0 > "$0"; } 2>/dev/null; exec "$@"'
+
+
+def own_directory() -> Path | None:
+    """The cgroup v2 directory this process is in, if this process may create cgroups in it."""
+    if not os.access(SHELL, os.X_OK):
+        return None
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    own = next((line[3:] for line in lines if line.startswith("0::")), None)
+    if own is None:
+        return None
+    for line in mounts:
+        fields, _, tail = line.partition(" - ")
+        if tail.split()[:1] != ["cgroup2"]:
+            continue
+        mount_root, mount_point = fields.split()[3:5]
+        relative = os.path.relpath(own, mount_root)
+        if relative.startswith(".."):
+            continue
+        directory = Path(mount_point) / relative
+        if os.access(directory, os.W_OK) and os.access(directory / "cgroup.procs", os.W_OK):
+            return directory
+    return None
+
+
+def create(path: Path) -> bool:
+    """Create the cgroup `path` (parents included); False when this is not allowed here."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return (path / "cgroup.procs").exists()
+
+
+def command_joining(path: Path, argv: Sequence[str]) -> list[str]:
+    """argv, run so that it first moves itself into the cgroup `path`: a shell writes "0" (itself) to
+    cgroup.procs, then execs the command under the same pid. No Python runs between fork and exec
+    (a preexec_fn would force a fork of the multi-threaded server, which crashes gRPC's fork
+    handlers). If the move is refused, the command runs where it is: the other containment holds."""
+    return [SHELL, "-c", _JOIN, str(path / "cgroup.procs"), *argv]
+
+
+def kill(path: Path) -> int:
+    """SIGKILL every process in the cgroup and its sub-cgroups; returns how many there were."""
+    found = len(_all_procs(path))
+    try:
+        (path / "cgroup.kill").write_text("1")
+        return found
+    except FileNotFoundError:  # no cgroup.kill before Linux 5.14: list and kill, until none is left
+        pass
+    except OSError:
+        return 0
+    for _ in range(_KILL_ROUNDS):
+        pids = _all_procs(path)
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    return found
+
+
+def remove(path: Path) -> bool:
+    """Remove the cgroup and its sub-cgroups; False while a process (even a dying one) is inside."""
+    for sub in _bottom_up(path):
+        try:
+            sub.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:  # EBUSY while populated
+            return False
+    return True
+
+
+def _bottom_up(path: Path) -> list[Path]:
+    if not path.is_dir():
+        return []
+    return [Path(root) for root, _, _ in os.walk(path, topdown=False)]
+
+
+def _all_procs(path: Path) -> list[int]:
+    pids = []
+    for sub in _bottom_up(path):
+        with contextlib.suppress(OSError):
+            pids += map(int, (sub / "cgroup.procs").read_text().split())
+    return pids

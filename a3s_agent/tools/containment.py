@@ -1,0 +1,468 @@
+"""Containment: nothing a tool starts outlives its call, the server, or a crash of the server.
+
+Every tool process (bash, run_script, skills, formatters, rg, Agent Spaces shells, coven's git) is
+started inside a `tool_call()` scope; when the call ends (normally, on timeout or cancellation)
+everything the scope owns is killed. Three nets catch a process that left its process group:
+
+- a cgroup v2 per call, where this process may create cgroups (`cgroup.kill` ends everything in
+  it, whatever its session or parent);
+- a marker in the environment of the call's first process, `A3S_AGENT_SCOPE=<data dir key>:<server
+  pid>-<start>:<call>`, which everything it starts inherits: processes carrying it are killed;
+- the server as a child subreaper: an orphan reparents to the server instead of init, so one that
+  also dropped the marker is still found (and its zombie reaped by the server, never with
+  waitpid(-1): only zombies outside the server's own session that no one else waits for).
+
+Each call's first process (pid and start time) and cgroup are recorded in <data dir>/processes.json;
+the next start after a crash kills what is recorded and every process carrying this data dir's marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import errno
+import hashlib
+import itertools
+import json
+import logging
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+from . import cgroups, procfs
+
+MARKER = "A3S_AGENT_SCOPE"
+CGROUPS_VARIABLE = "A3S_TOOL_CGROUPS"
+"""Set to 0 to keep tool calls out of cgroups even where they could be created."""
+RECORD_NAME = "processes.json"
+_PR_SET_CHILD_SUBREAPER = 36
+_KILL_ROUNDS = 8
+_KILL_WAIT_S = 0.5
+_REAP_RETRY_S = 0.05
+
+log = logging.getLogger(__name__)
+
+
+class CallScope:
+    """The processes of one tool call: what to add to its environment and its spawn, and its kill."""
+
+    def __init__(self, owner: Containment, number: int) -> None:
+        self.owner = owner
+        self.marker = f"{owner.key}:{owner.server}:{number}"
+        self.cgroup: Path | None = None
+        self.root: procfs.Proc | None = None
+        self.spawning = True
+        self._killed = False
+        if owner.cgroup_dir is not None and cgroups.create(owner.cgroup_dir / f"call-{number}"):
+            self.cgroup = owner.cgroup_dir / f"call-{number}"
+
+    def environment(self, env: Mapping[str, str]) -> dict[str, str]:
+        """`env` with this call's marker (which no caller's value may replace)."""
+        return {**env, MARKER: self.marker}
+
+    def command(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> list[str]:
+        """argv as it must be spawned: entering the call's cgroup first, if it has one. Raises what
+        Popen would for a program that cannot be run (the shell entering the cgroup execs it)."""
+        if self.cgroup is None:
+            return list(argv)
+        program = argv[0]
+        if "/" in program:
+            path = cwd / program
+            if not path.exists():
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+            if path.is_dir() or not os.access(path, os.X_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+        elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+        return cgroups.command_joining(self.cgroup, argv)
+
+    def started(self, pid: int) -> None:
+        """The call's first process is running (call right after the spawn returns)."""
+        self.root = procfs.read(pid)
+        self.spawning = False
+        self.owner.save()
+
+    def kill(self) -> None:
+        """Kill every process of the call, wherever it went."""
+        self._killed = True
+        self.owner.kill_call(self)
+
+    def close(self) -> None:
+        """The call is over (its first process reaped): kill what is left and forget the call."""
+        self.spawning = False
+        if not self._killed:
+            self.kill()
+        self.owner.forget(self)
+
+
+class Containment:
+    """The tool processes of one server: its calls, its record on disk, its cgroups."""
+
+    def __init__(self, data_dir: Path | None, use_cgroups: bool) -> None:
+        me = procfs.read(os.getpid())
+        self.server = f"{os.getpid()}-{me.start if me else 0}"
+        self.key = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16] if data_dir else "none"
+        self.record_path = data_dir / RECORD_NAME if data_dir is not None else None
+        self.own_cgroup = cgroups.own_directory() if use_cgroups else None
+        self.cgroup_dir: Path | None = None
+        if self.own_cgroup is not None and cgroups.create(self.own_cgroup / self._run_name(self.server)):
+            self.cgroup_dir = self.own_cgroup / self._run_name(self.server)
+        self.subreaper = False
+        self.closed = False
+        self._calls: dict[int, CallScope] = {}
+        self._numbers = itertools.count(1)
+        self._lock = threading.Lock()
+        self._stale_cgroups: set[Path] = set()
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def _run_name(self, server: str) -> str:
+        return f"a3s-agent.{self.key}.{server}"
+
+    # --- calls -----------------------------------------------------------------------------
+
+    def open_call(self) -> CallScope:
+        scope = CallScope(self, next(self._numbers))
+        with self._lock:
+            self._calls[id(scope)] = scope
+        return scope
+
+    def forget(self, scope: CallScope) -> None:
+        with self._lock:
+            self._calls.pop(id(scope), None)
+        if scope.cgroup is not None and not cgroups.remove(scope.cgroup):
+            self._stale_cgroups.add(scope.cgroup)  # a dying process is still inside: retried later
+        self._remove_stale_cgroups()
+        # No save: the next call's rewrites the record, and recovery checks each entry anyway.
+
+    def kill_call(self, scope: CallScope) -> None:
+        if scope.cgroup is not None:
+            cgroups.kill(scope.cgroup)
+        self._kill_rounds(lambda procs: self._belonging_to(scope, procs))
+        self._reap_soon()
+
+    def _belonging_to(self, scope: CallScope, procs: dict[int, procfs.Proc]) -> set[int]:
+        """The call's first process, every process started since that carries its marker or is in its
+        session, their descendants, and (while no other call runs) the server's adopted orphans."""
+        root = scope.root
+        since = root.start if root is not None else 0
+        seeds = set()
+        for proc in procs.values():
+            if proc.start < since or proc.pid == os.getpid():
+                continue
+            in_tree = root is not None and (
+                (proc.pid, proc.start) == (root.pid, root.start) or proc.sid == root.pid
+            )
+            if in_tree or procfs.environ_value(proc.pid, MARKER) == scope.marker:
+                seeds.add(proc.pid)
+        with self._lock:
+            alone = list(self._calls.values()) == [scope]
+        if self.subreaper and alone:
+            seeds |= self._adopted(procs)
+        return procfs.with_descendants(procs, seeds)
+
+    def _adopted(self, procs: dict[int, procfs.Proc]) -> set[int]:
+        """Children of the server from outside its session that are no call's first process: orphans
+        it adopted as subreaper (tool processes start in sessions of their own)."""
+        me, my_session = os.getpid(), os.getsid(0)
+        with self._lock:
+            first = {s.root.pid for s in self._calls.values() if s.root is not None}
+        return {p.pid for p in procs.values() if p.ppid == me and p.sid != my_session and p.pid not in first}
+
+    @staticmethod
+    def _kill_rounds(select: Callable[[dict[int, procfs.Proc]], set[int]]) -> int:
+        """Kill what `select` picks from a fresh process list, again until nothing is picked (a
+        process may fork between the listing and the kill)."""
+        killed = 0
+        for _ in range(_KILL_ROUNDS):
+            procs = procfs.snapshot()
+            chosen = [procs[pid] for pid in select(procs) if procs[pid].state != "Z"]
+            signalled = procfs.kill(chosen, _KILL_WAIT_S)
+            killed += signalled
+            if not signalled:
+                break
+        return killed
+
+    # --- zombies ---------------------------------------------------------------------------
+
+    def reap(self) -> None:
+        """Reap the zombies of orphans the server adopted; never a process someone else waits for
+        (the first process of a call, or anything in the server's own session)."""
+        if not self.subreaper:
+            return
+        with self._lock:
+            busy = any(s.spawning for s in self._calls.values())  # a new child not yet known as a call's
+            first = {s.root.pid for s in self._calls.values() if s.root is not None}
+        if busy:
+            if self.loop is not None and not self.loop.is_closed():
+                self.loop.call_later(_REAP_RETRY_S, self.reap)
+            return
+        my_session = os.getsid(0)
+        for pid in procfs.children(os.getpid()) - first:
+            proc = procfs.read(pid)
+            if proc is not None and proc.state == "Z" and proc.sid != my_session:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+
+    def _reap_soon(self) -> None:
+        """Reap in the event loop's thread (where all spawning happens), from whichever thread."""
+        if self.loop is None or self.loop.is_closed():
+            return
+        try:
+            in_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            in_loop = False
+        if in_loop:
+            self.reap()
+        else:
+            self.loop.call_soon_threadsafe(self.reap)
+
+    # --- the record and start-up -------------------------------------------------------------
+
+    def save(self) -> None:
+        """Write processes.json: what a crash of this server would leave behind."""
+        if self.record_path is None or self.closed:
+            return
+        with self._lock:
+            calls = [
+                {"pid": s.root.pid, "start": s.root.start, "marker": s.marker, "cgroup": _text(s.cgroup)}
+                for s in self._calls.values()
+                if s.root is not None
+            ]
+        pid, start = self.server.split("-")
+        record = {
+            "server": {"pid": int(pid), "start": int(start)},
+            "marker": f"{self.key}:{self.server}",
+            "cgroup": _text(self.cgroup_dir),
+            "calls": calls,
+        }
+        try:
+            _replace(self.record_path, json.dumps(record).encode())
+        except OSError as exc:
+            log.warning("cannot record tool processes in %s: %s", self.record_path, exc)
+
+    def recover(self) -> int:
+        """Kill what a previous server on this data dir left running (it crashed, or was killed);
+        returns how many processes were killed."""
+        record = self._read_record()
+        server = record.get("server", {})
+        if (server.get("pid"), server.get("start")) != (None, None):
+            previous = f"{server['pid']}-{server['start']}"
+            if previous != self.server and _server_alive(previous):
+                log.warning("another server (pid %s) uses data dir %s", server["pid"], self.record_path)
+                return 0
+        roots = [
+            (call["pid"], call["start"])
+            for call in record.get("calls", [])
+            if isinstance(call, dict)
+            and isinstance(call.get("pid"), int)
+            and isinstance(call.get("start"), int)
+        ]
+        killed = 0
+        for path in [record.get("cgroup"), *(c.get("cgroup") for c in record.get("calls", []))]:
+            if isinstance(path, str) and self._is_ours(Path(path)):
+                killed += self._kill_cgroup(Path(path))
+        if self.own_cgroup is not None:
+            for path in self.own_cgroup.glob("a3s-agent.*"):
+                if path == self.cgroup_dir or _server_alive(path.name.rsplit(".", 1)[-1]):
+                    continue
+                if path.name.startswith(f"a3s-agent.{self.key}."):
+                    killed += self._kill_cgroup(path)
+                else:  # another data dir's: its own restart kills what is inside; an empty one goes
+                    cgroups.remove(path)
+        alive: dict[str, bool] = {}
+
+        def left_behind(procs: dict[int, procfs.Proc]) -> set[int]:
+            # A call's first process leads its own session for life: a recorded pid that does not is
+            # some other process, whatever the (writable) record says. Its session goes with it.
+            leaders = {
+                pid: start
+                for pid, start in roots
+                if (p := procs.get(pid)) is not None and p.start == start and p.sid == pid
+            }
+            seeds = set()
+            for proc in procs.values():
+                if proc.sid in leaders and proc.start >= leaders[proc.sid]:
+                    seeds.add(proc.pid)
+                    continue
+                value = procfs.environ_value(proc.pid, MARKER) or ""
+                owner, _, rest = value.partition(":")
+                owner_server = rest.partition(":")[0]
+                if owner == self.key and owner_server != self.server:
+                    if owner_server not in alive:
+                        alive[owner_server] = _server_alive(owner_server)
+                    if not alive[owner_server]:
+                        seeds.add(proc.pid)
+            return procfs.with_descendants(procs, seeds)
+
+        killed += self._kill_rounds(left_behind)
+        if killed:
+            log.warning(
+                "killed %d tool process(es) left running by a previous server on this data dir", killed
+            )
+        return killed
+
+    def _is_ours(self, path: Path) -> bool:
+        """Whether a recorded cgroup path is one this data dir's servers create (the record is a
+        file: never kill a cgroup it merely names)."""
+        run = path.parent if path.name.startswith("call-") else path
+        return path.is_absolute() and ".." not in path.parts and run.name.startswith(f"a3s-agent.{self.key}.")
+
+    def _kill_cgroup(self, path: Path) -> int:
+        killed = cgroups.kill(path)
+        if not cgroups.remove(path):
+            self._stale_cgroups.add(path)
+        return killed
+
+    def _remove_stale_cgroups(self) -> None:
+        for path in list(self._stale_cgroups):
+            if cgroups.remove(path):
+                self._stale_cgroups.discard(path)
+
+    def _read_record(self) -> dict:
+        if self.record_path is None:
+            return {}
+        try:
+            record = json.loads(self.record_path.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring unreadable %s: %s", self.record_path, exc)
+            return {}
+        return record if isinstance(record, dict) else {}
+
+    # --- the server's lifetime -----------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.recover()
+        self.save()
+
+    def close(self) -> None:
+        """The server stops: kill every tool process it started, remove its cgroups and its record."""
+        with self._lock:
+            scopes = list(self._calls.values())
+        for scope in scopes:
+            scope.kill()
+        prefix = f"{self.key}:{self.server}:"
+        self._kill_rounds(
+            lambda procs: procfs.with_descendants(
+                procs,
+                [
+                    p.pid
+                    for p in procs.values()
+                    if (procfs.environ_value(p.pid, MARKER) or "").startswith(prefix)
+                ],
+            )
+        )
+        if self.cgroup_dir is not None:
+            self._kill_cgroup(self.cgroup_dir)
+        self.reap()
+        self.closed = True
+        self.subreaper = False  # nothing of this server's is left to reap
+        if self.record_path is not None:
+            self.record_path.unlink(missing_ok=True)
+
+
+def _server_alive(server: str) -> bool:
+    pid, _, start = server.partition("-")
+    return pid.isdigit() and start.isdigit() and procfs.is_alive(int(pid), int(start))
+
+
+def _replace(target: Path, data: bytes) -> None:
+    """Write through a temporary file renamed over `target`, without write_atomically's fsync (two
+    per tool call would cost more than the call): the record only matters after the server died
+    while the machine ran on, when the page cache holds it."""
+    temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    temp.write_bytes(data)
+    os.replace(temp, target)
+
+
+def _text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+# --- the process-wide state --------------------------------------------------------------------
+
+_active: list[Containment] = []
+_default: Containment | None = None
+_subreaper_state = False
+
+
+def current() -> Containment:
+    """The containment of the running server, or (outside one) a plain one: marker, no record."""
+    global _default
+    if _active:
+        return _active[-1]
+    if _default is None:
+        _default = Containment(None, use_cgroups=False)
+    return _default
+
+
+@contextlib.contextmanager
+def tool_call() -> Iterator[CallScope]:
+    """The scope of one tool call's processes; everything in it is killed when it ends."""
+    scope = current().open_call()
+    try:
+        yield scope
+    finally:
+        scope.close()
+
+
+def activate(data_dir: Path) -> Containment:
+    """Called at server start (in its event loop): kill what a crashed run left, then contain
+    every tool process this server starts until `deactivate`."""
+    use_cgroups = os.environ.get(CGROUPS_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
+    data_dir.mkdir(parents=True, exist_ok=True)  # the crash record lives there, from the first call on
+    containment = Containment(data_dir, use_cgroups)
+    loop = asyncio.get_running_loop()
+    containment.start(loop)
+    # A server whose loop ended without deactivate (only in tests) no longer counts.
+    _active[:] = [c for c in _active if c.loop is not None and not c.loop.is_closed()]
+    if not _subreaper_state:
+        _set_subreaper(True)
+    with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):  # not the main thread
+        loop.add_signal_handler(signal.SIGCHLD, _reap_all)
+    containment.subreaper = _subreaper_state
+    _active.append(containment)
+    log.info(
+        "tool processes contained by %s, markers%s",
+        f"cgroup {containment.cgroup_dir}"
+        if containment.cgroup_dir
+        else "process trees (no writable cgroup v2)",
+        ", subreaper" if containment.subreaper else "",
+    )
+    return containment
+
+
+def deactivate(containment: Containment) -> None:
+    """Called at server stop: kill every tool process still running."""
+    containment.close()
+    if containment in _active:
+        _active.remove(containment)
+    loop = containment.loop
+    if loop is not None and not loop.is_closed() and all(c.loop is not loop for c in _active):
+        with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+            loop.remove_signal_handler(signal.SIGCHLD)
+    if not _active and _subreaper_state:
+        _set_subreaper(False)
+
+
+def _reap_all() -> None:
+    for containment in _active:
+        containment.reap()
+
+
+def _set_subreaper(on: bool) -> None:
+    global _subreaper_state
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0:
+            _subreaper_state = on
+        else:
+            log.warning("cannot become a child subreaper: %s", os.strerror(ctypes.get_errno()))
+    except (OSError, AttributeError) as exc:  # not Linux
+        log.warning("cannot become a child subreaper: %s", exc)

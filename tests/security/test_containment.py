@@ -1,0 +1,290 @@
+"""Tool processes that escape their process group (setsid, double forks, a scrubbed environment) do
+not outlive their call: after a normal end, a timeout, a Cancel, a client hanging up, or a kill -9
+of the server and a restart on the same data dir. Run through the real gRPC server (in-process and
+`a3s-agent serve`), with and without per-call cgroups, watching the escaped processes in /proc."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import shlex
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.tools.containment import CGROUPS_VARIABLE
+
+from ..conftest import LiveServer, agent_settings, alive, initialize, new_session, running, user
+from ..fake_llm import FakeLLM, text, tool_call
+from ..fault.conftest import LoggedServer, child_pids
+from ..test_control import eventually
+
+pytestmark = pytest.mark.security
+
+# The escaped process touches its flag (so the test knows it ran), then becomes `sleep <tag>`.
+PAYLOAD = 'touch "$1"; exec sleep "$2"'
+PY_DOUBLE_FORK = """
+import os, sys
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execvp("sh", ["sh", "-c", sys.argv[1], "sh", sys.argv[2], sys.argv[3]])
+    os._exit(0)
+"""
+ESCAPES = {
+    "setsid": "setsid -f sh -c {payload} sh {flag} {tag}",
+    "subshell": "(sh -c {payload} sh {flag} {tag} &) &",
+    "python": "{python} -c {py} {payload} {flag} {tag}",
+    # No marker left in its environment, and in a session of its own.
+    "scrubbed": "env -i /bin/sh -c {payload_setsid} sh {flag} {tag}",
+}
+
+
+class Escapes:
+    """One bash command starting every escape, each as `sleep <unique tag>`, and what to look for."""
+
+    def __init__(self, directory: Path, kinds: list[str]) -> None:
+        self.flags = {kind: directory / f"escaped-{kind}" for kind in kinds}
+        self.tags = {kind: f"300.{secrets.randbelow(10**9)}" for kind in kinds}
+        lines = [
+            ESCAPES[kind].format(
+                payload=shlex.quote(PAYLOAD),
+                payload_setsid=shlex.quote(f'setsid -f sh -c {shlex.quote(PAYLOAD)} sh "$1" "$2"'),
+                python=shlex.quote(sys.executable),
+                py=shlex.quote(PY_DOUBLE_FORK),
+                flag=shlex.quote(str(self.flags[kind])),
+                tag=self.tags[kind],
+            )
+            for kind in kinds
+        ]
+        waits = [
+            f"while [ ! -e {shlex.quote(str(flag))} ]; do sleep 0.01; done" for flag in self.flags.values()
+        ]
+        self.command = "\n".join([*lines, *waits])
+
+    def all_escaped(self) -> bool:
+        return all(flag.exists() for flag in self.flags.values())
+
+    def running(self) -> dict[str, list[int]]:
+        """The escaped processes still running, by kind (zombies count as gone)."""
+        found: dict[str, list[int]] = {}
+        for kind, tag in self.tags.items():
+            pids = [pid for pid, argv in _processes() if tag.encode() in argv]
+            if pids:
+                found[kind] = pids
+        return found
+
+    async def wait_gone(self, within_s: float = 10.0) -> None:
+        await eventually(lambda: not self.running(), within_s)
+
+
+def _processes() -> list[tuple[int, list[bytes]]]:
+    """(pid, argv) of every process that is not a zombie."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            found.append((int(entry.name), argv))
+    return found
+
+
+def _zombie_children(pid: int) -> list[int]:
+    zombies = []
+    for child in child_pids(pid):
+        try:
+            if Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                zombies.append(child)
+        except OSError:
+            continue
+    return zombies
+
+
+@pytest.fixture(params=["cgroups", "no-cgroups"])
+def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """With per-call cgroups where this machine allows them, and with the fallback alone
+    (subreaper, markers, process trees)."""
+    monkeypatch.setenv(CGROUPS_VARIABLE, "1" if request.param == "cgroups" else "0")
+    return request.param
+
+
+@pytest.fixture
+async def server(mode: str, workspace: Path, tmp_path: Path, fake: FakeLLM) -> AsyncIterator[LiveServer]:
+    async with running(agent_settings(workspace, tmp_path / "data")) as live:
+        await initialize(live, fake)
+        yield live
+
+
+async def _bash(stub: pb_grpc.CodeAgentServiceStub, command: str, **extra: object) -> pb.ToolResult:
+    arguments = json.dumps({"command": command, **extra})
+    reply = await stub.ExecuteTool(pb.ExecuteToolRequest(tool_name="bash", arguments=arguments))
+    return reply.result
+
+
+ALL = list(ESCAPES)
+
+
+async def test_escapes_end_with_a_call_that_ends_normally(server: LiveServer, tmp_path: Path) -> None:
+    escapes = Escapes(tmp_path, ALL)
+    result = await _bash(server.stub, escapes.command)
+    assert result.success, result.error
+    assert escapes.all_escaped()
+    await escapes.wait_gone()
+
+
+async def test_escapes_end_with_a_call_that_times_out(server: LiveServer, tmp_path: Path) -> None:
+    escapes = Escapes(tmp_path, ALL)
+    result = await _bash(server.stub, escapes.command + "\nsleep 60", timeout_ms=2000)
+    assert not result.success and "timed out" in result.error
+    assert escapes.all_escaped()
+    await escapes.wait_gone()
+
+
+async def test_escapes_end_with_a_generation_cancelled_during_the_call(
+    server: LiveServer, fake: FakeLLM, tmp_path: Path
+) -> None:
+    escapes = Escapes(tmp_path, ALL)
+    fake.script(tool_call("bash", {"command": escapes.command + "\nsleep 60"}), text("never reached"))
+    session_id = await new_session(server)
+    generation = asyncio.ensure_future(
+        server.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("go")]))
+    )
+    await eventually(escapes.all_escaped)
+    assert escapes.running().keys() == set(ALL)
+    assert (await server.stub.Cancel(pb.CancelRequest(session_id=session_id))).success
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await generation
+    assert err.value.code() == grpc.StatusCode.CANCELLED
+    await escapes.wait_gone()
+
+
+async def test_escapes_end_when_the_client_hangs_up_during_the_call(
+    server: LiveServer, tmp_path: Path
+) -> None:
+    escapes = Escapes(tmp_path, ALL)
+    arguments = json.dumps({"command": escapes.command + "\nsleep 60"})
+    call = server.stub.ExecuteTool(pb.ExecuteToolRequest(tool_name="bash", arguments=arguments))
+    await eventually(escapes.all_escaped)
+    assert escapes.running().keys() == set(ALL)
+    call.cancel()
+    await escapes.wait_gone()
+
+
+async def test_a_call_ending_does_not_kill_what_a_concurrent_call_runs(
+    server: LiveServer, tmp_path: Path
+) -> None:
+    # Marked escapes only: without cgroups an orphan that dropped the marker cannot be told apart
+    # from another call's, so it waits for the last running call to end (see the README).
+    kinds = ["setsid", "subshell", "python"]
+    first, second = Escapes(tmp_path / "first", kinds), Escapes(tmp_path / "second", kinds)
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    go = tmp_path / "go"
+    running_first = asyncio.ensure_future(
+        _bash(server.stub, f"{first.command}\nwhile [ ! -e {shlex.quote(str(go))} ]; do sleep 0.02; done")
+    )
+    await eventually(first.all_escaped)
+    result = await _bash(server.stub, second.command)
+    assert result.success and second.all_escaped()
+    await second.wait_gone()
+    assert first.running().keys() == set(kinds)  # the first call still runs: its processes too
+    go.touch()
+    assert (await running_first).success
+    await first.wait_gone()
+
+
+@pytest.fixture
+def logged(mode: str, tmp_path: Path) -> LoggedServer:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    env = {CGROUPS_VARIABLE: "1" if mode == "cgroups" else "0"}
+    return LoggedServer(workspace, tmp_path / "data", tmp_path / "server.log", env=env)
+
+
+async def test_escapes_of_a_served_call_end_and_leave_no_zombies(
+    logged: LoggedServer, tmp_path: Path
+) -> None:
+    logged.start()
+    try:
+        async with grpc.aio.insecure_channel(logged.address) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            for round_ in range(2):  # a normal end, then a timeout
+                escapes = Escapes(tmp_path / f"round-{round_}", ALL)
+                (tmp_path / f"round-{round_}").mkdir()
+                result = await _bash(
+                    stub, escapes.command + ("\nsleep 60" if round_ else ""), timeout_ms=2000
+                )
+                assert escapes.all_escaped(), result.error
+                await escapes.wait_gone()
+        # The server adopted the orphans (a subreaper) and reaped every one of them.
+        await eventually(lambda: not _zombie_children(logged.pid))
+    finally:
+        logged.stop()
+    assert "Traceback" not in logged.log()
+
+
+async def test_what_a_killed_server_left_running_is_killed_at_its_restart(
+    mode: str, logged: LoggedServer, tmp_path: Path
+) -> None:
+    # Without cgroups, a process that dropped the marker and left the session cannot be found once
+    # its server is gone (the README's limits); with them it is in the crashed call's cgroup.
+    kinds = ALL if mode == "cgroups" else ["setsid", "subshell", "python"]
+    escapes = Escapes(tmp_path, kinds)
+    root_flag = tmp_path / "root-pid"
+    logged.start()
+    channel = grpc.aio.insecure_channel(logged.address)
+    stub = pb_grpc.CodeAgentServiceStub(channel)
+    command = f"echo $$ > {shlex.quote(str(root_flag))}\n{escapes.command}\nsleep 60"
+    call = asyncio.ensure_future(_bash(stub, command))
+    try:
+        await eventually(lambda: escapes.all_escaped() and root_flag.exists() and root_flag.read_text() != "")
+        logged.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+        logged.proc.wait(10)  # type: ignore[union-attr]
+        with pytest.raises(grpc.aio.AioRpcError):
+            await call
+        # The crash left them running, as it would without the restart below.
+        assert escapes.running().keys() == set(kinds)
+        root = int(root_flag.read_text())
+        assert alive(root)
+        restarted = LoggedServer(
+            logged.workspace, logged.data_dir, tmp_path / "restarted.log", env=logged.env
+        )
+        restarted.start()
+        try:
+            await escapes.wait_gone()
+            await eventually(lambda: not alive(root))
+        finally:
+            restarted.stop()
+        assert "left running by a previous server" in restarted.log()
+    finally:
+        await channel.close()
+        logged.kill()
+
+
+async def test_a_server_stopping_kills_the_tool_processes_still_running(tmp_path: Path) -> None:
+    # One mode only: the stop waits for the server's grace period (10 s) before it cancels the call.
+    escapes = Escapes(tmp_path, ALL)
+    (tmp_path / "workspace").mkdir()
+    logged = LoggedServer(tmp_path / "workspace", tmp_path / "data", tmp_path / "server.log").start()
+    channel = grpc.aio.insecure_channel(logged.address)
+    call = asyncio.ensure_future(_bash(pb_grpc.CodeAgentServiceStub(channel), escapes.command + "\nsleep 60"))
+    try:
+        await eventually(escapes.all_escaped)
+        logged.stop(signal.SIGTERM)
+        await escapes.wait_gone()
+    finally:
+        call.cancel()
+        await channel.close()
+        logged.kill()
