@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
 from pathlib import Path
 
 from ..proto import coven_pb2 as pb
-
-GIT_TIMEOUT_S = 10.0
+from ..tools.registry import ToolFailure
+from ..tools.safe_git import base_git
 
 
 async def git_info(directory: Path) -> pb.GitInfo | None:
     """Branch, commit, dirty, remote, ahead and behind; None outside a repository or without git."""
-    status = await _git(directory, "status", "--porcelain=v2", "--branch", "--untracked-files=no")
+    status = await _git(
+        directory, "status", "--porcelain=v2", "--branch", "--untracked-files=no", "--ignore-submodules=dirty"
+    )
     if status is None:
         return None
     info = pb.GitInfo()
@@ -39,20 +39,12 @@ async def git_info(directory: Path) -> pb.GitInfo | None:
 
 
 async def _git(directory: Path, *args: str) -> str | None:
-    """git's stdout, or None when git is missing, fails or hangs."""
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
+    """git's stdout, or None when git is missing, fails, hangs or the repository's configuration
+    is refused. git runs as the git tools run it (tools/safe_git.py): the repository's own
+    configuration cannot make it run a command."""
     try:
-        proc = await asyncio.create_subprocess_exec(
-            "git", "-C", str(directory), *args,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL, env=env,
-        )  # fmt: skip
-    except OSError:
+        git = await base_git(directory, {"GIT_OPTIONAL_LOCKS": "0"}).for_repository()
+        status, out, _ = await git.execute(*args)
+    except ToolFailure:
         return None
-    try:
-        stdout, _ = await asyncio.wait_for(proc.communicate(), GIT_TIMEOUT_S)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        return None
-    return stdout.decode("utf-8", errors="replace") if proc.returncode == 0 else None
+    return out if status == 0 else None

@@ -1,32 +1,27 @@
 """Git tools: status, diff, log and commit in the repository that holds the workspace.
 
-GitPython finds the repository (the workspace itself or a directory above it) and
-runs git at its root, in a worker thread, with the session's extra environment.
+git finds the repository (the workspace itself or a directory above it) and runs at its
+root through safe_git, which keeps the repository's configuration from running commands.
 Every path argument is sandboxed to the workspace and handed to git as a literal
 pathspec; paths shown to the caller are relative to the workspace.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import Annotated, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+from .safe_git import SafeGit, base_git
 from .sandbox import relative_to_workspace, resolve_in_workspace
 
-if TYPE_CHECKING:
-    from git import Repo
-
 _Args = TypeVar("_Args", bound=BaseModel)
-_GIT_TIMEOUT_S = 120.0
 _AUTHOR = re.compile(r"^\s*(?P<name>[^<>]*[^<>\s])\s*<(?P<email>[^<>\s]+)>\s*$")
 _CHANGE_NAMES = {
     "M": "modified",
@@ -36,6 +31,9 @@ _CHANGE_NAMES = {
     "R": "renamed",
     "C": "copied",
 }
+# Diffs never run a program named by the repository (external diff, textconv) and never
+# start git inside a submodule, whose own configuration safe_git has not looked at.
+_DIFF_SAFETY = ("--no-ext-diff", "--no-textconv", "--ignore-submodules=dirty")
 
 
 # --- the repository -------------------------------------------------------------------------
@@ -43,29 +41,28 @@ _CHANGE_NAMES = {
 
 @dataclass
 class _Checkout:
-    """An open repository and where the workspace sits inside its working tree."""
+    """The repository's git and where the workspace sits inside its working tree."""
 
-    repo: Repo
+    git: SafeGit
     root: Path  # resolved top of the working tree
     workspace: Path  # resolved workspace, at or below root
-    env: dict[str, str]
 
-    def run(self, *args: str, env: dict[str, str] | None = None) -> str:
+    async def run(self, *args: str, env: dict[str, str] | None = None) -> str:
         """`git args` at the repository root; a non-zero exit becomes a ToolFailure with git's message."""
-        status, out, err = self._execute(args, env)
+        status, out, err = await self.git.execute(*args, env=env)
         if status != 0:
             message = err.strip() or out.strip() or f"exit status {status}"
             raise ToolFailure(f"git {args[0]} failed: {message}", exit_code=status)
         return out
 
-    def succeeds(self, *args: str) -> bool:
-        return self._execute(args, None)[0] == 0
+    async def succeeds(self, *args: str) -> bool:
+        return (await self.git.execute(*args))[0] == 0
 
-    def is_commit(self, rev: str) -> bool:
-        return self.succeeds("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    async def is_commit(self, rev: str) -> bool:
+        return await self.succeeds("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
 
-    def require_commit(self, rev: str) -> None:
-        if not self.is_commit(rev):
+    async def require_commit(self, rev: str) -> None:
+        if not await self.is_commit(rev):
             raise ToolFailure(f"unknown revision {rev!r}: it does not name a commit in this repository")
 
     def spec(self, target: Path) -> str:
@@ -88,51 +85,38 @@ class _Checkout:
         rel = Path(os.path.relpath(self.root / repo_path, self.workspace)).as_posix()
         return rel + "/" if repo_path.endswith("/") else rel
 
-    def _execute(self, args: tuple[str, ...], env: dict[str, str] | None) -> tuple[int, str, str]:
-        status, out, err = self.repo.git.execute(
-            [self.repo.git.GIT_PYTHON_GIT_EXECUTABLE, *args],
-            with_extended_output=True,
-            with_exceptions=False,
-            stdout_as_string=False,
-            strip_newline_in_stdout=False,
-            kill_after_timeout=_GIT_TIMEOUT_S,
-            env={**self.env, **(env or {})},
-        )
-        return status, _text(out), _text(err.encode("utf-8", "surrogateescape"))
 
-
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace")
-
-
-@contextmanager
-def _checkout(ctx: ToolContext) -> Iterator[_Checkout]:
-    from git import Repo  # GitPython is imported on first use: it is slow to import
-    from git.exc import InvalidGitRepositoryError, NoSuchPathError
-
+async def _checkout(ctx: ToolContext) -> _Checkout:
+    """The repository holding the workspace, with git set up for its configuration."""
     workspace = ctx.workspace.resolve()
-    try:
-        repo = Repo(workspace, search_parent_directories=True)
-    except (InvalidGitRepositoryError, NoSuchPathError) as exc:
-        raise ToolFailure(
-            f"the workspace {workspace} is not inside a git repository (run `git init` in it to start one)"
-        ) from exc
-    with repo:
-        if repo.working_tree_dir is None:
+    git = await base_git(workspace, ctx.env).for_repository()
+    status, out, err = await git.execute("rev-parse", "--show-toplevel")
+    if status != 0:
+        if "not a git repository" in err:
+            raise ToolFailure(
+                f"the workspace {workspace} is not inside a git repository "
+                "(run `git init` in it to start one)"
+            )
+        if "must be run in a work tree" in err:
             raise ToolFailure(f"the workspace {workspace} is inside a bare git repository, with no work tree")
-        yield _Checkout(repo, Path(repo.working_tree_dir).resolve(), workspace, dict(ctx.env))
+        raise ToolFailure(f"git cannot open the repository holding the workspace: {err.strip()}")
+    root = _work_tree(out.rstrip("\n"), workspace)
+    return _Checkout(git.at(root), root, workspace)
 
 
-async def _in_thread(
-    work: Callable[[_Args, _Checkout], ToolOutput], args: _Args, ctx: ToolContext
+def _work_tree(shown: str, workspace: Path) -> Path:
+    """The resolved top of the work tree git reported, which must hold the workspace (a
+    repository's core.worktree may point anywhere)."""
+    root = Path(shown).resolve()
+    if not workspace.is_relative_to(root):
+        raise ToolFailure(f"the repository's work tree {root} does not contain the workspace {workspace}")
+    return root
+
+
+async def _in_repository(
+    work: Callable[[_Args, _Checkout], Awaitable[ToolOutput]], args: _Args, ctx: ToolContext
 ) -> ToolOutput:
-    """Open the workspace's repository and do `work` in a worker thread (GitPython blocks)."""
-
-    def job() -> ToolOutput:
-        with _checkout(ctx) as checkout:
-            return work(args, checkout)
-
-    return await asyncio.to_thread(job)
+    return await work(args, await _checkout(ctx))
 
 
 def _target(checkout: _Checkout, raw: str | None, argument: str = "path") -> Path:
@@ -288,9 +272,17 @@ def _status_text(status: _Status, scope: str) -> str:
     return "\n".join(lines)
 
 
-def _status(args: GitStatusArgs, checkout: _Checkout) -> ToolOutput:
+async def _status(args: GitStatusArgs, checkout: _Checkout) -> ToolOutput:
     target = _target(checkout, args.path)
-    raw = checkout.run("status", "--porcelain=v2", "--branch", "-z", "--", *checkout.limit(target))
+    raw = await checkout.run(
+        "status",
+        "--porcelain=v2",
+        "--branch",
+        "-z",
+        "--ignore-submodules=dirty",
+        "--",
+        *checkout.limit(target),
+    )
     status = _parse_status(checkout, raw)
     return ToolOutput(
         output=_status_text(status, _scope_note(checkout, target)),
@@ -321,7 +313,7 @@ async def git_status(args: GitStatusArgs, ctx: ToolContext) -> ToolOutput:
     Use it before committing to see what would be included, or to orient yourself in a repo.
     Example: {"path": "src"} reports only changes under src/.
     """
-    return await _in_thread(_status, args, ctx)
+    return await _in_repository(_status, args, ctx)
 
 
 # --- git_diff -------------------------------------------------------------------------------
@@ -361,21 +353,21 @@ def _numstat(raw: str) -> tuple[int, int, int]:
     )
 
 
-def _diff(args: GitDiffArgs, checkout: _Checkout) -> ToolOutput:
+async def _diff(args: GitDiffArgs, checkout: _Checkout) -> ToolOutput:
     target = _target(checkout, args.path)
     if args.ref:
-        checkout.require_commit(args.ref)
+        await checkout.require_commit(args.ref)
     common = [
         "--no-color",
-        "--no-ext-diff",
+        *_DIFF_SAFETY,
         *checkout.diff_relative(),
         *(["--cached"] if args.staged else []),
         *([args.ref] if args.ref else []),
         "--",
         *checkout.limit(target),
     ]
-    files, insertions, deletions = _numstat(checkout.run("diff", "--numstat", *common))
-    patch = checkout.run("diff", *common) if files else ""
+    files, insertions, deletions = _numstat(await checkout.run("diff", "--numstat", *common))
+    patch = await checkout.run("diff", *common) if files else ""
     label = _diff_label(args)
     return ToolOutput(
         output=patch or f"No changes ({label}){_scope_note(checkout, target)}.",
@@ -405,7 +397,7 @@ async def git_diff(args: GitDiffArgs, ctx: ToolContext) -> ToolOutput:
 
     Examples: {} ; {"staged": true} ; {"ref": "main", "path": "src/app.py"} ; {"ref": "HEAD~3"}
     """
-    return await _in_thread(_diff, args, ctx)
+    return await _in_repository(_diff, args, ctx)
 
 
 # --- git_log --------------------------------------------------------------------------------
@@ -430,15 +422,15 @@ _LOG_FIELDS = ("sha", "short", "author", "email", "date", "subject")
 _LOG_FORMAT = "%H%x1f%h%x1f%an%x1f%ae%x1f%aI%x1f%s"
 
 
-def _log(args: GitLogArgs, checkout: _Checkout) -> ToolOutput:
+async def _log(args: GitLogArgs, checkout: _Checkout) -> ToolOutput:
     target = _target(checkout, args.path)
     if args.ref:
-        checkout.require_commit(args.ref)
-    elif not checkout.is_commit("HEAD"):
+        await checkout.require_commit(args.ref)
+    elif not await checkout.is_commit("HEAD"):
         return ToolOutput(
             output="No commits yet: the current branch has no history.", metadata={"commits": [], "count": 0}
         )
-    raw = checkout.run(
+    raw = await checkout.run(
         "log",
         f"--max-count={args.max_count}",
         "-z",
@@ -463,7 +455,7 @@ async def git_log(args: GitLogArgs, ctx: ToolContext) -> ToolOutput:
     tag or commit. A repository with no commits yet gives an empty list (not an error).
     Examples: {} ; {"max_count": 5} ; {"path": "src/parser.py", "max_count": 10} ; {"ref": "origin/main"}
     """
-    return await _in_thread(_log, args, ctx)
+    return await _in_repository(_log, args, ctx)
 
 
 # --- git_commit -----------------------------------------------------------------------------
@@ -492,9 +484,9 @@ class GitCommitArgs(BaseModel):
     )
 
 
-def _staged(checkout: _Checkout, specs: list[str]) -> list[_Change]:
+async def _staged(checkout: _Checkout, specs: list[str]) -> list[_Change]:
     """What the index changes against HEAD (everything when HEAD does not exist yet)."""
-    raw = checkout.run("diff", "--cached", "--name-status", "-z", "--", *specs)
+    raw = await checkout.run("diff", "--cached", "--name-status", "-z", *_DIFF_SAFETY, "--", *specs)
     entries = iter(item for item in raw.split("\0") if item)
     changes = []
     for code in entries:
@@ -506,9 +498,9 @@ def _staged(checkout: _Checkout, specs: list[str]) -> list[_Change]:
     return changes
 
 
-def _identity_env(checkout: _Checkout, author: str | None) -> dict[str, str]:
+async def _identity_env(checkout: _Checkout, author: str | None) -> dict[str, str]:
     """Extra environment making the commit possible: the author doubles as committer if git has none."""
-    if checkout.succeeds("var", "GIT_COMMITTER_IDENT"):
+    if await checkout.succeeds("var", "GIT_COMMITTER_IDENT"):
         return {}
     if author is None:
         raise ToolFailure(
@@ -520,15 +512,39 @@ def _identity_env(checkout: _Checkout, author: str | None) -> dict[str, str]:
     return {"GIT_COMMITTER_NAME": match["name"], "GIT_COMMITTER_EMAIL": match["email"]}
 
 
-def _stage(checkout: _Checkout, targets: list[Path]) -> None:
-    """Stage targets as they are on disk; a missing one is staged as deleted (a no-op if git has
-    already forgotten it, such as the old name of a `git mv`)."""
-    present = [checkout.spec(t) for t in targets if os.path.lexists(t)]
-    missing = [checkout.spec(t) for t in targets if not os.path.lexists(t)]
+def _exists(path: Path) -> bool:
+    return os.path.lexists(path)
+
+
+async def _submodules(checkout: _Checkout) -> list[str]:
+    """The submodules in the workspace (repository paths). `git add` and a commit of named paths
+    start git inside every submodule they cover, whatever --ignore-submodules says, and that git
+    reads the submodule's own configuration, which safe_git has not neutralised: they leave
+    submodules out (`_outside`)."""
+    raw = await checkout.run("ls-files", "--stage", "-z", "--", checkout.spec(checkout.workspace))
+    return [entry.split("\t", 1)[1] for entry in raw.split("\0") if entry.startswith("160000 ")]
+
+
+def _refuse_submodules(checkout: _Checkout, targets: list[Path], submodules: list[str]) -> None:
+    for target in targets:
+        if target.relative_to(checkout.root).as_posix() in submodules:
+            shown = relative_to_workspace(checkout.workspace, target)
+            raise ToolFailure(f"{shown} is a submodule: git_commit does not stage submodules")
+
+
+def _outside(submodules: list[str]) -> list[str]:
+    return [f":(exclude,top,literal){path}" for path in submodules]
+
+
+async def _stage(checkout: _Checkout, targets: list[Path], skip: list[str]) -> None:
+    """Stage targets as they are on disk, except the pathspecs `skip`; a missing one is staged as
+    deleted (a no-op if git has already forgotten it, such as the old name of a `git mv`)."""
+    present = [checkout.spec(t) for t in targets if _exists(t)]
+    missing = [checkout.spec(t) for t in targets if not _exists(t)]
     if present:
-        checkout.run("add", "--all", "--", *present)
+        await checkout.run("add", "--all", "--", *present, *skip)
     if missing:
-        checkout.run("rm", "--cached", "-r", "--quiet", "--ignore-unmatch", "--", *missing)
+        await checkout.run("rm", "--cached", "-r", "--quiet", "--ignore-unmatch", "--", *missing)
 
 
 def _nothing_to_commit(args: GitCommitArgs) -> str:
@@ -539,20 +555,24 @@ def _nothing_to_commit(args: GitCommitArgs) -> str:
     return "nothing to commit: nothing is staged; name the files to commit in paths, or pass all=true"
 
 
-def _commit(args: GitCommitArgs, checkout: _Checkout) -> ToolOutput:
-    env = _identity_env(checkout, args.author)
+async def _commit(args: GitCommitArgs, checkout: _Checkout) -> ToolOutput:
+    env = await _identity_env(checkout, args.author)
     targets = [_target(checkout, raw, argument="paths") for raw in args.paths]
+    submodules = await _submodules(checkout)
+    _refuse_submodules(checkout, targets, submodules)
+    skip = _outside(submodules)
     if args.all:
-        checkout.run("add", "--update", "--", checkout.spec(checkout.workspace))
-    _stage(checkout, targets)
-    only = [] if args.all else [checkout.spec(t) for t in targets]
-    files = _staged(checkout, only)
+        await checkout.run("add", "--update", "--", checkout.spec(checkout.workspace), *skip)
+    await _stage(checkout, targets, skip)
+    # Without paths git commits the index as it is (diff.ignoreSubmodules keeps it out of submodules).
+    only = [] if args.all else [checkout.spec(t) for t in targets] + (skip if targets else [])
+    files = await _staged(checkout, only)
     if not files:
         raise ToolFailure(_nothing_to_commit(args))
     author = [f"--author={args.author}"] if args.author else []
-    checkout.run("commit", "--quiet", f"--message={args.message}", *author, "--", *only, env=env)
-    sha, short, subject = checkout.run("log", "-1", "--format=%H%x1f%h%x1f%s").strip().split("\x1f")
-    branch = checkout.run("rev-parse", "--abbrev-ref", "HEAD").strip()
+    await checkout.run("commit", "--quiet", f"--message={args.message}", *author, "--", *only, env=env)
+    sha, short, subject = (await checkout.run("log", "-1", "--format=%H%x1f%h%x1f%s")).strip().split("\x1f")
+    branch = (await checkout.run("rev-parse", "--abbrev-ref", "HEAD")).strip()
     summary = f"[{branch} {short}] {subject}\n{len(files)} file(s):"
     return ToolOutput(
         output="\n".join([summary, *(c.line() for c in files)]),
@@ -577,7 +597,7 @@ async def git_commit(args: GitCommitArgs, ctx: ToolContext) -> ToolOutput:
     Examples: {"message": "Fix off-by-one in parser", "paths": ["src/parser.py", "tests/test_parser.py"]}
               {"message": "Update docs", "all": true}
     """
-    return await _in_thread(_commit, args, ctx)
+    return await _in_repository(_commit, args, ctx)
 
 
 TOOLS: list[Tool] = [git_status, git_diff, git_commit, git_log]

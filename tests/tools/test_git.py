@@ -526,3 +526,23 @@ async def test_session_environment_reaches_git(repo: Path) -> None:
     assert result.success, result.error
     assert log.metadata["commits"][0]["author"] == "Env Author"
     assert log.metadata["commits"][0]["date"] == "2001-02-03T04:05:06+00:00"
+
+
+async def test_commit_leaves_submodules_alone(tmp_path: Path, repo: Path) -> None:
+    """git add and path commits would start git inside a submodule, under its own configuration."""
+    upstream = init_repo(tmp_path / "upstream")
+    commit_file(upstream, "s.txt", "sub\n", "s")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(upstream), "sm")
+    git(repo, "commit", "-q", "-m", "add sm")
+    commit_file(upstream, "s.txt", "moved on\n", "s2")
+    git(repo / "sm", "pull", "-q", "--ff-only")
+    (repo / "keep.txt").write_text("changed\n")
+
+    named = await call("git_commit", repo, message="x", paths=["sm"])
+    everything = await call("git_commit", repo, message="x", paths=["."])
+
+    assert not named.success and "sm is a submodule" in named.error
+    assert everything.success, everything.error
+    assert everything.metadata["files"] == [{"path": "keep.txt", "change": "modified"}]
+    status = await call("git_status", repo)
+    assert status.metadata["unstaged"] == [{"path": "sm", "change": "modified"}]

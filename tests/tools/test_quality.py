@@ -261,3 +261,24 @@ async def test_lint_missing_and_escaping_paths(tmp_path: Path) -> None:
     assert not missing.success and "gone.py does not exist" in missing.error
     escape = await call(tmp_path, "lint_code", path="../")
     assert not escape.success and "outside the workspace" in escape.error
+
+
+async def test_configuration_symlinked_out_of_the_workspace_is_refused(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    outside = write(tmp_path / "elsewhere" / "ruff.toml", "line-length = 20\n")
+    write(workspace / "app.py", "x = 1\n")
+    (workspace / "ruff.toml").symlink_to(outside)
+    (workspace / ".editorconfig").symlink_to(outside)
+    write(workspace / "run.sh", "echo hi\n")
+    for name, arguments in (("lint_code", {"path": "app.py"}), ("format_code", {"path": "run.sh"})):
+        result = await call(workspace, name, **arguments)
+        assert not result.success and "outside the workspace" in result.error
+
+
+async def test_nearest_ruff_configuration_applies_with_its_relative_paths(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", '[tool.ruff.lint]\nselect = ["E"]\n')
+    write(tmp_path / "pkg" / "ruff.toml", '[lint]\nselect = ["F"]\nper-file-ignores = {"gen/*" = ["F401"]}\n')
+    write(tmp_path / "pkg" / "gen" / "out.py", "import os\n")
+    write(tmp_path / "pkg" / "mod.py", "import os\n")
+    result = await call(tmp_path, "lint_code", path="pkg")
+    assert [(d["file"], d["code"]) for d in result.metadata["diagnostics"]] == [("pkg/mod.py", "F401")]
