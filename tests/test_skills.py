@@ -39,9 +39,10 @@ def skill_text(frontmatter: dict[str, Any], body: str = "") -> str:
     return f"---\n{yaml.safe_dump(frontmatter, sort_keys=False)}---\n{body}"
 
 
-def one_tool(**definition: Any) -> Skill:
-    """A skill with a single tool named `t`."""
-    return parse_skill(skill_text({"name": "s", "tools": [{"name": "t", **definition}]}), source="client")
+def one_tool(env: list[str] | None = None, **definition: Any) -> Skill:
+    """A skill with a single tool named `t`, declaring the environment variables `env`."""
+    frontmatter = {"name": "s", **({"env": env} if env else {}), "tools": [{"name": "t", **definition}]}
+    return parse_skill(skill_text(frontmatter), source="client")
 
 
 async def call(skill: Skill, ctx: ToolContext, **arguments: Any) -> ToolOutput:
@@ -262,6 +263,37 @@ def test_bad_tool_definitions_name_the_field(tools: list[Any], message: str) -> 
         parse_skill(skill_text({"name": "s", "tools": tools}), source="client")
 
 
+@pytest.mark.parametrize(
+    ("env", "tools", "message"),
+    [
+        ("GITHUB_API_URL", [], r"env: must be a list of environment variable names, not a string"),
+        (["OK", 3], [], r"env\[1\]: must be a string, not a number"),
+        (["1BAD"], [], r"env\[0\]: '1BAD' is not an environment variable name"),
+        (["A3S_AUTH_TOKEN"], [], r"env\[0\]: A3S_AUTH_TOKEN is one of the server's secrets"),
+        (["X", "OPENAI_API_KEY"], [], r"env\[1\]: OPENAI_API_KEY is one of the server's secrets"),
+        (["A3S_LLM_BASE_URL"], [], r"env\[0\]: A3S_LLM_BASE_URL is one of the server's secrets"),
+        (["MARKED_BY_OPERATOR"], [], r"env\[0\]: MARKED_BY_OPERATOR is one of the server's secrets"),
+        (
+            ["X"],
+            [{"name": "t", "binary": ["echo", "${env:X}", "${env:Y}"]}],
+            r"tools\[0\]\.binary\[2\]: \$\{env:Y\} reads a variable the skill does not declare; "
+            r"list it in the skill's env field \(env: \[Y\]\)",
+        ),
+    ],
+)
+def test_env_declares_the_variables_a_skill_reads_and_never_a_secret(
+    env: Any, tools: list[Any], message: str
+) -> None:
+    text = skill_text({"name": "s", "env": env, "tools": tools})
+    with pytest.raises(InvalidArgument, match=r"^client: " + message):
+        parse_skill(text, source="client", secret_names={"MARKED_BY_OPERATOR"})
+
+
+def test_env_names_are_kept_once_in_order() -> None:
+    skill = parse_skill(skill_text({"name": "s", "env": ["B", "A", "B"]}), source="client")
+    assert skill.env == ["B", "A"]
+
+
 def test_tool_definitions_parse_into_backends() -> None:
     skill = parse_skill(
         skill_text(
@@ -274,6 +306,7 @@ def test_tool_definitions_parse_into_backends() -> None:
                     {"name": "argv", "parameters": OBJECT, "binary": ["echo", "${msg}"], "timeout_ms": 5},
                     {"name": "url", "http": "http://127.0.0.1/${env:X}"},
                 ],
+                "env": ["X"],
             }
         ),
         source="client",
@@ -285,6 +318,8 @@ def test_tool_definitions_parse_into_backends() -> None:
     assert backends[3] == BinaryBackend(("echo", "${msg}"))
     assert backends[4] == HttpBackend("http://127.0.0.1/${env:X}")
     assert [spec.timeout_ms for spec in skill.tools] == [120_000, 120_000, 120_000, 5, 30_000]
+    assert skill.env == ["X"] and {spec.env for spec in skill.tools} == {("X",)}
+    assert "env" not in skill.metadata
     assert skill.tool_names == ["shebang", "default", "declared", "argv", "url"]
     built = {item.name: item for item in skill.build_tools()}
     assert [(item.family, item.lane) for item in built.values()] == [("command", "execute")] * 4 + [
@@ -336,7 +371,10 @@ def test_rendered_frontmatter_parses_back_equal(
 
 @pytest.fixture
 def ctx(workspace: Path) -> ToolContext:
-    return ToolContext(workspace=workspace, env={"SESSION_VALUE": "from-session"})
+    # The test servers are on 127.0.0.1, which http tools refuse unless allowed.
+    return ToolContext(
+        workspace=workspace, env={"SESSION_VALUE": "from-session", "A3S_FETCH_ALLOW_PRIVATE": "1"}
+    )
 
 
 async def test_script_gets_its_arguments_in_the_environment(ctx: ToolContext) -> None:
@@ -417,6 +455,7 @@ async def test_binary_substitutes_argv_without_a_shell(
     monkeypatch.setenv("SERVER_VALUE", "from-server")
     monkeypatch.setenv("SESSION_VALUE", "server-loses")
     skill = one_tool(
+        env=["SESSION_VALUE", "SERVER_VALUE"],
         parameters={"type": "object", "properties": {"msg": {"type": "string"}, "n": {"type": "number"}}},
         binary=["echo", "${msg}", "n=${n}", "${env:SESSION_VALUE}", "${env:SERVER_VALUE}"],
     )
@@ -430,7 +469,9 @@ async def test_binary_failures_are_clear(ctx: ToolContext) -> None:
     missing_arg = await call(one_tool(parameters=params, binary=["echo", "${msg}"]), ctx)
     assert not missing_arg.success
     assert missing_arg.error == "argument 'msg' is needed by this tool but was not given"
-    missing_env = await call(one_tool(binary=["echo", "${env:A3S_SURELY_UNSET_VAR}"]), ctx)
+    missing_env = await call(
+        one_tool(env=["A3S_SURELY_UNSET_VAR"], binary=["echo", "${env:A3S_SURELY_UNSET_VAR}"]), ctx
+    )
     assert missing_env.error.startswith("environment variable A3S_SURELY_UNSET_VAR is not set")
     missing_program = await call(one_tool(binary=["no-such-program-xyz"]), ctx)
     assert missing_program.error == "no-such-program-xyz is not installed on this machine (not found on PATH)"
@@ -482,6 +523,7 @@ async def test_http_get_substitutes_arguments_and_env(
 ) -> None:
     monkeypatch.setenv("ECHO_BASE", server)
     skill = one_tool(
+        env=["ECHO_BASE", "SESSION_VALUE"],
         parameters={"type": "object", "properties": {"id": {"type": "integer"}, "q": {"type": "string"}}},
         http={
             "url": "${env:ECHO_BASE}/items/${id}?q=${q}",
@@ -554,7 +596,8 @@ async def test_http_error_status_fails_with_the_body(server: str, ctx: ToolConte
 
 async def test_http_body_is_capped(server: str, workspace: Path) -> None:
     result = await call(
-        one_tool(http=f"{server}/big"), ToolContext(workspace=workspace, max_output_bytes=1256)
+        one_tool(http=f"{server}/big"),
+        ToolContext(workspace=workspace, env={"A3S_FETCH_ALLOW_PRIVATE": "1"}, max_output_bytes=1256),
     )
     assert result.metadata["truncated"] is True
     assert result.output == "HTTP 200 OK\n\n" + "x" * 1000 + "\n[body truncated at 1000 bytes]"
@@ -574,7 +617,8 @@ async def test_http_timeout_and_connection_failures(server: str, ctx: ToolContex
     with unused_port() as port:
         env = {**ctx.env, "PORT": str(port)}
         template = "http://127.0.0.1:${env:PORT}/?key=${env:SESSION_VALUE}"
-        refused = await call(one_tool(http=template), ToolContext(workspace=ctx.workspace, env=env))
+        skill = one_tool(env=["PORT", "SESSION_VALUE"], http=template)
+        refused = await call(skill, ToolContext(workspace=ctx.workspace, env=env))
     # The error names the template, never the substituted URL with its secrets.
     assert refused.error.startswith(f"GET {template} failed: ")
     assert "from-session" not in refused.error

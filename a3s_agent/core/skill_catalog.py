@@ -5,16 +5,24 @@ by a client (LoadSkill with content). Loading a skill for a session adds its ins
 system prompt, its tools to the session's tools and its `allowed-tools` to the session's allow
 rules; session loads are stored with the session (as the skill's text) and survive a restart.
 Server-wide loads (empty session id) last until the server stops.
+
+The repository being worked on is not trusted, the operator is. Skills from the operator's
+directories (--skills-dir, A3S_SKILL_DIRS, /a3s/skills) win over the workspace's own
+(`<workspace>/.a3s/skills`): a workspace skill with an operator skill's name is listed as shadowed
+and never loaded in its place. A workspace skill's `allowed-tools` become allow rules only when
+the server runs with --trust-workspace-skills; otherwise they are ignored, with a warning.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
+from ..config import BOX_SKILLS_DIR
 from ..tools.registry import Tool
 from .errors import InvalidArgument, NotFound
 from .models import Session
@@ -22,56 +30,122 @@ from .permissions import PermissionPolicy, parse_rule
 from .sessions import SessionManager
 
 if TYPE_CHECKING:
+    from ..config import Settings
     from .skills import Skill
+
+log = logging.getLogger(__name__)
+
+Origin = Literal["operator", "workspace", "client"]
 
 # The skill format (YAML, HTTP backends) is imported only once there is a skill to read: most
 # servers have none, and its imports are a good part of the start-up time.
 
 
-def parse_skill(text: str, *, source: str) -> Skill:
+def parse_skill(text: str, *, source: str, secret_names: frozenset[str]) -> Skill:
     from .skills import parse_skill as parse
 
-    return parse(text, source=source)
+    return parse(text, source=source, secret_names=secret_names)
 
 
 @dataclass
 class LoadedSkill:
     skill: Skill
     tools: list[Tool]
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class Found:
+    skill: Skill
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A ListSkills entry: the skill and its metadata strings."""
+
+    skill: Skill
+    metadata: dict[str, str]
+
+
+def _stored_origin(entry: dict[str, Any]) -> Origin:
+    """Where a session's stored skill came from; sessions stored before origins were kept count
+    a file's skill as the workspace's (the cautious choice: its allowed-tools need trust)."""
+    return entry.get("origin") or ("client" if entry["source"] == "client" else "workspace")
 
 
 class SkillCatalog:
     def __init__(
-        self, sessions: SessionManager, dirs: Callable[[], list[Path]], builtin_names: Callable[[], set[str]]
+        self,
+        sessions: SessionManager,
+        settings: Settings,
+        workspace: Callable[[], Path],
+        builtin_names: Callable[[], set[str]],
     ) -> None:
         self._sessions = sessions
-        self._dirs = dirs
+        self._settings = settings
+        self._workspace = workspace
         self._builtin_names = builtin_names
-        self.available: dict[str, Skill] = {}
+        self._available: dict[str, Found] = {}
+        self._shadowed: dict[str, Found] = {}  # workspace skills an operator skill of the name hides
         self._server_wide: dict[str, LoadedSkill] = {}
-        self._parsed: dict[str, LoadedSkill] = {}  # by skill text: sessions share parsed skills
+        self._parsed: dict[tuple[Origin, str], LoadedSkill | None] = {}  # sessions share parsed skills
+
+    def _operator_dirs(self) -> list[Path]:
+        return [d for d in [*self._settings.skill_dirs, BOX_SKILLS_DIR] if d.is_dir()]
+
+    def _workspace_dir(self, operator_dirs: list[Path]) -> Path | None:
+        path = self._workspace() / ".a3s" / "skills"
+        if not path.is_dir() or path.resolve() in {d.resolve() for d in operator_dirs}:
+            return None  # (one the operator names is the operator's)
+        return path
+
+    def trusted(self, origin: Origin) -> bool:
+        """Whether a skill's allowed-tools become allow rules."""
+        return origin != "workspace" or self._settings.trust_workspace_skills
 
     async def rescan(self) -> None:
-        dirs = [d for d in self._dirs() if d.is_dir()]
-        if not dirs:  # (the skill format's imports are paid only when there are skills)
-            self.available = {}
+        operator_dirs = self._operator_dirs()
+        workspace_dir = self._workspace_dir(operator_dirs)
+        if not operator_dirs and workspace_dir is None:  # (the skill format's imports are paid only then)
+            self._available, self._shadowed = {}, {}
             return
         from .skills import scan_skill_dirs
 
-        self.available = await asyncio.to_thread(scan_skill_dirs, dirs)
+        secrets = self._settings.secret_env_names
+        operators = await asyncio.to_thread(scan_skill_dirs, operator_dirs, secrets)
+        workspaces = await asyncio.to_thread(
+            scan_skill_dirs, [workspace_dir] if workspace_dir else [], secrets
+        )
+        self._available = {
+            **{name: Found(skill, "workspace") for name, skill in workspaces.items()},
+            **{name: Found(skill, "operator") for name, skill in operators.items()},
+        }
+        self._shadowed = {
+            name: Found(skill, "workspace") for name, skill in workspaces.items() if name in operators
+        }
 
-    def _loaded(self, text: str, source: str) -> LoadedSkill:
-        if text not in self._parsed:
-            skill = parse_skill(text, source=source)
-            self._parsed[text] = LoadedSkill(skill, skill.build_tools())
-        return self._parsed[text]
+    def _loaded(self, entry: dict[str, Any]) -> LoadedSkill | None:
+        """A session's stored skill, parsed once; None (with a warning) when it no longer parses."""
+        origin = _stored_origin(entry)
+        key = (origin, entry["text"])
+        if key not in self._parsed:
+            try:
+                skill = parse_skill(
+                    entry["text"], source=entry["source"], secret_names=self._settings.secret_env_names
+                )
+            except InvalidArgument as exc:
+                log.warning("leaving out a stored skill that no longer loads: %s", exc)
+                self._parsed[key] = None
+            else:
+                self._parsed[key] = LoadedSkill(skill, skill.build_tools(), origin)
+        return self._parsed[key]
 
     def loaded_for(self, session: Session | None) -> list[LoadedSkill]:
         loaded = list(self._server_wide.values())
         if session is not None:
-            loaded += [
-                self._loaded(e["text"], e["source"]) for e in session.extras.get("skills", {}).values()
-            ]
+            stored = [self._loaded(entry) for entry in session.extras.get("skills", {}).values()]
+            loaded += [item for item in stored if item is not None]
         return loaded
 
     def tools_for(self, session: Session | None) -> list[Tool]:
@@ -80,29 +154,59 @@ class SkillCatalog:
     def instructions_for(self, session: Session | None) -> list[tuple[str, str]]:
         return [(item.skill.name, item.skill.instructions) for item in self.loaded_for(session)]
 
+    def listing(self, session: Session | None) -> list[Listed]:
+        """Every available and loaded skill, by name; a shadowed workspace skill comes just before
+        the skill of its name that hides it (so a client keeping the last entry per name keeps that)."""
+        loaded = {item.skill.name: Found(item.skill, item.origin) for item in self.loaded_for(session)}
+        entries = [(name, 0, found, False) for name, found in self._shadowed.items()]
+        entries += [(name, 1, found, name in loaded) for name, found in (self._available | loaded).items()]
+        return [
+            Listed(
+                found.skill,
+                {
+                    "source": found.skill.source,
+                    "origin": found.origin,
+                    "loaded": str(is_loaded).lower(),
+                    "shadowed": str(rank == 0).lower(),
+                    "allowed-tools": ", ".join(found.skill.allowed_tools),
+                    "trusted": str(self.trusted(found.origin)).lower(),
+                },
+            )
+            for name, rank, found, is_loaded in sorted(entries, key=lambda entry: entry[:2])
+        ]
+
     async def load(self, session_id: str, name: str, content: str | None) -> list[str]:
         """Activate a skill; returns the names of the tools it added."""
         if not name and not content:
             raise InvalidArgument("skill_name (or skill_content) is required")
         if content:
-            skill = parse_skill(content, source="client")
+            skill = parse_skill(content, source="client", secret_names=self._settings.secret_env_names)
+            origin: Origin = "client"
             if name and skill.name != name:
                 raise InvalidArgument(f"skill_name {name!r} does not match the skill's name {skill.name!r}")
         else:
             await self.rescan()
-            if name not in self.available:
+            if name not in self._available:
                 raise NotFound(f"no skill named {name!r} (ListSkills shows the available ones)")
-            skill = self.available[name]
+            skill, origin = self._available[name].skill, self._available[name].origin
         session = self._sessions.get(session_id) if session_id else None
         self._check_tool_names(skill, session)
-        loaded = LoadedSkill(skill, skill.build_tools())
-        self._parsed[skill.text] = loaded
+        loaded = LoadedSkill(skill, skill.build_tools(), origin)
+        self._parsed[(origin, skill.text)] = loaded
+        if skill.allowed_tools and not self.trusted(origin):
+            log.warning(
+                "skill %r from the workspace (%s) lists allowed-tools %s: ignored, since a repository's "
+                "skills grant no permissions unless the server runs with --trust-workspace-skills",
+                skill.name,
+                skill.source,
+                ", ".join(skill.allowed_tools),
+            )
         if session is None:
             self._server_wide[skill.name] = loaded
         else:
             skills = {
                 **session.extras.get("skills", {}),
-                skill.name: {"text": skill.text, "source": skill.source},
+                skill.name: {"text": skill.text, "source": skill.source, "origin": origin},
             }
             await self._sessions.set_extra(session_id, "skills", skills)
             await self._update_allow_rules(session_id)
@@ -121,7 +225,8 @@ class SkillCatalog:
             raise NotFound(f"skill {name!r} is not loaded in session {session_id!r}")
         await self._sessions.set_extra(session_id, "skills", skills)
         await self._update_allow_rules(session_id)
-        return self._loaded(entry["text"], entry["source"]).skill.tool_names
+        loaded = self._loaded(entry)
+        return loaded.skill.tool_names if loaded is not None else []
 
     def _check_tool_names(self, skill: Skill, session: Session | None) -> None:
         taken = self._builtin_names() | {
@@ -137,13 +242,15 @@ class SkillCatalog:
             )
 
     async def _update_allow_rules(self, session_id: str) -> None:
-        """The session's allow rules: its own, plus the allowed-tools of its loaded skills."""
+        """The session's allow rules: its own, plus the allowed-tools of its loaded trusted skills."""
         session = self._sessions.get(session_id)
         stored = session.extras.get("permissions") or {}
         policy = PermissionPolicy.from_dict(stored)
         own = [rule for rule in policy.allow if rule not in session.extras.get("skill_rules", [])]
         from_skills = []
         for item in self.loaded_for(session):
+            if not self.trusted(item.origin):
+                continue
             for rule in item.skill.allowed_tools:
                 try:
                     parse_rule(rule)

@@ -7,6 +7,7 @@ A skill is a directory `<name>/SKILL.md` or a single `.md` file: YAML frontmatte
     name: word-count                     # required, [A-Za-z0-9._-]{1,64}
     description: Count lines and words.
     allowed-tools: Bash(wc:*), Read      # or a YAML list
+    env: [WC_LOCALE]                     # optional: the environment variables the skill reads
     tools:                               # optional: tools this skill adds
       - name: count_lines                # [a-zA-Z0-9_-]{1,64}
         description: Line and word counts of a workspace file.
@@ -26,10 +27,16 @@ Backends:
 - `binary`: an argv list, run without a shell; `[echo, "${msg}"]`.
 - `http`: `{url, method (GET), headers, body}` or just the URL; `body` is a string template, or
   a mapping/list sent as JSON in which a string that is exactly `${arg}` keeps the argument's type.
+  Requests go through tools/fetcher.py, as web_fetch's do: public addresses only (unless
+  A3S_FETCH_ALLOW_PRIVATE=1), the checked address is the one connected to, at most 5 redirects.
 
 Templates: `${arg}` is an argument (its schema default when not given; strings as is, other
-values as JSON; percent-encoded in an http URL), `${env:VAR}` the session's env, then the
-server's environment. Every reference is checked against the parameters when the skill is parsed.
+values as JSON; percent-encoded in an http URL), `${env:VAR}` a variable the skill declares in
+`env`: the session's env (Initialize), then the server's environment. Every reference is checked
+when the skill is parsed: against the parameters, and against `env`. `env` may not name one of
+the server's secrets (tools/environment.py is_secret_name, and the names the operator marks).
+Script and binary processes get the tool environment (tools/environment.py) plus the session's
+env, the declared variables and, for scripts, the arguments.
 Python interpreters (`python`, `python3`) run as the agent's own interpreter.
 
 Unknown top-level frontmatter keys are kept in `Skill.metadata`; unknown keys in a tool
@@ -38,7 +45,6 @@ definition are errors, since a misspelt backend would otherwise go unnoticed.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import logging
@@ -57,6 +63,8 @@ import httpx
 import yaml
 from pydantic import BaseModel
 
+from ..tools.environment import is_secret_name
+from ..tools.fetcher import connection_problem, decode, fetch, private_allowed, read_capped
 from ..tools.process import ProcessResult, find_binary, run_process
 from ..tools.registry import (
     Family,
@@ -73,7 +81,6 @@ log = logging.getLogger(__name__)
 
 SKILL_FILE = "SKILL.md"
 MAX_TIMEOUT_MS = 600_000
-MAX_REDIRECTS = 5
 SKILL_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
@@ -84,7 +91,7 @@ _FENCES = ("---", "...")
 _FRONTMATTER_FORM = "a skill starts with YAML frontmatter: a '---' line, 'name: ...' and the other fields, then another '---' line"
 # Room kept under the output limit for our own notes, so Tool.execute never cuts them off.
 _NOTE_RESERVE_BYTES = 256
-_SKILL_FIELDS = {"name", "description", "allowed-tools", "allowed_tools", "tools"}
+_SKILL_FIELDS = {"name", "description", "allowed-tools", "allowed_tools", "env", "tools"}
 _BACKENDS = ("script", "binary", "http")
 _TOOL_FIELDS = {"name", "description", "parameters", "timeout_ms", "interpreter", "language", *_BACKENDS}
 _HTTP_FIELDS = {"url", "method", "headers", "body"}
@@ -113,43 +120,48 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _env_value(name: str, ctx: ToolContext) -> str:
-    value = ctx.env.get(name, os.environ.get(name))
-    if value is None:
+def _declared_values(names: Iterable[str], ctx: ToolContext) -> dict[str, str]:
+    """The values of a skill's declared variables that are set: the session's env, then the server's."""
+    values = {name: ctx.env.get(name, os.environ.get(name)) for name in names}
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _env_value(name: str, variables: Mapping[str, str]) -> str:
+    if name not in variables:
         raise ToolFailure(
             f"environment variable {name} is not set (neither in the session's env nor the server's)"
         )
-    return value
+    return variables[name]
 
 
 def _substitute(
-    template: str, arguments: Mapping[str, Any], ctx: ToolContext, *, encode: bool = False
+    template: str, arguments: Mapping[str, Any], variables: Mapping[str, str], *, encode: bool = False
 ) -> str:
-    """Fill `${arg}` and `${env:VAR}`; `encode` percent-encodes arguments (not env values, which
-    are trusted configuration such as a base URL)."""
+    """Fill `${arg}` and `${env:VAR}` (from `variables`, the declared ones); `encode` percent-encodes
+    arguments (not env values, which are trusted configuration such as a base URL)."""
 
     def replace(match: re.Match[str]) -> str:
         key = match.group(1)
         if key.startswith("env:"):
-            return _env_value(key[4:], ctx)
+            return _env_value(key[4:], variables)
         text = _as_text(_argument(key, arguments))
         return quote(text, safe="") if encode else text
 
     return _TEMPLATE.sub(replace, template)
 
 
-def _render(body: Any, arguments: Mapping[str, Any], ctx: ToolContext) -> Any:
+def _render(body: Any, arguments: Mapping[str, Any], variables: Mapping[str, str]) -> Any:
     """A JSON body template: strings are substituted, and a string that is exactly `${arg}`
     becomes the argument itself, so numbers, lists and objects keep their type."""
     if isinstance(body, str):
         whole = _TEMPLATE.fullmatch(body)
         if whole and not whole.group(1).startswith("env:"):
             return _argument(whole.group(1), arguments)
-        return _substitute(body, arguments, ctx)
+        return _substitute(body, arguments, variables)
     if isinstance(body, dict):
-        return {key: _render(value, arguments, ctx) for key, value in body.items()}
+        return {key: _render(value, arguments, variables) for key, value in body.items()}
     if isinstance(body, list):
-        return [_render(item, arguments, ctx) for item in body]
+        return [_render(item, arguments, variables) for item in body]
     return body
 
 
@@ -183,6 +195,8 @@ def _program(name: str, cwd: Path) -> str:
 
 
 async def _run(argv: list[str], ctx: ToolContext, env: Mapping[str, str], timeout_s: float) -> ToolOutput:
+    """Run argv with the tool environment plus the session's env and `env` (declared variables,
+    arguments): never the rest of the server's environment."""
     try:
         result = await run_process(
             argv,
@@ -227,13 +241,16 @@ class ScriptBackend:
     def templates(self) -> Iterator[tuple[str, str]]:
         return iter(())
 
-    async def run(self, arguments: Mapping[str, Any], ctx: ToolContext, timeout_s: float) -> ToolOutput:
+    async def run(
+        self, arguments: Mapping[str, Any], ctx: ToolContext, variables: Mapping[str, str], timeout_s: float
+    ) -> ToolOutput:
         argv = [_program(self.interpreter[0], ctx.workspace), *self.interpreter[1:]]
         # Outside the workspace, so the script never shows up in it.
         with tempfile.TemporaryDirectory(prefix="a3s-skill-") as temp:
             script = Path(temp) / "script"
             script.write_text(self.source, encoding="utf-8")
-            return await _run([*argv, str(script)], ctx, _argument_env(arguments), timeout_s)
+            env = {**variables, **_argument_env(arguments)}
+            return await _run([*argv, str(script)], ctx, env, timeout_s)
 
 
 @dataclass(frozen=True)
@@ -246,9 +263,11 @@ class BinaryBackend:
     def templates(self) -> Iterator[tuple[str, str]]:
         return _strings(list(self.argv), "binary")
 
-    async def run(self, arguments: Mapping[str, Any], ctx: ToolContext, timeout_s: float) -> ToolOutput:
-        argv = [_substitute(item, arguments, ctx) for item in self.argv]
-        return await _run([_program(argv[0], ctx.workspace), *argv[1:]], ctx, {}, timeout_s)
+    async def run(
+        self, arguments: Mapping[str, Any], ctx: ToolContext, variables: Mapping[str, str], timeout_s: float
+    ) -> ToolOutput:
+        argv = [_substitute(item, arguments, variables) for item in self.argv]
+        return await _run([_program(argv[0], ctx.workspace), *argv[1:]], ctx, variables, timeout_s)
 
 
 @dataclass(frozen=True)
@@ -266,24 +285,34 @@ class HttpBackend:
         yield from _strings(self.headers, "http.headers")
         yield from _strings(self.body, "http.body")
 
-    async def run(self, arguments: Mapping[str, Any], ctx: ToolContext, timeout_s: float) -> ToolOutput:
-        url = _substitute(self.url, arguments, ctx, encode=True)
-        headers = {name: _substitute(value, arguments, ctx) for name, value in self.headers.items()}
-        body = _render(self.body, arguments, ctx)
+    async def run(
+        self, arguments: Mapping[str, Any], ctx: ToolContext, variables: Mapping[str, str], timeout_s: float
+    ) -> ToolOutput:
+        url = _substitute(self.url, arguments, variables, encode=True)
+        headers = {name: _substitute(value, arguments, variables) for name, value in self.headers.items()}
+        body = _render(self.body, arguments, variables)
         payload = {"content": body} if isinstance(body, str) else {"json": body} if body is not None else {}
         limit = max(ctx.max_output_bytes - _NOTE_RESERVE_BYTES, 1)
-        # Errors name the URL template: the real URL may carry a secret from the environment.
+        # Errors name the URL template: the real URL may carry a value from the environment.
         try:
-            async with (
-                asyncio.timeout(timeout_s),
-                httpx.AsyncClient(follow_redirects=True, max_redirects=MAX_REDIRECTS) as client,
-                client.stream(self.method, url, headers=headers, timeout=timeout_s, **payload) as response,
-            ):
-                text, truncated = await _read_capped(response, limit)
+            async with fetch(
+                self.method,
+                url,
+                allow_private=private_allowed(ctx),
+                timeout_s=timeout_s,
+                headers=headers,
+                shown_url=self.url,
+                **payload,
+            ) as fetched:
+                response = fetched.response
+                data, truncated = await read_capped(response, limit)
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise ToolFailure(f"{self.method} {self.url} timed out after {timeout_s:g} s") from exc
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        except httpx.HTTPError as exc:
+            raise ToolFailure(f"{self.method} {self.url} failed: {connection_problem(exc)}") from exc
+        except ToolFailure as exc:  # refused by the fetcher: not http(s), not a public address...
             raise ToolFailure(f"{self.method} {self.url} failed: {exc}") from exc
+        text = decode(data, response.charset_encoding)
         status = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
         if truncated:
             text += f"\n[body truncated at {limit} bytes]"
@@ -297,23 +326,6 @@ class HttpBackend:
                 "truncated": truncated,
             },
         )
-
-
-async def _read_capped(response: httpx.Response, limit: int) -> tuple[str, bool]:
-    """At most `limit` bytes of the body, decoded; the rest is never downloaded."""
-    data = bytearray()
-    async for chunk in response.aiter_bytes():
-        data += chunk
-        if len(data) > limit:
-            return _decode(bytes(data[:limit]), response.encoding), True
-    return _decode(bytes(data), response.encoding), False
-
-
-def _decode(data: bytes, encoding: str | None) -> str:
-    try:
-        return data.decode(encoding or "utf-8", errors="replace")
-    except LookupError:  # a charset Python does not know
-        return data.decode("utf-8", errors="replace")
 
 
 Backend = ScriptBackend | BinaryBackend | HttpBackend
@@ -331,6 +343,7 @@ class SkillToolSpec:
     parameters: dict[str, Any]
     backend: Backend
     timeout_ms: int
+    env: tuple[str, ...] = ()  # the skill's declared environment variables
 
     def build(self) -> Tool:
         defaults = {
@@ -341,7 +354,8 @@ class SkillToolSpec:
 
         async def run(args: BaseModel, ctx: ToolContext) -> ToolOutput:
             arguments = {**copy.deepcopy(defaults), **(args.model_extra or {})}
-            return await self.backend.run(arguments, ctx, self.timeout_ms / 1000)
+            variables = _declared_values(self.env, ctx)
+            return await self.backend.run(arguments, ctx, variables, self.timeout_ms / 1000)
 
         return Tool(
             self.name,
@@ -359,6 +373,7 @@ class Skill:
     name: str
     description: str = ""
     allowed_tools: list[str] = field(default_factory=list)
+    env: list[str] = field(default_factory=list)  # the environment variables it may read
     instructions: str = ""  # the markdown body
     tools: list[SkillToolSpec] = field(default_factory=list)
     source: str = "client"  # the file it came from, or "client"
@@ -374,19 +389,22 @@ class Skill:
         return [spec.build() for spec in self.tools]
 
 
-def parse_skill(text: str, *, source: str) -> Skill:
-    """A skill from SKILL.md text; InvalidArgument names the source and the line or field at fault."""
+def parse_skill(text: str, *, source: str, secret_names: Iterable[str] = ()) -> Skill:
+    """A skill from SKILL.md text; InvalidArgument names the source and the line or field at fault.
+
+    `secret_names` are the variables the operator marks secret, besides those is_secret_name
+    recognises; the skill's `env` may name none of them."""
     first_line, frontmatter, body = _split_frontmatter(text, source)
     data = _load_yaml(frontmatter, first_line, source)
     try:
-        skill = _skill_from(data, body.strip(), source)
+        skill = _skill_from(data, body.strip(), source, frozenset(secret_names))
     except InvalidArgument as exc:
         raise InvalidArgument(f"{source}: {exc}") from None
     skill.text = text
     return skill
 
 
-def load_skill_file(path: Path | str) -> Skill:
+def load_skill_file(path: Path | str, secret_names: Iterable[str] = ()) -> Skill:
     """A skill from a `.md` file, or from a skill directory's SKILL.md."""
     path = Path(path)
     file = path / SKILL_FILE if path.is_dir() else path
@@ -396,10 +414,10 @@ def load_skill_file(path: Path | str) -> Skill:
         raise NotFound(f"no skill file at {file}") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidArgument(f"{file}: cannot be read: {exc}") from exc
-    return parse_skill(text, source=str(file))
+    return parse_skill(text, source=str(file), secret_names=secret_names)
 
 
-def scan_skill_dirs(dirs: Iterable[Path | str]) -> dict[str, Skill]:
+def scan_skill_dirs(dirs: Iterable[Path | str], secret_names: Iterable[str] = ()) -> dict[str, Skill]:
     """Skills by name from `<dir>/<name>/SKILL.md` and `<dir>/*.md`, in name order.
 
     The first skill with a name wins: earlier directories take precedence over later ones.
@@ -410,7 +428,7 @@ def scan_skill_dirs(dirs: Iterable[Path | str]) -> dict[str, Skill]:
     for directory in dirs:
         for file in _skill_files(Path(directory)):
             try:
-                skill = load_skill_file(file)
+                skill = load_skill_file(file, secret_names)
             except (InvalidArgument, NotFound) as exc:
                 log.warning("skipping skill file: %s", exc)
                 continue
@@ -508,7 +526,7 @@ def _kind(value: Any) -> str:
     return _KINDS.get(type(value), type(value).__name__)
 
 
-def _skill_from(data: dict[Any, Any], instructions: str, source: str) -> Skill:
+def _skill_from(data: dict[Any, Any], instructions: str, source: str, secret_names: frozenset[str]) -> Skill:
     if "name" not in data:
         raise InvalidArgument("missing required field 'name'")
     name = _string(data["name"], "name")
@@ -517,12 +535,14 @@ def _skill_from(data: dict[Any, Any], instructions: str, source: str) -> Skill:
             f"name: {name!r} is not a valid skill name: use 1-64 letters, digits, '.', '_' or '-'"
         )
     allowed_key = "allowed-tools" if "allowed-tools" in data else "allowed_tools"
+    env = _env_names(data.get("env"), "env", secret_names)
     return Skill(
         name=name,
         description=_optional_string(data.get("description"), "description"),
         allowed_tools=_allowed_tools(data.get(allowed_key), allowed_key),
+        env=env,
         instructions=instructions,
-        tools=_tool_specs(data.get("tools")),
+        tools=_tool_specs(data.get("tools"), tuple(env)),
         source=source,
         metadata={str(key): value for key, value in data.items() if key not in _SKILL_FIELDS},
     )
@@ -551,21 +571,42 @@ def _allowed_tools(value: Any, where: str) -> list[str]:
     return [item.strip() for item in items if item.strip()]
 
 
-def _tool_specs(value: Any) -> list[SkillToolSpec]:
+def _env_names(value: Any, where: str, secret_names: frozenset[str]) -> list[str]:
+    """The declared environment variables: a list of names, none of them one of the server's secrets."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidArgument(f"{where}: must be a list of environment variable names, not a {_kind(value)}")
+    names: list[str] = []
+    for index, item in enumerate(value):
+        name = _string(item, f"{where}[{index}]")
+        if not _ENV_NAME.fullmatch(name):
+            raise InvalidArgument(f"{where}[{index}]: {name!r} is not an environment variable name")
+        if is_secret_name(name, secret_names):
+            raise InvalidArgument(
+                f"{where}[{index}]: {name} is one of the server's secrets (a token, key, password, LLM "
+                "setting or a name the operator marks secret); a skill cannot read it"
+            )
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def _tool_specs(value: Any, env: tuple[str, ...]) -> list[SkillToolSpec]:
     if value is None:
         return []
     if not isinstance(value, list):
         raise InvalidArgument(f"tools: must be a list of tool definitions, not a {_kind(value)}")
     specs: list[SkillToolSpec] = []
     for index, entry in enumerate(value):
-        spec = _tool_spec(entry, f"tools[{index}]")
+        spec = _tool_spec(entry, f"tools[{index}]", env)
         if any(spec.name == other.name for other in specs):
             raise InvalidArgument(f"tools[{index}].name: {spec.name!r} is defined twice")
         specs.append(spec)
     return specs
 
 
-def _tool_spec(entry: Any, where: str) -> SkillToolSpec:
+def _tool_spec(entry: Any, where: str, env: tuple[str, ...]) -> SkillToolSpec:
     if not isinstance(entry, dict):
         raise InvalidArgument(f"{where}: must be a mapping (name, description, parameters, a backend)")
     unknown = sorted(str(key) for key in entry if key not in _TOOL_FIELDS)
@@ -582,7 +623,7 @@ def _tool_spec(entry: Any, where: str) -> SkillToolSpec:
         )
     parameters = _parameters(entry.get("parameters"), f"{where}.parameters")
     backend = _backend(entry, where)
-    _check_templates(backend, parameters, where)
+    _check_templates(backend, parameters, env, where)
     timeout_ms = _timeout_ms(entry.get("timeout_ms"), f"{where}.timeout_ms")
     return SkillToolSpec(
         name=name,
@@ -590,6 +631,7 @@ def _tool_spec(entry: Any, where: str) -> SkillToolSpec:
         parameters=parameters,
         backend=backend,
         timeout_ms=timeout_ms or backend.default_timeout_ms,
+        env=env,
     )
 
 
@@ -699,14 +741,20 @@ def _http(value: Any, where: str) -> HttpBackend:
     return HttpBackend(url, method, {str(k): v for k, v in headers.items()}, body)
 
 
-def _check_templates(backend: Backend, parameters: dict[str, Any], where: str) -> None:
-    """Refuse `${...}` references that could never be filled, when the skill is loaded."""
+def _check_templates(backend: Backend, parameters: dict[str, Any], env: tuple[str, ...], where: str) -> None:
+    """Refuse `${...}` references that could never be filled, or that read a variable the skill
+    does not declare, when the skill is loaded."""
     declared = set(parameters.get("properties", {}))
     for path, template in backend.templates():
         for key in _TEMPLATE.findall(template):
             if key.startswith("env:"):
                 if not _ENV_NAME.fullmatch(key[4:]):
                     raise InvalidArgument(f"{where}.{path}: ${{{key}}} does not name an environment variable")
+                if key[4:] not in env:
+                    raise InvalidArgument(
+                        f"{where}.{path}: ${{{key}}} reads a variable the skill does not declare; "
+                        f"list it in the skill's env field (env: [{key[4:]}])"
+                    )
             elif key not in declared:
                 known = ", ".join(sorted(declared)) or "it has none"
                 raise InvalidArgument(

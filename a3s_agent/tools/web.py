@@ -3,29 +3,27 @@
 web_search reads its backend from the session's env, then the server's environment:
 A3S_SEARCH_PROVIDER (searxng | brave | tavily), A3S_SEARCH_URL (the backend's base URL;
 required for SearXNG, a proxy or test endpoint for the others) and A3S_SEARCH_API_KEY
-(or BRAVE_API_KEY / TAVILY_API_KEY).
+(or BRAVE_API_KEY / TAVILY_API_KEY). web_fetch requests pages through tools/fetcher.py, which
+fetches only public addresses and connects to exactly the address it checked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import html
-import ipaddress
 import os
 import re
-import socket
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from .. import __version__
+from ..server_secrets import withheld
+from .fetcher import USER_AGENT, connection_problem, decode, fetch, private_allowed, read_capped
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
 
 SEARCH_TIMEOUT_S = 20.0
-MAX_REDIRECTS = 5
-_USER_AGENT = f"a3s-agent/{__version__}"
 
 # ---------------------------------------------------------------- web_search
 
@@ -70,8 +68,9 @@ class _SearchBackend:
 
 
 def _setting(ctx: ToolContext, name: str) -> str:
-    """A configuration value: the session's env first, then the server's environment."""
-    return (ctx.env.get(name) or os.environ.get(name) or "").strip()
+    """A configuration value: the session's env first, then the server's environment (where its
+    secrets, such as the search API keys, are withheld at start: server_secrets)."""
+    return (ctx.env.get(name) or os.environ.get(name) or withheld(name)).strip()
 
 
 def _chosen_provider(ctx: ToolContext) -> SearchProvider:
@@ -165,7 +164,7 @@ async def web_search(args: WebSearchArgs, ctx: ToolContext) -> ToolOutput:
     """
     backend = _search_backend(ctx)
     try:
-        async with httpx.AsyncClient(timeout=SEARCH_TIMEOUT_S, headers={"User-Agent": _USER_AGENT}) as client:
+        async with httpx.AsyncClient(timeout=SEARCH_TIMEOUT_S, headers={"User-Agent": USER_AGENT}) as client:
             response = await _send_query(client, backend, args.query, args.max_results)
     except httpx.TimeoutException as exc:
         raise ToolFailure(
@@ -173,7 +172,7 @@ async def web_search(args: WebSearchArgs, ctx: ToolContext) -> ToolOutput:
         ) from exc
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         raise ToolFailure(
-            f"{backend.provider} search at {backend.endpoint} failed: {_connection_problem(exc)}"
+            f"{backend.provider} search at {backend.endpoint} failed: {connection_problem(exc)}"
         ) from exc
     if response.is_error:
         raise ToolFailure(
@@ -219,8 +218,7 @@ _TEXT_TYPES = frozenset(
         "application/graphql",
     }
 )
-_FETCH_HEADERS = {
-    "User-Agent": _USER_AGENT,
+_ACCEPT = {
     "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,application/json;q=0.9,*/*;q=0.5",
 }
 
@@ -264,46 +262,6 @@ class _Page:
     redirects: int
 
 
-async def _check_hop(url: httpx.URL | str, allow_private: bool) -> httpx.URL:
-    """Every URL web_fetch requests (the first and each redirect target) passes here, and only here.
-
-    Only http and https URLs with a host are allowed, and (a server-side request forgery guard)
-    only hosts whose every address is public, unless private addresses are allowed by
-    A3S_FETCH_ALLOW_PRIVATE=1. The check resolves the name itself; a DNS answer that changes
-    between this check and the connection (rebinding) is not caught.
-    """
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        raise ToolFailure(f"{str(url)!r} is not a valid URL: {exc}") from exc
-    if parsed.scheme not in ("http", "https"):
-        raise ToolFailure(f"{str(url)!r} is not an http or https URL; web_fetch fetches only those")
-    if not parsed.host:
-        raise ToolFailure(f"{str(url)!r} has no host name")
-    if not allow_private:
-        for address in await _addresses(
-            parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80)
-        ):
-            if not address.is_global:
-                raise ToolFailure(
-                    f"{parsed.host} is a private, loopback or link-local address ({address}); web_fetch"
-                    " refuses those unless the server sets A3S_FETCH_ALLOW_PRIVATE=1"
-                )
-    return parsed
-
-
-async def _addresses(host: str, port: int) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
-    try:
-        return [ipaddress.ip_address(host.strip("[]"))]
-    except ValueError:
-        pass
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise ToolFailure(f"could not resolve the host name {host} ({exc.strerror or exc})") from exc
-    return [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
-
-
 def _kind_of(media_type: str) -> _Kind | None:
     """What the Content-Type says the body is; None when the header is missing."""
     if not media_type:
@@ -322,16 +280,6 @@ def _sniff(body: bytes) -> _Kind:
         return "binary"
     start = head.lstrip().lower()
     return "html" if start.startswith((b"<!doctype html", b"<html")) else "text"
-
-
-async def _read_capped(response: httpx.Response, max_bytes: int) -> tuple[bytes, bool]:
-    """At most max_bytes of the body, and whether there was more (which is left unread)."""
-    body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) > max_bytes:
-            return bytes(body[:max_bytes]), True
-    return bytes(body), False
 
 
 async def _read_page(response: httpx.Response, max_bytes: int, redirects: int) -> _Page:
@@ -353,51 +301,12 @@ async def _read_page(response: httpx.Response, max_bytes: int, redirects: int) -
             url=url,
             content_type=content_type,
         )
-    body, truncated = await _read_capped(response, max_bytes)
+    body, truncated = await read_capped(response, max_bytes)
     kind = kind or _sniff(body)
     if kind == "binary":
         raise ToolFailure(f"{url} sent binary content without a Content-Type; web_fetch cannot show it")
-    text = _decode(body, response.charset_encoding)
+    text = decode(body, response.charset_encoding)
     return _Page(response.status_code, url, content_type, kind, text, len(body), truncated, redirects)
-
-
-def _private_allowed(ctx: ToolContext) -> bool:
-    value = ctx.env.get("A3S_FETCH_ALLOW_PRIVATE", os.environ.get("A3S_FETCH_ALLOW_PRIVATE", ""))
-    return value.strip().lower() in {"1", "true", "yes"}
-
-
-async def _download(client: httpx.AsyncClient, url: str, max_bytes: int, allow_private: bool) -> _Page:
-    """GET url, following at most MAX_REDIRECTS redirects, each target checked by _check_hop."""
-    target = await _check_hop(url, allow_private)
-    for redirects in range(MAX_REDIRECTS + 1):
-        try:
-            async with client.stream("GET", target) as response:
-                if response.next_request is None:
-                    return await _read_page(response, max_bytes, redirects)
-                next_url = response.next_request.url
-        except httpx.InvalidURL as exc:
-            raise ToolFailure(f"{target} redirected to a location that is not a valid URL: {exc}") from exc
-        target = await _check_hop(next_url, allow_private)
-    raise ToolFailure(f"{url} redirected more than {MAX_REDIRECTS} times (last to {target}); gave up")
-
-
-def _connection_problem(exc: Exception) -> str:
-    """A plain description of why a request failed: DNS, refused connection or the library's message."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, socket.gaierror):
-            return f"could not resolve the host name ({cause.strerror or cause})"
-        if isinstance(cause, ConnectionRefusedError):
-            return "the connection was refused (nothing is listening there)"
-        cause = cause.__cause__ or cause.__context__
-    return str(exc) or type(exc).__name__
-
-
-def _decode(body: bytes, charset: str | None) -> str:
-    try:
-        return body.decode(charset or "utf-8", errors="replace")
-    except LookupError:  # a charset name Python does not know
-        return body.decode("utf-8", errors="replace")
 
 
 def _readable(page_html: str, fmt: Literal["markdown", "text"], url: str) -> str:
@@ -435,20 +344,19 @@ async def web_fetch(args: WebFetchArgs, ctx: ToolContext) -> ToolOutput:
     a JSON API response). HTML pages come back as markdown of their main content (menus
     and footers dropped), or as plain text or raw HTML when `format` asks. Plain-text and
     JSON responses are returned as they are; images, PDFs and other binary files are refused.
-    Redirects are followed (at most 5). Only http:// and https:// URLs.
+    Redirects are followed (at most 5). Only http:// and https:// URLs of public addresses.
     Example: {"url": "https://peps.python.org/pep-0008/", "format": "markdown"}
     """
     timeout_s = args.timeout_ms / 1000
     try:
-        async with (
-            asyncio.timeout(timeout_s),
-            httpx.AsyncClient(timeout=timeout_s, headers=_FETCH_HEADERS) as client,
-        ):
-            page = await _download(client, args.url, args.max_bytes, _private_allowed(ctx))
+        async with fetch(
+            "GET", args.url, allow_private=private_allowed(ctx), timeout_s=timeout_s, headers=_ACCEPT
+        ) as fetched:
+            page = await _read_page(fetched.response, args.max_bytes, fetched.redirects)
     except (TimeoutError, httpx.TimeoutException) as exc:
         raise ToolFailure(f"fetching {args.url} timed out after {args.timeout_ms} ms") from exc
     except httpx.HTTPError as exc:
-        raise ToolFailure(f"fetching {args.url} failed: {_connection_problem(exc)}") from exc
+        raise ToolFailure(f"fetching {args.url} failed: {connection_problem(exc)}") from exc
     text = page.text
     if page.kind == "html" and args.format != "html":
         text = await asyncio.to_thread(_readable, text, args.format, page.url)
