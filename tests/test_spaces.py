@@ -1002,6 +1002,13 @@ def test_presets_are_permission_engine_rules() -> None:
         ("standard", {"type": "shell", "command": "echo sudo"}, "allow"),
         ("standard", {"type": "shell", "command": "python3 -c 'print(1)'"}, "allow"),
         ("standard", {"type": "message", "content": "sudo"}, "allow"),
+        ("standard", {"type": "shell", "command": "nohup /bin/rm --recursive --force /"}, "deny"),
+        ("standard", {"type": "shell", "command": 'rm "$TARGET"'}, "ask"),  # could be rm -rf /
+        ("standard", {"type": "shell", "command": "case x in x) ls;; esac"}, "ask"),  # cannot be parsed
+        ("permissive", {"type": "shell", "command": "case x in x) ls;; esac"}, "allow"),
+        ("standard", {"type": "shell", "command": "echo hi", "env": {"LD_PRELOAD": "x.so"}}, "deny"),
+        ("permissive", {"type": "shell", "command": "echo hi", "env": {"LD_PRELOAD": "x.so"}}, "allow"),
+        ("standard", {"type": "readFile", "path": "keys/id_ed25519"}, "deny"),
         ("restrictive", {"type": "readFile", "path": "src/a.ts"}, "allow"),
         ("restrictive", {"type": "readFile", "path": "prod.env"}, "deny"),
         ("restrictive", {"type": "createFile", "path": "a.txt", "content": ""}, "deny"),

@@ -7,17 +7,18 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
-from a3s_agent.config import Settings
+from a3s_agent.config import DEFAULT_MAX_SPACE_RUNS, Settings
 from a3s_agent.faces.grpc.service import CodeAgentService
 from a3s_agent.faces.http import start_http
 from a3s_agent.faces.http.spaces import spaces_routes
 from a3s_agent.spaces import Spaces
 
-from .conftest import running
+from .conftest import LiveServer, running
 
 RISKY = {
     "protocolVersion": "1.0",
@@ -29,22 +30,36 @@ RISKY = {
 }
 
 
+@dataclass
+class SpacesServer:
+    live: LiveServer
+    http: aiohttp.ClientSession
+
+
 @asynccontextmanager
-async def serving(workspace: Path, data: Path) -> AsyncIterator[aiohttp.ClientSession]:
-    """The server's runtime, a Spaces store on its data dir, and the HTTP face with the space routes."""
+async def spaces_server(
+    workspace: Path, data: Path, *, max_runs: int = DEFAULT_MAX_SPACE_RUNS
+) -> AsyncIterator[SpacesServer]:
+    """The server's runtime, a Spaces store on its data dir (built as server.py builds it), and the
+    HTTP face with the space routes."""
     async with running(Settings(listen="127.0.0.1:0", workspace=workspace, data_dir=data)) as server:
-        spaces = Spaces(data, server.runtime.registry)
+        runtime = server.runtime
+        spaces = Spaces(data, runtime.registry, env=lambda: runtime.init.env, max_runs=max_runs)
         await spaces.open()
-        routes = spaces_routes(server.runtime, spaces)
-        listener = await start_http(
-            server.runtime, CodeAgentService(server.runtime), "127.0.0.1:0", extra_routes=routes
-        )
+        routes = spaces_routes(runtime, spaces)
+        listener = await start_http(runtime, CodeAgentService(runtime), "127.0.0.1:0", extra_routes=routes)
         try:
             async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{listener.port}") as client:
-                yield client
+                yield SpacesServer(server, client)
         finally:
             await listener.stop()
             await spaces.close()
+
+
+@asynccontextmanager
+async def serving(workspace: Path, data: Path) -> AsyncIterator[aiohttp.ClientSession]:
+    async with spaces_server(workspace, data) as served:
+        yield served.http
 
 
 async def test_a_run_waits_for_approval_and_resumes_after_a_restart(workspace: Path, tmp_path: Path) -> None:
@@ -97,7 +112,8 @@ async def test_denial_validation_errors_and_unknown_spaces(workspace: Path, tmp_
             f"/v1/spaces/{space}/runs", json={"protocolVersion": "2.0", "operations": []}
         ) as reply:
             assert reply.status == 400 and "protocolVersion" in (await reply.json())["error"]["message"]
-        async with http.post(f"/v1/spaces/{space}/runs", data=b"{nope") as reply:
+        json_type = {"Content-Type": "application/json"}
+        async with http.post(f"/v1/spaces/{space}/runs", data=b"{nope", headers=json_type) as reply:
             assert reply.status == 400
         async with http.get("/v1/spaces/nowhere") as reply:
             assert reply.status == 404 and (await reply.json())["error"]["code"] == "NOT_FOUND"

@@ -9,7 +9,8 @@
 
 Runs are stored in `<data_dir>/spaces.db`, so a run paused for approval survives a restart: a new
 `Spaces` on the same data dir resumes it. Open one `Spaces` per data dir at a time: opening marks
-the runs a stopped process left running as failed (status "error").
+the runs a stopped process left running as failed (status "error"). At most `max_runs` runs execute
+at once (starts and resumes); beyond that, ResourceExhausted.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ import json
 import re
 import secrets
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict, cast
 
-from ..core.errors import FailedPrecondition, InvalidArgument, NotFound
+from ..config import DEFAULT_MAX_SPACE_RUNS
+from ..core.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from ..tools.builtin import builtin_registry
 from ..tools.registry import ToolRegistry
 from .policies import DEFAULT_PRESET, PRESETS, PolicySpec, SpacePolicy, build_policy
@@ -93,11 +96,17 @@ class Spaces:
     """Spaces and their runs: start, inspect, approve or deny, and cancel."""
 
     def __init__(
-        self, data_dir: Path, registry: ToolRegistry, env: Callable[[], dict[str, str]] | None = None
+        self,
+        data_dir: Path,
+        registry: ToolRegistry,
+        env: Callable[[], dict[str, str]] | None = None,
+        max_runs: int = DEFAULT_MAX_SPACE_RUNS,
     ) -> None:
         self._data_dir = Path(data_dir)
         self._registry = registry
         self._env = env or dict
+        self._max_runs = max_runs
+        self._running = 0  # runs started or resumed and not yet ended, including those still setting up
         self._store = SpacesStore(self._data_dir / "spaces.db")
         self._spaces: dict[str, Space] = {}
         self._active: dict[str, _ActiveRun] = {}
@@ -157,15 +166,16 @@ class Spaces:
         MessageInvalid (an InvalidArgument) when the message as a whole is malformed.
         """
         operations = check_message(operations_message)
-        space = await self.get_space(space_id)
-        run_id = "run_" + secrets.token_hex(8)
-        now = timestamp()
-        await self._store.insert_run(
-            RunRecord(run_id, space.id, "running", space.policy.spec, None, 0, now, now)
-        )
-        return await self._execute(
-            run_id, space, space.policy, operations, offset=0, approved=False, first_seq=0
-        )
+        with self._run_slot():
+            space = await self.get_space(space_id)
+            run_id = "run_" + secrets.token_hex(8)
+            now = timestamp()
+            await self._store.insert_run(
+                RunRecord(run_id, space.id, "running", space.policy.spec, None, 0, now, now)
+            )
+            return await self._execute(
+                run_id, space, space.policy, operations, offset=0, approved=False, first_seq=0
+            )
 
     async def get_run(self, space_id: str, run_id: str) -> RunResult:
         """The run with every event so far; status "running" while it executes."""
@@ -183,6 +193,10 @@ class Spaces:
         operation and the rest; denied records a policyDenied event for it and runs the rest.
         """
         answer = _parse_approval(approval)
+        with self._run_slot():
+            return await self._resume(space_id, run_id, answer)
+
+    async def _resume(self, space_id: str, run_id: str, answer: _Approval) -> RunResult:
         record, _ = await self._run_record(space_id, run_id)
         if run_id in self._active or record.status != "awaiting_approval" or record.pending is None:
             status = "running" if run_id in self._active else record.status
@@ -234,6 +248,20 @@ class Spaces:
         return await self.get_run(space_id, run_id)
 
     # --- internals --------------------------------------------------------------------------------
+
+    @contextmanager
+    def _run_slot(self) -> Iterator[None]:
+        """One of the `max_runs` runs that may execute at once; RESOURCE_EXHAUSTED beyond them."""
+        if self._running >= self._max_runs:
+            raise ResourceExhausted(
+                f"{self._max_runs} Agent Spaces runs are already running, the server's limit "
+                "(A3S_MAX_SPACE_RUNS); try again when one has ended"
+            )
+        self._running += 1
+        try:
+            yield
+        finally:
+            self._running -= 1
 
     async def _run_record(
         self, space_id: str, run_id: str, *, with_events: bool = False

@@ -1,7 +1,7 @@
 """Space policies: the restrictive, standard and permissive presets and custom rules.
 
-Every policy is a `PermissionPolicy` of the permission engine (`core/permissions.py`), which
-decides each operation: deny beats ask, ask beats allow. Operations are checked as these
+Every policy is a `PermissionPolicy` of the permission engine (`core/permissions.py`): deny beats
+ask, ask beats allow, `defaultDecision` when no rule matches. Operations are checked as these
 engine tools, on this subject:
 
     createFile -> write_file (path)    readFile -> read_file (path)    editFile -> edit_file (path)
@@ -13,24 +13,44 @@ The presets' settings become rules:
                           (P matches any component of the path: `.*` blocks `a/.git/config`)
     read-only filesystem  deny  Write, Edit, Delete
     shell disabled        deny  Bash
-    blocked command P     deny  Bash(P:*)   (a command, or any part of a compound one, that is P
-                                             or starts with P and a space: `sudo:*` blocks
-                                             `cd x && sudo ls`, not `echo sudo`)
+    blocked command P     deny  Bash(P:*)
     approval command P    ask   Bash(P:*)
+
+A file operation is decided on every name its file has in the workspace (`names`, found by the
+runner: the symlink-resolved target and the other hard links); the strictest decision wins.
+
+A shell command is parsed (`commands.py`) and the rules about bash are matched against every
+program it runs, wrappers seen through and flags normalised (`shell_rules.py`). A command that
+cannot be parsed, or that a deny or ask rule might match only through a value known when it runs
+($VAR, globs), gets the preset's `unparsed` decision: restrictive deny, standard ask, permissive
+none (the deny and ask rules matched as text, then the default); without a preset, ask (deny
+with defaultDecision deny). Allow rules must prove every program; a command that sets PATH,
+LD_PRELOAD and the like (`is_protected_env`) is never allowed by them, and restrictive, standard
+and custom policies refuse those variables in a shell operation's `env`.
 
 Custom rules use the engine's syntax (`Bash(git push:*)`, `Write(dist/**)`); the operation
 names work as tool names too (`shell(...)` is `Bash(...)`, `createFile(...)` is `Write(...)`).
-Like every deny rule on bash, blocked commands are a tripwire, not a sandbox.
+A deny list on a shell is a tripwire, not a sandbox: an allowed program can do anything it can.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from ..core.errors import InvalidArgument
-from ..core.permissions import RULE_TYPES, PermissionPolicy, evaluate, parse_rule
+from ..core.permissions import (
+    RULE_TYPES,
+    Decision,
+    Evaluation,
+    PermissionPolicy,
+    evaluate,
+    parse_rule,
+    workspace_path,
+)
+from .commands import CommandLine, Unparsable, parse_command
+from .shell_rules import CommandPattern, Match, compile_pattern, match
 from .validation import MAX_TIMEOUT_MS, MIN_TIMEOUT_MS
 
 PolicySpec = str | Mapping[str, Any]
@@ -49,6 +69,21 @@ class Preset:
     approval_commands: tuple[str, ...]
     timeout_ms: int
     max_file_size: int
+    unparsed: Decision | None  # for a command the parser cannot check; None: as if no rule matched
+    protect_env: bool  # refuse PROTECTED_ENV variables in a shell operation's env
+
+
+_PRIVATE_KEYS: Final = ("*.key", "*.pem", "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519")
+# Variables that make a shell or the programs it starts run other code (or change which programs).
+PROTECTED_ENV: Final = frozenset(
+    {"BASH_ENV", "ENV", "PATH", "PROMPT_COMMAND", "SHELLOPTS", "BASHOPTS", "PS4", "GCONV_PATH"}
+)
+_PROTECTED_ENV_PREFIXES: Final = ("LD_", "DYLD_", "BASH_FUNC_")
+
+
+def is_protected_env(name: str) -> bool:
+    """Whether setting `name` can make the shell or its programs run other code (LD_PRELOAD, BASH_ENV...)."""
+    return name in PROTECTED_ENV or name.startswith(_PROTECTED_ENV_PREFIXES)
 
 
 # The Agent Spaces presets; network access is not controlled here beyond blocking curl, wget and ssh.
@@ -56,29 +91,35 @@ PRESETS: Final[Mapping[str, Preset]] = {
     "restrictive": Preset(
         read_only=True,
         shell=False,
-        blocked_paths=(".*", "*.env", "*.key", "*.pem"),
+        blocked_paths=(".*", "*.env", *_PRIVATE_KEYS),
         blocked_commands=(),
         approval_commands=(),
         timeout_ms=10_000,
         max_file_size=1 * _MB,
+        unparsed="deny",
+        protect_env=True,
     ),
     "standard": Preset(
         read_only=False,
         shell=True,
-        blocked_paths=(".*", "*.env", "*.key", "*.pem", "node_modules"),
+        blocked_paths=(".*", "*.env", *_PRIVATE_KEYS, "node_modules"),
         blocked_commands=("rm -rf /", "rm -rf ~", "sudo", "chmod", "chown", "curl", "wget", "ssh"),
         approval_commands=("rm -rf", "rm -r"),
         timeout_ms=30_000,
         max_file_size=10 * _MB,
+        unparsed="ask",
+        protect_env=True,
     ),
     "permissive": Preset(
         read_only=False,
         shell=True,
-        blocked_paths=("*.key", "*.pem"),
+        blocked_paths=_PRIVATE_KEYS,
         blocked_commands=("rm -rf /", "rm -rf ~", "sudo"),
         approval_commands=("rm -rf", "rm -r", "chmod", "chown"),
         timeout_ms=300_000,
         max_file_size=100 * _MB,
+        unparsed=None,
+        protect_env=False,
     ),
 }
 
@@ -128,24 +169,119 @@ class SpacePolicy:
     permissions: PermissionPolicy
     default_timeout_ms: int
     max_file_size: int
+    unparsed: Decision | None  # for a command that cannot be checked (see Preset)
+    protect_env: bool
     _origins: dict[tuple[str, str], _Origin] = field(repr=False)  # (rule type, rule) -> origin
     _by_tool: dict[str, PermissionPolicy] = field(default_factory=dict, repr=False)
 
-    def check(self, operation: Mapping[str, Any]) -> Verdict:
-        """Decide a valid operation."""
+    def check(self, operation: Mapping[str, Any], names: Sequence[str] = ()) -> Verdict:
+        """Decide a valid operation. `names` are the other workspace paths the file an operation's
+        path reaches has (its resolved target, its hard links): the strictest decision wins."""
         engine = _ENGINE.get(operation["type"])
         if engine is None:
             return ALLOWED
         tool, key, _ = engine
-        subject = operation[key]
-        evaluation = evaluate(self._rules_for(tool), tool, {key: subject})
+        if tool == "bash":
+            return self._check_shell(operation)
+        path = operation[key]
+        verdicts = [self._check_path(tool, operation["type"], path, name) for name in (path, *names)]
+        return max(verdicts, key=lambda verdict: _STRENGTH[verdict.decision])
+
+    def _check_path(self, tool: str, kind: str, path: str, name: str) -> Verdict:
+        evaluation = evaluate(self._rules_for(tool), tool, {"path": name})
         if evaluation.decision == "allow":
             return ALLOWED
-        rule = evaluation.matching_rules[0] if evaluation.matching_rules else None
-        origin = self._origins[evaluation.decision, rule] if rule is not None else None
+        origin = self._origin(evaluation)
+        via = None if workspace_path(name) == workspace_path(path) else name
         if evaluation.decision == "deny":
-            return _denial(self.name, operation["type"], key, subject, origin)
-        return _approval(operation["type"], origin)
+            return _denial(self.name, kind, "path", path, origin, via)
+        return _approval(kind, origin)
+
+    def _check_shell(self, operation: Mapping[str, Any]) -> Verdict:
+        protected = sorted(name for name in operation.get("env", {}) if is_protected_env(name))
+        if protected and self.protect_env:
+            names = ", ".join(protected)
+            return Verdict(
+                "deny",
+                f"The '{self.name}' policy does not let a shell operation's env set {names}",
+                f"Remove {names} from env",
+            )
+        command = operation["command"]
+        try:
+            line = parse_command(command)
+        except Unparsable as exc:
+            return self._unchecked(command, str(exc))
+        rules = self._shell_rules()
+        uncertain: list[str] = []
+        for rule_type in ("deny", "ask"):
+            for text, pattern in rules[rule_type]:
+                found = "yes" if pattern is None else _any_match(pattern, line)
+                if found == "yes":
+                    return self._rule_verdict(rule_type, text, command)
+                if found == "maybe":
+                    uncertain.append(text)
+            if uncertain and self.unparsed is not None and (rule_type == "ask" or self.unparsed == "deny"):
+                return self._uncertain(uncertain[0])
+        if line.invocations and _all_allowed(rules["allow"], line):
+            return ALLOWED
+        return self._default("shell", command)
+
+    def _unchecked(self, command: str, reason: str) -> Verdict:
+        """The verdict for a command the parser cannot check: the deny and ask rules as text (as
+        the permission engine matches them), then the policy's `unparsed` decision."""
+        rules = self._rules_for("bash")
+        evaluation = evaluate(
+            PermissionPolicy(deny=rules.deny, ask=rules.ask, enabled=rules.enabled),
+            "bash",
+            {"command": command},
+        )
+        if evaluation.decision == "deny" or (evaluation.decision == "ask" and self.unparsed != "deny"):
+            return self._rule_verdict(evaluation.decision, evaluation.matching_rules[0], command)
+        if self.unparsed == "deny":
+            return Verdict(
+                "deny",
+                f"The command cannot be checked ({reason}); the '{self.name}' policy refuses commands "
+                "it cannot check",
+                "Write it as plain commands: no eval or bash -c of variables, case, [[ ]] or $(( ))",
+            )
+        if self.unparsed == "ask":
+            return Verdict(
+                "ask", f"The command cannot be checked ({reason}), so it needs approval", label=_UNCHECKED
+            )
+        return self._default("shell", command)
+
+    def _uncertain(self, rule: str) -> Verdict:
+        origin = self._origins.get(("deny", rule)) or self._origins.get(("ask", rule))
+        shown = origin.subject if origin is not None else rule
+        reason = f"Whether the rule '{shown}' applies depends on values known only when the command runs"
+        if self.unparsed == "deny":
+            return Verdict("deny", reason, "Write the command's words out instead of variables or globs")
+        return Verdict("ask", reason + ", so it needs approval", label=_UNCHECKED)
+
+    def _rule_verdict(self, rule_type: str, rule: str, command: str) -> Verdict:
+        origin = self._origins[rule_type, rule]
+        if rule_type == "deny":
+            return _denial(self.name, "shell", "command", command, origin)
+        return _approval("shell", origin)
+
+    def _default(self, kind: str, subject: str) -> Verdict:
+        decision = self.permissions.default_decision
+        if decision == "allow":
+            return ALLOWED
+        if decision == "deny":
+            return _denial(self.name, kind, "command", subject, None)
+        return _approval(kind, None)
+
+    def _origin(self, evaluation: Evaluation) -> _Origin | None:
+        rule = evaluation.matching_rules[0] if evaluation.matching_rules else None
+        return self._origins[evaluation.decision, rule] if rule is not None else None
+
+    def _shell_rules(self) -> dict[str, list[tuple[str, CommandPattern | None]]]:
+        """The rules about bash by type, with their patterns compiled (None: every command)."""
+        rules = self._rules_for("bash")
+        return {
+            rule_type: [(text, _pattern(text)) for text in rules.rules(rule_type)] for rule_type in RULE_TYPES
+        }
 
     def _rules_for(self, tool: str) -> PermissionPolicy:
         """The rules that can match `tool`: evaluating them alone is cheaper and decides the same."""
@@ -156,6 +292,39 @@ class SpacePolicy:
             rules = PermissionPolicy(**covering, default_decision=p.default_decision, enabled=p.enabled)
             self._by_tool[tool] = rules
         return rules
+
+
+_STRENGTH: Final = {"allow": 0, "ask": 1, "deny": 2}
+_UNCHECKED: Final = "shell.unparsedCommand"
+
+
+def _pattern(rule: str) -> CommandPattern | None:
+    pattern = parse_rule(rule).pattern
+    return None if pattern is None else compile_pattern(pattern)
+
+
+def _any_match(pattern: CommandPattern, line: CommandLine) -> Match:
+    """A deny or ask rule against a command line: "yes" if it matches an invocation, else "maybe" if it might."""
+    found = [match(pattern, invocation, strict=False) for invocation in line.invocations]
+    return "yes" if "yes" in found else "maybe" if "maybe" in found else "no"
+
+
+def _all_allowed(allow: list[tuple[str, CommandPattern | None]], line: CommandLine) -> bool:
+    """Whether allow rules prove every program the line runs (wrappers aside) and it sets no
+    protected variable (PATH=... or LD_PRELOAD=... would change what an allowed program is)."""
+    if any(is_protected_env(name) for name in line.assigned):
+        return False
+    return all(
+        any(pattern is None or match(pattern, invocation, strict=True) == "yes" for _, pattern in allow)
+        for invocation in line.invocations
+        if not invocation.transparent
+    )
+
+
+def engine_tool(kind: str) -> str | None:
+    """The tool an operation type is checked and run as (shell -> bash); None for message."""
+    engine = _ENGINE.get(kind)
+    return engine[0] if engine else None
 
 
 def build_policy(spec: PolicySpec) -> SpacePolicy:
@@ -198,8 +367,16 @@ def build_policy(spec: PolicySpec) -> SpacePolicy:
         permissions=permissions,
         default_timeout_ms=spec.get("timeout", preset.timeout_ms if preset else DEFAULT_TIMEOUT_MS),
         max_file_size=spec.get("maxFileSize", preset.max_file_size if preset else DEFAULT_MAX_FILE_SIZE),
+        unparsed=preset.unparsed if preset else _custom_unparsed(permissions.default_decision),
+        protect_env=preset.protect_env if preset else True,
         _origins=origins,
     )
+
+
+def _custom_unparsed(default: Decision) -> Decision:
+    """Without a preset, a command that cannot be checked needs approval, or is denied when an
+    allow list decides (defaultDecision deny): an allow list then stays a guarantee."""
+    return "deny" if default == "deny" else "ask"
 
 
 def _normalised(spec: PolicySpec) -> dict[str, Any]:
@@ -248,7 +425,9 @@ def _engine_rule(text: str) -> str:
     return alias if rule.pattern is None else f"{alias}({rule.pattern})"
 
 
-def _denial(policy: str, kind: str, key: str, subject: str, origin: _Origin | None) -> Verdict:
+def _denial(
+    policy: str, kind: str, key: str, subject: str, origin: _Origin | None, via: str | None = None
+) -> Verdict:
     if origin is None:
         return Verdict(
             "deny",
@@ -256,9 +435,10 @@ def _denial(policy: str, kind: str, key: str, subject: str, origin: _Origin | No
             "Add an allow rule for it to the space's policy",
         )
     if origin.kind == "blocked_path":
+        leads = f": it leads to '{via}'" if via is not None else ""
         return Verdict(
             "deny",
-            f"Path '{subject}' is blocked (pattern '{origin.subject}')",
+            f"Path '{subject}' is blocked{leads} (pattern '{origin.subject}')",
             f"Use a path that does not match '{origin.subject}'",
         )
     if origin.kind == "read_only":
@@ -277,7 +457,8 @@ def _denial(policy: str, kind: str, key: str, subject: str, origin: _Origin | No
         return Verdict(
             "deny", f"Command '{origin.subject}' is blocked", f"Remove {origin.subject} from command"
         )
-    return Verdict("deny", f"The {key} '{subject}' is denied by the rule '{origin.subject}'")
+    shown = f"The {key} '{subject}'" + (f" (leading to '{via}')" if via is not None else "")
+    return Verdict("deny", f"{shown} is denied by the rule '{origin.subject}'")
 
 
 def _approval(kind: str, origin: _Origin | None) -> Verdict:

@@ -25,8 +25,9 @@ from typing import Any, Literal
 from ..core.errors import AgentError
 from ..tools.process import find_binary, run_process
 from ..tools.registry import ToolContext, ToolFailure, ToolOutput, ToolRegistry
-from ..tools.sandbox import resolve_in_workspace
-from .policies import SpacePolicy
+from ..tools.sandbox import open_in_workspace, resolve_in_workspace
+from .paths import hard_links, has_other_links, target_name
+from .policies import SpacePolicy, Verdict, engine_tool
 from .validation import operation_problems
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 RunStatus = Literal["running", "awaiting_approval", "completed", "cancelled", "error"]
 MAX_STREAM_BYTES = 1_000_000  # per stream of a shell command; the middle of longer output is dropped
 _INLINE_READ_BYTES = 1 << 20  # bigger files are read in a worker thread
+_FILE_OPERATIONS = frozenset({"createFile", "readFile", "editFile", "deleteFile"})
 _SUBJECT = {
     "createFile": "path",
     "readFile": "path",
@@ -115,23 +117,45 @@ class BatchRunner:
                 self.events.append(_validation_error(operation, index, problems))
                 continue
             operation_id = operation.get("id")
-            if approved and position == 0:
+            is_approved = approved and position == 0
+            if is_approved:
                 operation_id = approval_id(operation, index)
-            else:
-                verdict = self._policy.check(operation)
-                if verdict.decision == "deny":
-                    self.events.append(
-                        policy_denied_event(operation, operation_id, verdict.reason, verdict.suggestion)
-                    )
-                    continue
-                if verdict.decision == "ask":
-                    operation_id = approval_id(operation, index)
-                    self.events.append(
-                        _approval_required(operation, operation_id, verdict.reason, verdict.label)
-                    )
-                    return Outcome("awaiting_approval", position, operation_id)
+            verdict = await self._verdict(operation)
+            if verdict.decision == "deny":  # also after an approval: the files may have changed since
+                self.events.append(
+                    policy_denied_event(operation, operation_id, verdict.reason, verdict.suggestion)
+                )
+                continue
+            if verdict.decision == "ask" and not is_approved:
+                operation_id = approval_id(operation, index)
+                self.events.append(_approval_required(operation, operation_id, verdict.reason, verdict.label))
+                return Outcome("awaiting_approval", position, operation_id)
             self.events.append(await self._execute(operation, operation_id))
         return Outcome("cancelled" if self._cancelled else "completed")
+
+    async def _verdict(self, operation: dict[str, Any]) -> Verdict:
+        """The policy's decision, on every name the operation's path has; refused outright when the
+        operator disabled the tool the operation runs as (Agent Spaces is no way around that)."""
+        tool = engine_tool(operation["type"])
+        if tool is not None and not self._registry.is_enabled(tool):
+            return Verdict(
+                "deny",
+                f"The {tool} tool is disabled on this server, so {operation['type']} operations are refused",
+                "Ask the operator to enable the tool",
+            )
+        return self._policy.check(operation, await self._other_names(operation))
+
+    async def _other_names(self, operation: dict[str, Any]) -> list[str]:
+        """Where a file operation's path leads and the file's other hard links in the workspace."""
+        if operation["type"] not in _FILE_OPERATIONS:
+            return []
+        found = target_name(self._workspace, operation["path"], follow=operation["type"] != "deleteFile")
+        if found is None:
+            return []
+        name, info = found
+        if info is None or not has_other_links(info):
+            return [name]
+        return [name, *await asyncio.to_thread(hard_links, self._workspace, info)]
 
     async def _execute(self, operation: dict[str, Any], operation_id: str | None) -> dict[str, Any]:
         kind = operation["type"]
@@ -257,20 +281,27 @@ class BatchRunner:
             return None
 
     async def _read(self, path: str) -> bytes:
-        """The bytes of the regular file at `path` in the workspace, within the policy's size limit."""
-        target = resolve_in_workspace(self._workspace, path)
+        """The bytes of the regular file at `path` in the workspace, within the policy's size limit,
+        read from the descriptor the workspace check opened (a swapped symlink cannot lead out)."""
         try:
-            info = target.stat()
+            fd = open_in_workspace(self._workspace, path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except (FileNotFoundError, NotADirectoryError) as exc:
             raise ToolFailure("File not found") from exc
-        if stat.S_ISDIR(info.st_mode):
-            raise ToolFailure("Path is a directory, not a file")
+        except IsADirectoryError as exc:
+            raise ToolFailure("Path is a directory, not a file") from exc
+        info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ToolFailure("Path is not a regular file")
-        self._check_size(info.st_size)
-        if info.st_size > _INLINE_READ_BYTES:
-            return await asyncio.to_thread(target.read_bytes)
-        return target.read_bytes()
+            os.close(fd)
+            raise ToolFailure(
+                "Path is a directory, not a file"
+                if stat.S_ISDIR(info.st_mode)
+                else "Path is not a regular file"
+            )
+        with open(fd, "rb") as handle:
+            self._check_size(info.st_size)
+            if info.st_size > _INLINE_READ_BYTES:
+                return await asyncio.to_thread(handle.read)
+            return handle.read()
 
     def _check_size(self, size: int) -> None:
         limit = self._policy.max_file_size
