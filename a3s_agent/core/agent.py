@@ -322,7 +322,7 @@ class _Run:
         context = self.agent._context
         if not session.config.auto_compact or context is None:
             return None
-        if not context.over_threshold(session, await self.agent._sessions.history(session.id)):
+        if not await context.over_threshold(session, await self.agent._sessions.history(session.id)):
             return None
         result = await context.compact(session.id)
         if not result.summarized_by:

@@ -9,8 +9,10 @@ fallback still shrinks the context (old tool outputs first, then the oldest turn
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..llm.messages import to_openai
@@ -107,28 +109,29 @@ class ContextManager:
 
     async def usage(self, session_id: str) -> ContextUsage:
         session = self._sessions.get(session_id)
-        return self.measure(session, await self._sessions.history(session_id))
+        return await self.measure(session, await self._sessions.history(session_id))
 
-    def measure(self, session: Session, history: list[Message]) -> ContextUsage:
-        counter = self.counter(session)
-        system = {
-            "role": "system",
-            "content": self._prompt_for(session),
-        }
-        written = [to_openai(m) for m in history if m.role == "assistant"]
-        read = [system, *(to_openai(m) for m in history if m.role != "assistant")]
-        completion = counter.count_messages(written) if written else 0
-        prompt = counter.count_messages(read) + counter.count_tools(self._tool_schemas_for(session))
-        return ContextUsage(prompt, completion, len(history))
+    def _meter(self, session: Session) -> Callable[[list[Message]], ContextUsage]:
+        """What measures a history of `session`, safe to call off the event loop (the system
+        prompt and tool schemas are taken now, on it)."""
+        return partial(
+            _count, self.counter(session), self._prompt_for(session), self._tool_schemas_for(session)
+        )
 
-    def over_threshold(self, session: Session, history: list[Message]) -> bool:
-        return self.measure(session, history).total_tokens > self.threshold * self.window(session)
+    async def measure(self, session: Session, history: list[Message]) -> ContextUsage:
+        """The usage of `history`, counted on a worker thread: counting megabytes takes seconds,
+        which the event loop (every other caller) must not wait for."""
+        return await asyncio.to_thread(self._meter(session), history)
+
+    async def over_threshold(self, session: Session, history: list[Message]) -> bool:
+        return (await self.measure(session, history)).total_tokens > self.threshold * self.window(session)
 
     async def compact(self, session_id: str) -> Compaction:
         """Compact now (CompactContext, or automatically before a model call)."""
         session = self._sessions.get(session_id)
         history = await self._sessions.history(session_id)
-        before = self.measure(session, history)
+        meter = self._meter(session)
+        before = await asyncio.to_thread(meter, history)
         plan = _plan(history, self.keep_recent)
         if plan is None:
             return Compaction(before, before, "")
@@ -141,9 +144,9 @@ class ContextManager:
                 EventType.WARNING, session_id, f"summary failed, compacting without it: {exc}"
             )
             target = int(self.threshold * self.window(session) * 0.5)
-            kept, how = self._fallback(session, head, middle, tail, target), "fallback"
+            kept, how = await asyncio.to_thread(_fallback, meter, head, middle, tail, target), "fallback"
         await self._sessions.replace_history(session_id, kept)
-        after = self.measure(session, kept)
+        after = await asyncio.to_thread(meter, kept)
         self._events.publish(
             EventType.INFO, session_id, "context_compacted",
             {"before_tokens": before.total_tokens, "after_tokens": after.total_tokens,
@@ -166,21 +169,35 @@ class ContextManager:
             raise AgentError("the LLM returned an empty summary")
         return summary
 
-    def _fallback(
-        self, session: Session, head: list[Message], middle: list[Message], tail: list[Message], target: int
-    ) -> list[Message]:
-        """No LLM: stub the old tool outputs, then drop the oldest turns (into the recent ones if
-        need be, keeping the last) until the target is met."""
-        groups = _turn_groups([_without_output(m) for m in middle]) + _turn_groups(tail)
-        dropped = 0
-        while len(groups) > 1 and self.measure(session, [*head, *_flat(groups)]).total_tokens > target:
-            dropped += len(groups.pop(0))
-        note = [
-            Message(
-                role="user", content=f"[{dropped} earlier messages were removed to fit the context window]"
-            )
-        ]
-        return [*head, *(note if dropped else []), *_flat(groups)]
+
+def _count(
+    counter: TokenCounter, prompt: str, tools: list[dict[str, Any]], history: list[Message]
+) -> ContextUsage:
+    """The usage of a conversation of `prompt`, `history` and `tools` (a pure function: runs on
+    worker threads)."""
+    written = [to_openai(m) for m in history if m.role == "assistant"]
+    read = [{"role": "system", "content": prompt}, *(to_openai(m) for m in history if m.role != "assistant")]
+    completion = counter.count_messages(written) if written else 0
+    return ContextUsage(counter.count_messages(read) + counter.count_tools(tools), completion, len(history))
+
+
+def _fallback(
+    meter: Callable[[list[Message]], ContextUsage],
+    head: list[Message],
+    middle: list[Message],
+    tail: list[Message],
+    target: int,
+) -> list[Message]:
+    """No LLM: stub the old tool outputs, then drop the oldest turns (into the recent ones if
+    need be, keeping the last) until the target is met."""
+    groups = _turn_groups([_without_output(m) for m in middle]) + _turn_groups(tail)
+    dropped = 0
+    while len(groups) > 1 and meter([*head, *_flat(groups)]).total_tokens > target:
+        dropped += len(groups.pop(0))
+    note = [
+        Message(role="user", content=f"[{dropped} earlier messages were removed to fit the context window]")
+    ]
+    return [*head, *(note if dropped else []), *_flat(groups)]
 
 
 def _plan(

@@ -1,17 +1,72 @@
-"""JSON sent by clients: parsed, or an InvalidArgument naming the field (even when nested too deeply)."""
+"""JSON sent by clients: parsed, or an InvalidArgument naming the field (even when nested too deeply).
+
+JSON escapes can spell lone surrogates (`"\\ud800"`), which no UTF-8 text can hold: such a value
+would fail later, wherever it is written (a file, the store, a reply), so it is refused here."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from .errors import InvalidArgument
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a pair is one character once parsed
+
 
 def parse_json(text: str, what: str) -> Any:
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except RecursionError:
         raise InvalidArgument(f"{what}: not valid JSON: nested too deeply") from None
     except ValueError as exc:
         raise InvalidArgument(f"{what}: not valid JSON: {exc}") from exc
+    where = _surrogate_path(value)
+    if where is not None:
+        raise InvalidArgument(
+            f"{what}: the string at {where} holds a lone surrogate (an escape such as \\ud800"
+            " without its pair), which is not valid Unicode text"
+        )
+    return value
+
+
+def _surrogate_path(value: Any) -> str | None:
+    """Where in a parsed JSON value a string (or an object key) holds a lone surrogate, or None."""
+    stack = [(value, "(root)")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if _has_surrogate(item):
+                return where
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if _has_surrogate(key):
+                    return _member(where, key.encode("utf-8", "backslashreplace").decode())
+                stack.append((child, _member(where, key)))
+        elif isinstance(item, list):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+    return None
+
+
+def valid_text(value: Any) -> Any:
+    """Parsed JSON from a party whose words are kept, not refused (a model's reply), with every
+    lone surrogate replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value) if _has_surrogate(value) else value
+    if isinstance(value, dict):
+        return {valid_text(key): valid_text(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [valid_text(item) for item in value]
+    return value
+
+
+def _member(where: str, key: str) -> str:
+    return key if where == "(root)" else f"{where}.{key}"
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import re
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +19,8 @@ from .models import Message, Session, SessionConfig, SessionState, Usage
 from .store import Store
 
 SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+# Histories kept in memory, the most recently used; the others are read from the store when needed.
+MAX_CACHED_HISTORIES = 64
 
 
 def existing_directory(path: Path | str, field: str) -> Path:
@@ -33,18 +37,36 @@ def existing_directory(path: Path | str, field: str) -> Path:
     return resolved
 
 
+def inside_root(path: Path, root: Path, field: str) -> Path:
+    """`path` (resolved: no `..`, no symlink left) when it lies in `root`, else InvalidArgument."""
+    if not path.is_relative_to(root):
+        raise InvalidArgument(
+            f"{field} {str(path)[:300]!r} is outside the workspace root {str(root)!r}"
+            " (the server's --workspace-root)"
+        )
+    return path
+
+
+def listing_key(session: Session) -> tuple[int, str]:
+    """Where a session sorts in listings: oldest first, then by id."""
+    return session.created_at, session.id
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
 class SessionManager:
-    """Owns every session. All sessions are loaded at start; writes go to the store first."""
+    """Owns every session. Session headers (config, state, counts, usage) are loaded at start; a
+    history is read from the store when first needed and kept while recently used. Writes go to
+    the store first."""
 
     def __init__(
         self,
         store: Store,
         *,
         default_workspace: Callable[[], Path],
+        workspace_root: Path,
         max_sessions: int,
         max_context_tokens: int,
         events: EventBus,
@@ -52,12 +74,14 @@ class SessionManager:
         self._store = store
         self._events = events
         self._default_workspace = default_workspace
+        self._workspace_root = workspace_root
         self._max_sessions = max_sessions
         self._max_context_tokens = max_context_tokens
         self._sessions: dict[str, Session] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        # Live histories, loaded on first use and kept in step with every write.
-        self._histories: dict[str, list[Message]] = {}
+        # Live histories, loaded on first use and kept in step with every write; least recently
+        # used first, at most MAX_CACHED_HISTORIES.
+        self._histories: OrderedDict[str, list[Message]] = OrderedDict()
 
     async def load(self) -> None:
         self._sessions = {s.id: s for s in await self._store.list_sessions()}
@@ -76,8 +100,17 @@ class SessionManager:
         except KeyError:
             raise NotFound(f"session {session_id!r} not found") from None
 
-    def list(self) -> list[Session]:
-        return list(self._sessions.values())
+    def page(self, after: tuple[int, str] | None, size: int) -> tuple[list[Session], bool]:
+        """Up to `size` sessions in listing order, those after the listing key `after` (a session
+        listed on an earlier page); and whether more follow."""
+        ordered = sorted(self._sessions.values(), key=listing_key)
+        start = 0 if after is None else bisect.bisect_right(ordered, after, key=listing_key)
+        return ordered[start : start + size], len(ordered) > start + size
+
+    @property
+    def histories_in_memory(self) -> int:
+        """How many sessions' histories are held in memory now."""
+        return len(self._histories)
 
     async def create(
         self, session_id: str | None, config: SessionConfig, initial_context: list[Message]
@@ -92,7 +125,7 @@ class SessionManager:
             raise ResourceExhausted(
                 f"the server holds its maximum of {self._max_sessions} sessions; destroy some first"
             )
-        config = self._validated(config)
+        config = self._validated(config, requested_workspace=bool(config.workspace))
         stamp = now_ms()
         session = Session(
             id=session_id,
@@ -104,6 +137,7 @@ class SessionManager:
         )
         await self._store.create_session(session, initial_context)
         self._sessions[session_id] = session
+        self._keep_history(session_id, list(initial_context))
         self._events.publish(EventType.SESSION_CREATED, session_id, f"session {session_id} created")
         return session
 
@@ -130,7 +164,8 @@ class SessionManager:
             max_context_length=patch.max_context_length or old.max_context_length,
             auto_compact=patch.auto_compact or old.auto_compact,
         )
-        updated = replace(session, config=self._validated(merged), updated_at=self._next_stamp(session))
+        validated = self._validated(merged, requested_workspace=bool(patch.workspace))
+        updated = replace(session, config=validated, updated_at=self._next_stamp(session))
         await self._store.update_session(updated)
         self._sessions[session_id] = updated
         return updated
@@ -184,15 +219,24 @@ class SessionManager:
             loaded = await self._store.load_messages(session_id)
             # A write that landed while loading would be missing from `loaded`: load again.
             if len(loaded) == self.get(session_id).message_count and session_id not in self._histories:
-                self._histories[session_id] = loaded
+                self._keep_history(session_id, loaded)
+        self._histories.move_to_end(session_id)
         return list(self._histories[session_id])
+
+    def _keep_history(self, session_id: str, messages: list[Message]) -> None:
+        """Hold `messages` as the session's live history, dropping the least recently used beyond
+        the bound (they are read from the store again when needed)."""
+        self._histories[session_id] = messages
+        self._histories.move_to_end(session_id)
+        while len(self._histories) > MAX_CACHED_HISTORIES:
+            self._histories.popitem(last=False)
 
     async def replace_history(self, session_id: str, messages: list[Message]) -> Session:
         """Archive the live history and make `messages` the new one (compaction, clearing)."""
         session = self.get(session_id)
         stamp = self._next_stamp(session)
         await self._store.replace_history(session_id, messages, stamp)
-        self._histories[session_id] = list(messages)
+        self._keep_history(session_id, list(messages))
         session.message_count = len(messages)
         session.updated_at = stamp
         return session
@@ -202,12 +246,15 @@ class SessionManager:
         """Now, but always later than the session's last update."""
         return max(now_ms(), session.updated_at + 1)
 
-    def _validated(self, config: SessionConfig) -> SessionConfig:
-        """The config with its workspace resolved and checked; InvalidArgument names the bad field."""
+    def _validated(self, config: SessionConfig, *, requested_workspace: bool) -> SessionConfig:
+        """The config with its workspace resolved and checked; InvalidArgument names the bad field.
+        A workspace the request names must lie in the workspace root."""
         base = self._default_workspace()
-        workspace = (
-            existing_directory(base / config.workspace, "config.workspace") if config.workspace else base
-        )
+        workspace = base
+        if config.workspace:
+            workspace = existing_directory(base / config.workspace, "config.workspace")
+        if requested_workspace:
+            inside_root(workspace, self._workspace_root, "config.workspace")
         if config.max_context_length > self._max_context_tokens:
             raise InvalidArgument(
                 f"config.max_context_length {config.max_context_length} exceeds the server limit"

@@ -25,7 +25,7 @@ from .models import Message, Session, SessionConfig, SessionState, Usage
 T = TypeVar("T")
 
 # Each entry moves the schema one version up; PRAGMA user_version records where a file is.
-_MIGRATIONS: list[str] = [
+MIGRATIONS: list[str] = [
     """
     CREATE TABLE sessions (
         id TEXT PRIMARY KEY,
@@ -69,7 +69,7 @@ class SqliteStore:
 
     async def open(self) -> None:
         self._db = await asyncio.get_running_loop().run_in_executor(
-            self._thread, connect, self.path, _MIGRATIONS
+            self._thread, connect, self.path, MIGRATIONS
         )
 
     async def close(self) -> None:
@@ -107,20 +107,23 @@ class SqliteStore:
                    (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND m.archived = 0)
             FROM sessions s ORDER BY s.created_at, s.id
         """
-        rows = await self._run(lambda db: db.execute(query).fetchall())
-        return [
-            Session(
-                id=row[0],
-                config=SessionConfig.from_storable(json.loads(row[1])),
-                state=SessionState(row[2]),
-                created_at=row[3],
-                updated_at=row[4],
-                usage=Usage(prompt_tokens=row[5], completion_tokens=row[6]),
-                extras=json.loads(row[7]),
-                message_count=row[8],
-            )
-            for row in rows
-        ]
+
+        def read(db: sqlite3.Connection) -> list[Session]:
+            return [
+                Session(
+                    id=row[0],
+                    config=SessionConfig.from_storable(json.loads(row[1])),
+                    state=SessionState(row[2]),
+                    created_at=row[3],
+                    updated_at=row[4],
+                    usage=Usage(prompt_tokens=row[5], completion_tokens=row[6]),
+                    extras=json.loads(row[7]),
+                    message_count=row[8],
+                )
+                for row in db.execute(query)
+            ]
+
+        return await self._run(read)
 
     async def update_session(self, session: Session) -> None:
         values = (
@@ -180,13 +183,14 @@ class SqliteStore:
         await self._run(write)
 
     async def load_messages(self, session_id: str) -> list[Message]:
-        rows = await self._run(
-            lambda db: db.execute(
+        def read(db: sqlite3.Connection) -> list[Message]:
+            rows = db.execute(
                 "SELECT role, content, data FROM messages WHERE session_id = ? AND archived = 0 ORDER BY seq",
                 (session_id,),
-            ).fetchall()
-        )
-        return [Message.from_json(role, content, json.loads(data)) for role, content, data in rows]
+            )
+            return [Message.from_json(role, content, json.loads(data)) for role, content, data in rows]
+
+        return await self._run(read)
 
 
 def connect(path: Path, migrations: list[str]) -> sqlite3.Connection:

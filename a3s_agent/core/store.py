@@ -24,7 +24,7 @@ class Store(Protocol):
         Raises AlreadyExists when the id is taken."""
 
     async def list_sessions(self) -> list[Session]:
-        """Every session, oldest first, with its message count."""
+        """Every session's header (config, state, usage, message count: no messages), oldest first."""
 
     async def update_session(self, session: Session) -> None:
         """Persist config, state, timestamps and usage of an existing session."""

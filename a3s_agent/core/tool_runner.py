@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from ..tools.registry import ToolContext, ToolOutput, ToolRegistry
-from .errors import AgentError, InvalidArgument
+from .errors import AgentError, InvalidArgument, ResourceExhausted
 from .models import Message, Session, ToolCall
 from .sessions import SessionManager
 
@@ -34,20 +35,39 @@ class ToolRunner:
         sessions: SessionManager,
         context_for: Callable[[Session | None], ToolContext],
         max_batch: int,
+        *,
+        max_calls: int,
     ) -> None:
         self._registry = registry
         self._sessions = sessions
         self._context_for = context_for
         self._max_batch = max_batch
+        self._max_calls = max_calls
+        self._running = 0  # ExecuteTool and ExecuteToolBatch requests in progress
+
+    @contextmanager
+    def _slot(self) -> Iterator[None]:
+        """One of the `max_calls` requests that may run at once, or ResourceExhausted."""
+        if self._running >= self._max_calls:
+            raise ResourceExhausted(
+                f"{self._running} direct tool calls (ExecuteTool/ExecuteToolBatch) are running, the"
+                f" server's limit (A3S_MAX_TOOL_CALLS={self._max_calls}); try again when one ends"
+            )
+        self._running += 1
+        try:
+            yield
+        finally:
+            self._running -= 1
 
     async def execute(self, session_id: str, name: str, arguments: str) -> ToolOutput:
         """One call; unknown tools and bad arguments raise (NotFound / InvalidArgument)."""
         session = self._sessions.get(session_id) if session_id else None
-        result = await self._registry.run(name, arguments, self._context_for(session))
-        if session is not None:
-            await self._record(
-                session, [(ToolCall(id=new_call_id(), name=name, arguments=arguments), result)]
-            )
+        with self._slot():
+            result = await self._registry.run(name, arguments, self._context_for(session))
+            if session is not None:
+                await self._record(
+                    session, [(ToolCall(id=new_call_id(), name=name, arguments=arguments), result)]
+                )
         return result
 
     async def execute_batch(self, session_id: str, calls: list[ToolCall]) -> list[ToolOutput]:
@@ -57,15 +77,16 @@ class ToolRunner:
         session = self._sessions.get(session_id) if session_id else None
         context = self._context_for(session)
         done: list[tuple[ToolCall, ToolOutput]] = []
-        for call in calls:
-            call = ToolCall(id=call.id or new_call_id(), name=call.name, arguments=call.arguments)
-            try:
-                result = await self._registry.run(call.name, call.arguments, context)
-            except AgentError as exc:
-                result = ToolOutput(success=False, error=str(exc))
-            done.append((call, result))
-        if session is not None:
-            await self._record(session, done)
+        with self._slot():
+            for call in calls:
+                call = ToolCall(id=call.id or new_call_id(), name=call.name, arguments=call.arguments)
+                try:
+                    result = await self._registry.run(call.name, call.arguments, context)
+                except AgentError as exc:
+                    result = ToolOutput(success=False, error=str(exc))
+                done.append((call, result))
+            if session is not None:
+                await self._record(session, done)
         return [result for _, result in done]
 
     async def _record(self, session: Session, done: list[tuple[ToolCall, ToolOutput]]) -> None:

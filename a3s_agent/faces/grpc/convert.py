@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from ...core.agent import (
     DEFAULT_MAX_TOOL_CALLS,
@@ -19,7 +19,7 @@ from ...core.agent import (
 )
 from ...core.context import ContextUsage
 from ...core.control import ConfirmationPolicy, ExternalTask, HandlerMode, Lane, LaneHandler
-from ...core.errors import InvalidArgument
+from ...core.errors import InvalidArgument, ResourceExhausted
 from ...core.events import Event
 from ...core.models import Attachment, LLMConfig, Message, Session, SessionConfig, ToolCall, Usage
 from ...core.permissions import PermissionPolicy
@@ -40,6 +40,11 @@ _ATTACHMENTS = {
     pb.Attachment.TYPE_DATA: "data",
 }
 _ATTACHMENT_NUMBERS = {name: number for number, name in _ATTACHMENTS.items()}
+
+MAX_REQUEST_MESSAGE_SIZE = 48 * 1024 * 1024
+"""The most the messages of one request may hold: characters of text (contents, metadata) plus
+bytes of attachments. Below gRPC's 64 MiB message limit, so the refusal names the field; above
+the 50 MB the benchmark sends."""
 
 
 def llm_from_pb(llm: pb.LLMConfig) -> LLMConfig:
@@ -97,12 +102,17 @@ def context_usage_to_pb(usage: ContextUsage) -> pb.ContextUsage:
     )
 
 
-def session_to_pb(session: Session, usage: ContextUsage) -> pb.Session:
+def session_to_pb(session: Session, usage: ContextUsage | None) -> pb.Session:
+    """The wire session; without `usage` (ListSessions), context_usage carries the message count only."""
     return pb.Session(
         session_id=session.id,
         config=session_config_to_pb(session.config),
         state=int(session.state),
-        context_usage=context_usage_to_pb(usage),
+        context_usage=(
+            context_usage_to_pb(usage)
+            if usage is not None
+            else pb.ContextUsage(message_count=session.message_count)
+        ),
         created_at=session.created_at,
         updated_at=session.updated_at,
     )
@@ -128,8 +138,29 @@ def message_from_pb(message: pb.Message, field: str) -> Message:
     )
 
 
-def messages_from_pb(messages: Iterable[pb.Message], field: str) -> list[Message]:
-    return [message_from_pb(m, f"{field}[{i}]") for i, m in enumerate(messages)]
+def messages_from_pb(messages: Sequence[pb.Message], field: str, max_count: int) -> list[Message]:
+    """Core messages: at most `max_count` of them, and MAX_REQUEST_MESSAGE_SIZE in all."""
+    if len(messages) > max_count:
+        raise InvalidArgument(
+            f"{field} holds {len(messages)} messages; at most {max_count} are accepted in one request"
+            " (A3S_MAX_REQUEST_MESSAGES)"
+        )
+    converted = [message_from_pb(m, f"{field}[{i}]") for i, m in enumerate(messages)]
+    size = sum(_size(m) for m in converted)
+    if size > MAX_REQUEST_MESSAGE_SIZE:
+        raise ResourceExhausted(
+            f"{field} holds {size} characters and attachment bytes; at most {MAX_REQUEST_MESSAGE_SIZE}"
+            " are accepted in one request"
+        )
+    return converted
+
+
+def _size(message: Message) -> int:
+    return (
+        len(message.content)
+        + sum(len(a.content) + len(a.name) + len(a.url) + len(a.mime_type) for a in message.attachments)
+        + sum(len(k) + len(v) for k, v in message.metadata.items())
+    )
 
 
 def message_to_pb(message: Message) -> pb.Message:

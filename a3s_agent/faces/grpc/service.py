@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
@@ -13,13 +14,14 @@ from ...core.agent import DoneEvent, TextEvent
 from ...core.errors import InvalidArgument
 from ...core.events import parse_event_types
 from ...core.jsontext import parse_json
+from ...core.models import Message as CoreMessage
 from ...core.models import Session, SessionState, ToolCall
 from ...core.permissions import PermissionPolicy, add_rule, evaluate
 from ...core.structured import StructuredDone, run_structured
 from ...proto import code_agent_pb2 as pb
 from ...proto import code_agent_pb2_grpc as pb_grpc
 from ...runtime import Runtime
-from . import convert
+from . import convert, paging
 from .errors import decoding, rpc
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
                 "uptime_s": f"{rt.uptime_s:.1f}",
                 "sessions": str(len(rt.sessions)),
                 "active_sessions": str(rt.sessions.count(SessionState.ACTIVE)),
+                "histories_in_memory": str(rt.sessions.histories_in_memory),
                 "workspace": str(rt.workspace),
                 "store": rt.store.backend,
             },
@@ -119,7 +122,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         session = await self.rt.sessions.create(
             request.session_id if request.HasField("session_id") else None,
             convert.session_config_from_pb(request.config),
-            convert.messages_from_pb(request.initial_context, "initial_context"),
+            await self._messages(request.initial_context, "initial_context"),
         )
         return pb.CreateSessionResponse(session_id=session.id, session=await self._session_pb(session))
 
@@ -134,7 +137,13 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
 
     @rpc
     async def ListSessions(self, request: pb.ListSessionsRequest, context: Any) -> pb.ListSessionsResponse:
-        return pb.ListSessionsResponse(sessions=[await self._session_pb(s) for s in self.rt.sessions.list()])
+        """A page of sessions (see paging.py), without reading any history: context_usage carries
+        the message count only; GetSession and GetContextUsage count the tokens."""
+        size, after = paging.requested_page(context)
+        sessions, more = self.rt.sessions.page(after, size)
+        if more:
+            paging.hand_out(context, paging.token(sessions[-1]))
+        return pb.ListSessionsResponse(sessions=[convert.session_to_pb(s, None) for s in sessions])
 
     @rpc
     async def GetSession(self, request: pb.GetSessionRequest, context: Any) -> pb.GetSessionResponse:
@@ -151,6 +160,14 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
 
     async def _session_pb(self, session: Session) -> pb.Session:
         return convert.session_to_pb(session, await self.rt.context.usage(session.id))
+
+    async def _messages(self, messages: Sequence[pb.Message], field: str) -> list[CoreMessage]:
+        """Checked and converted on a worker thread: for tens of megabytes that takes a while."""
+        if not messages:
+            return []
+        return await asyncio.to_thread(
+            convert.messages_from_pb, messages, field, self.rt.settings.max_request_messages
+        )
 
     # --- context ---------------------------------------------------------------------------
 
@@ -184,7 +201,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     @rpc
     async def Generate(self, request: pb.GenerateRequest, context: Any) -> pb.GenerateResponse:
         options = convert.options_from_pb(request)
-        messages = convert.messages_from_pb(request.messages, "messages")
+        messages = await self._messages(request.messages, "messages")
         async for event in self.rt.agent.run(request.session_id, messages, options):
             if isinstance(event, DoneEvent):
                 return convert.generate_response(
@@ -197,7 +214,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         self, request: pb.GenerateRequest, context: Any
     ) -> AsyncIterator[pb.GenerateChunk]:
         options = convert.options_from_pb(request)
-        messages = convert.messages_from_pb(request.messages, "messages")
+        messages = await self._messages(request.messages, "messages")
         async for event in self.rt.agent.run(request.session_id, messages, options):
             yield convert.event_to_chunk(request.session_id, event, options.return_intermediate_steps)
 
@@ -225,14 +242,12 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
             elif isinstance(event, StructuredDone):
                 yield pb.GenerateStructuredChunk(session_id=request.session_id, data=event.data, done=True)
 
-    def _structured(self, request: pb.GenerateStructuredRequest) -> AsyncIterator[Any]:
-        return run_structured(
-            self.rt.agent,
-            request.session_id,
-            convert.messages_from_pb(request.messages, "messages"),
-            convert.options_from_pb(request),
-            request.schema,
-        )
+    async def _structured(self, request: pb.GenerateStructuredRequest) -> AsyncIterator[Any]:
+        messages = await self._messages(request.messages, "messages")
+        async for event in run_structured(
+            self.rt.agent, request.session_id, messages, convert.options_from_pb(request), request.schema
+        ):
+            yield event
 
     # --- tools -----------------------------------------------------------------------------
 
@@ -282,21 +297,15 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     async def ListSkills(self, request: pb.ListSkillsRequest, context: Any) -> pb.ListSkillsResponse:
         session = self.rt.sessions.get(request.session_id) if request.session_id else None
         await self.rt.skills.rescan()
-        loaded = {item.skill.name: item.skill for item in self.rt.skills.loaded_for(session)}
-        every = self.rt.skills.available | loaded
         return pb.ListSkillsResponse(
             skills=[
                 pb.Skill(
-                    name=skill.name,
-                    description=skill.description,
-                    tools=skill.tool_names,
-                    metadata={
-                        "source": skill.source,
-                        "loaded": str(name in loaded).lower(),
-                        "allowed-tools": ", ".join(skill.allowed_tools),
-                    },
+                    name=entry.skill.name,
+                    description=entry.skill.description,
+                    tools=entry.skill.tool_names,
+                    metadata=entry.metadata,
                 )
-                for name, skill in sorted(every.items())
+                for entry in self.rt.skills.listing(session)
             ]
         )
 
