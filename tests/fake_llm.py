@@ -43,6 +43,7 @@ __all__ = [
     "Error",
     "FakeLLM",
     "Hang",
+    "Raw",
     "RecordedRequest",
     "Reply",
     "ToolCall",
@@ -113,7 +114,17 @@ class Hang:
     seconds: float = 3600.0
 
 
-Turn = Reply | Error | Hang | Callable[[dict[str, Any]], "TurnLike"]
+@dataclass(frozen=True)
+class Raw:
+    """These exact bytes as the response body, whatever they are (invalid UTF-8, broken framing)."""
+
+    body: bytes
+    content_type: str = "text/event-stream"
+    status: int = 200
+    delay: float = 0.0
+
+
+Turn = Reply | Error | Hang | Raw | Callable[[dict[str, Any]], "TurnLike"]
 """A scripted turn; a callable gets the parsed request body and returns the turn to play."""
 TurnLike = Turn | str
 """A turn, or a plain string meaning ``text(string)``."""
@@ -566,11 +577,15 @@ class FakeLLM:
         await self._wait(self.delay + turn.delay)
         if isinstance(turn, Error):
             return self._error_response(turn)
+        if isinstance(turn, Raw):
+            return web.Response(
+                status=turn.status, body=turn.body, headers={"Content-Type": turn.content_type}
+            )
         if body.get("stream"):
             return await self._stream(request, body, turn)
         return await self._complete(request, body, turn)
 
-    def _next_turn(self, body: dict[str, Any]) -> Reply | Error | Hang:
+    def _next_turn(self, body: dict[str, Any]) -> Reply | Error | Hang | Raw:
         """Pop the next turn (or the fallback) and resolve callables and strings."""
         if self._turns:
             turn: TurnLike = self._turns.popleft()

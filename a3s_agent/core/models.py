@@ -32,13 +32,31 @@ class LLMConfig:
         return replace(self, api_key="")
 
     def merged_over(self, base: LLMConfig | None) -> LLMConfig:
-        """This config with its empty fields filled from `base`."""
+        """This config with its empty fields filled from `base`, except the key: a key is bound to the
+        endpoint it came with, so a config naming another endpoint gets no key from `base`."""
         if base is None:
             return replace(self)
-        return LLMConfig(**{name: value or getattr(base, name) for name, value in asdict(self).items()})
+        merged = LLMConfig(**{name: value or getattr(base, name) for name, value in asdict(self).items()})
+        if not self.api_key and self._names_other_endpoint(base):
+            merged.api_key = ""
+        return merged
+
+    def _names_other_endpoint(self, base: LLMConfig) -> bool:
+        other_url = bool(self.base_url) and _url_key(self.base_url) != _url_key(base.base_url)
+        other_provider = bool(self.provider) and _provider_key(self.provider) != _provider_key(base.provider)
+        return other_url or other_provider
 
     def is_empty(self) -> bool:
         return not any(asdict(self).values())
+
+
+def _url_key(url: str) -> str:
+    return url.strip().rstrip("/").lower()
+
+
+def _provider_key(provider: str) -> str:
+    """The provider a name means: "openai+text" is openai's endpoint, and no name means openai."""
+    return provider.strip().lower().split("+", 1)[0] or "openai"
 
 
 @dataclass

@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import FailedPrecondition, InvalidArgument, Unavailable
+from ..core.errors import AgentError, FailedPrecondition, InvalidArgument, Unavailable
+from ..core.jsontext import valid_text
 from ..core.models import LLMConfig, Usage
 from .provider import CompletionRequest, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
+from .redact import redact, shown_url, url_secrets
 
 if TYPE_CHECKING:
     import aiohttp
@@ -42,6 +44,8 @@ class OpenAICompatibleProvider:
         self, llm: LLMConfig, *, timeout_s: float = DEFAULT_TIMEOUT_S, max_retries: int = DEFAULT_RETRIES
     ) -> None:
         self._url = (llm.base_url or DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
+        self._shown_url = shown_url(self._url)
+        self._secrets = [llm.api_key, *url_secrets(self._url)]
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if llm.api_key:
             self._headers["Authorization"] = f"Bearer {llm.api_key}"
@@ -77,7 +81,16 @@ class OpenAICompatibleProvider:
                 yield event
 
     async def _with_retries(self, request: CompletionRequest) -> AsyncIterator[ProviderEvent]:
-        body = json.dumps(_body(request))
+        """Every failure's message passes through here, redacted, on its way to clients, logs and store."""
+        try:
+            async for event in self._retrying(request):
+                yield event
+        except AgentError as exc:
+            exc.args = (redact(str(exc), self._secrets),)
+            raise
+
+    async def _retrying(self, request: CompletionRequest) -> AsyncIterator[ProviderEvent]:
+        body = await _encoded(_body(request))
         for attempt in range(self._max_retries + 1):
             started = False
             try:
@@ -91,27 +104,35 @@ class OpenAICompatibleProvider:
                     raise Unavailable(f"{exc} (after {attempt + 1} attempts)") from exc
                 await asyncio.sleep(_backoff(attempt, exc.delay_s))
 
-    async def _attempt(self, body: str) -> AsyncIterator[ProviderEvent]:
+    async def _attempt(self, body: bytes) -> AsyncIterator[ProviderEvent]:
         import aiohttp
 
         try:
             async with self._client().post(self._url, data=body, headers=self._headers) as response:
                 if response.status >= 400:
-                    await _raise_for_status(response, self._url)
+                    await _raise_for_status(response, self._shown_url)
                 if response.content_type == "application/json":  # a server that ignored stream=true
-                    events = _parse_whole(await response.json())
+                    events = _parse_whole(_json_reply(await response.read()))
                 else:
                     events = _parse_stream(response)
                 async for event in events:
                     yield event
         except TimeoutError as exc:
             raise _Retryable(
-                f"the LLM provider at {self._url} timed out after {self._timeout_s:g} s"
+                f"the LLM provider at {self._shown_url} timed out after {self._timeout_s:g} s"
             ) from exc
         except aiohttp.ClientPayloadError as exc:
             raise Unavailable(f"the LLM provider's reply broke off: {exc}") from exc
         except aiohttp.ClientError as exc:
-            raise _Retryable(f"cannot reach the LLM provider at {self._url}: {exc}") from exc
+            raise _Retryable(f"cannot reach the LLM provider at {self._shown_url}: {exc}") from exc
+
+
+def _json_reply(raw: bytes) -> Any:
+    """A whole JSON reply; invalid UTF-8 is replaced, not fatal, as in streamed replies."""
+    try:
+        return valid_text(json.loads(raw.decode("utf-8", errors="replace")))
+    except ValueError as exc:
+        raise Unavailable(f"the LLM provider sent malformed JSON: {exc}") from exc
 
 
 def _body(request: CompletionRequest) -> dict[str, Any]:
@@ -132,6 +153,54 @@ def _body(request: CompletionRequest) -> dict[str, Any]:
     if request.response_format is not None:
         body["response_format"] = request.response_format
     return body
+
+
+_BIG_BODY_CHARS = 256 * 1024
+_SLICE_CHARS = 256 * 1024
+
+
+async def _encoded(body: dict[str, Any]) -> bytes:
+    """The request body as bytes. A big one is encoded in a worker thread, long strings a slice at a
+    time: one json.dumps call holds the interpreter lock throughout, and on a 50 MB message that
+    would stall every other request of the server for a noticeable time."""
+    if _content_chars(body["messages"]) < _BIG_BODY_CHARS:
+        return json.dumps(body).encode()
+    return await asyncio.to_thread(lambda: "".join(_json_pieces(body)).encode())
+
+
+def _content_chars(messages: list[dict[str, Any]]) -> int:
+    total = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            total += len(content)
+        elif isinstance(content, list):
+            total += sum(len(json.dumps(part)) for part in content)
+    return total
+
+
+def _json_pieces(value: Any) -> Iterator[str]:
+    """json.dumps(value), in pieces."""
+    if isinstance(value, str) and len(value) > _SLICE_CHARS:
+        yield '"'
+        for start in range(0, len(value), _SLICE_CHARS):
+            yield json.dumps(value[start : start + _SLICE_CHARS])[1:-1]
+        yield '"'
+    elif isinstance(value, dict):
+        yield "{"
+        for index, (key, item) in enumerate(value.items()):
+            yield f"{', ' if index else ''}{json.dumps(key)}: "
+            yield from _json_pieces(item)
+        yield "}"
+    elif isinstance(value, list):
+        yield "["
+        for index, item in enumerate(value):
+            if index:
+                yield ", "
+            yield from _json_pieces(item)
+        yield "]"
+    else:
+        yield json.dumps(value)
 
 
 def _backoff(attempt: int, asked_s: float | None) -> float:
@@ -182,7 +251,7 @@ async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
     """The data of each server-sent event (multi-line data joined), until [DONE]."""
     data: list[str] = []
     async for raw in response.content:
-        line = raw.decode("utf-8").rstrip("\r\n")
+        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
         if line.startswith("data:"):
             data.append(line[5:].removeprefix(" "))
         elif not line and data:
@@ -203,7 +272,7 @@ async def _parse_stream(response: aiohttp.ClientResponse) -> AsyncIterator[Provi
     usage: Usage | None = None
     async for payload in _events(response):
         try:
-            chunk = json.loads(payload)
+            chunk = valid_text(json.loads(payload))  # a model's lone surrogates become U+FFFD
         except ValueError as exc:
             raise Unavailable(f"the LLM provider sent a malformed chunk: {payload[:200]!r}") from exc
         if not isinstance(chunk, dict):
