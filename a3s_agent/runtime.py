@@ -25,6 +25,7 @@ from .core.tool_runner import ToolRunner
 from .llm.factory import ProviderCache
 from .llm.messages import tool_schema
 from .llm.modes import speaks_text_protocol
+from .tools import containment
 from .tools.registry import Tool, ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class Runtime:
         self.sessions = SessionManager(
             self.store,
             default_workspace=lambda: self.workspace,
+            workspace_root=settings.resolved_workspace_root,
             max_sessions=settings.max_sessions,
             max_context_tokens=settings.max_context_tokens,
             events=self.events,
@@ -69,10 +71,14 @@ class Runtime:
         self.control = ControlPlane(self.sessions, self.events)
         self.client_tools = ClientTools(self.sessions, self.registry)
         self.skills = SkillCatalog(
-            self.sessions, lambda: settings.skill_dirs_for(self.workspace), lambda: set(self.registry.names())
+            self.sessions, settings, lambda: self.workspace, lambda: set(self.registry.names())
         )
         self.tools = ToolRunner(
-            self.registry, self.sessions, self.tool_context, settings.max_tools_per_request
+            self.registry,
+            self.sessions,
+            self.tool_context,
+            settings.max_tools_per_request,
+            max_calls=settings.max_tool_calls,
         )
         self.providers = ProviderCache(
             timeout_s=settings.llm_timeout_s,
@@ -105,8 +111,11 @@ class Runtime:
         # Set when a client asks for Shutdown; the server's main loop waits on it.
         self.shutdown_requested = asyncio.Event()
         self.shutting_down = False
+        self.containment: containment.Containment | None = None  # set by start
 
     async def start(self) -> None:
+        # First: kill what a crashed previous server on this data dir left running.
+        self.containment = containment.activate(self.settings.resolved_data_dir)
         await self.store.open()
         await self.sessions.load()
         await self.skills.rescan()
@@ -118,6 +127,8 @@ class Runtime:
         )
 
     async def close(self) -> None:
+        if self.containment is not None:  # every tool process still running ends with the server
+            containment.deactivate(self.containment)
         self.events.close()
         await self.providers.close()
         await self.store.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import signal
 
 import grpc
@@ -11,9 +12,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 from grpc_reflection.v1alpha._async import ReflectionServicer
 
-from .config import Settings
+from .config import Settings, exposed_listeners
 from .faces.auth import BearerTokenInterceptor
 from .faces.grpc.service import add_to_server
+from .faces.refusals import RefusalLog
 from .proto import code_agent_pb2 as pb
 from .runtime import Runtime
 from .tools.builtin import builtin_registry
@@ -30,13 +32,15 @@ class BindError(RuntimeError):
 
 
 class AgentServer:
-    """The grpc.aio server with CodeAgentService, grpc.health.v1 and reflection (v1alpha and v1)."""
+    """The grpc.aio server with CodeAgentService, grpc.health.v1 and reflection (v1alpha and v1);
+    TLS when the settings name a certificate and key."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, refusals: RefusalLog | None = None) -> None:
         self.runtime = runtime
+        self.refusals = refusals or RefusalLog()
         token = runtime.settings.auth_token
         self.server = grpc.aio.server(
-            interceptors=[BearerTokenInterceptor(token)] if token else None,
+            interceptors=[BearerTokenInterceptor(token, self.refusals)] if token else None,
             options=[
                 # Never share a port with another process: a taken port must be an error.
                 ("grpc.so_reuseport", 0),
@@ -65,8 +69,13 @@ class AgentServer:
         )
 
     def bind(self, address: str) -> int:
+        settings = self.runtime.settings
         try:
-            self.port = self.server.add_insecure_port(address)
+            if settings.tls_cert and settings.tls_key:
+                pair = (settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())
+                self.port = self.server.add_secure_port(address, grpc.ssl_server_credentials([pair]))
+            else:
+                self.port = self.server.add_insecure_port(address)
         except RuntimeError as exc:
             raise BindError(
                 f"cannot listen on {address}: the address is already in use or not available"
@@ -87,13 +96,35 @@ class AgentServer:
         await self.server.stop(grace_s)
 
 
+def raise_open_file_limit() -> None:
+    """Every connection, session database and tool pipe is a file descriptor: allow the most we may."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        log.debug("open files limit stays %d (hard limit %d): %s", soft, hard, exc)
+        return
+    log.debug("open files limit raised from %d to the hard limit %d", soft, hard)
+
+
 async def run(settings: Settings) -> int:
     """Serve until asked to stop; the exit code of `a3s-agent serve`."""
+    raise_open_file_limit()
+    if not settings.auth_token:
+        for listener in exposed_listeners(settings):  # check_serving let it through: the operator opted in
+            log.warning(
+                "serving %s WITHOUT a token (--allow-unauthenticated): anyone who can reach it can"
+                " run commands here",
+                listener,
+            )
     runtime = Runtime(settings, registry=builtin_registry())
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # first: a stop during start-up is a graceful one too
         loop.add_signal_handler(sig, runtime.shutdown_requested.set)
-    server = AgentServer(runtime)
+    refusals = RefusalLog()  # one for both faces: a flood on one cannot hide refusals on the other
+    server = AgentServer(runtime, refusals)
     try:
         port = server.bind(settings.listen)
     except BindError as exc:
@@ -106,13 +137,20 @@ async def run(settings: Settings) -> int:
     from .faces.http.spaces import spaces_routes
     from .spaces import Spaces
 
-    spaces = Spaces(settings.resolved_data_dir, runtime.registry, env=lambda: runtime.init.env)
+    spaces = Spaces(
+        settings.resolved_data_dir,
+        runtime.registry,
+        env=lambda: runtime.init.env,
+        max_runs=settings.max_space_runs,
+    )
     await spaces.open()
     http: HttpListener | None = None
     if settings.http_listen != "off":
         try:
             routes = spaces_routes(runtime, spaces)
-            http = await start_http(runtime, server.service, settings.http_listen, extra_routes=routes)
+            http = await start_http(
+                runtime, server.service, settings.http_listen, extra_routes=routes, refusals=refusals
+            )
         except HttpBindError as exc:
             log.error("%s", exc)
             await server.stop(0)
@@ -120,7 +158,8 @@ async def run(settings: Settings) -> int:
             await runtime.close()
             return 2
     host = settings.listen.rsplit(":", 1)[0]
-    log.info("a3s-agent %s serving on %s:%d", runtime.info.version, host, port)
+    scheme = "TLS" if settings.tls_cert else "plaintext"
+    log.info("a3s-agent %s serving on %s:%d (%s)", runtime.info.version, host, port, scheme)
     if http is not None:
         http_host = settings.http_listen.rsplit(":", 1)[0]
         log.info("HTTP (REST, server-sent events, WebSocket, /healthz) on %s:%d", http_host, http.port)
