@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from a3s_agent.proto import code_agent_pb2 as pb  # noqa: E402
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc  # noqa: E402
 from a3s_agent.tools.process import find_binary  # noqa: E402
+from tests.security.stored_sessions import write_sessions  # noqa: E402
 
 CONCURRENCY = 32
 
@@ -61,11 +62,13 @@ def _rss_mb(pid: int) -> float:
 class Process:
     """A server subprocess on a free port, stopped on exit."""
 
-    def __init__(self, argv: list[str], port: int, cwd: Path) -> None:
+    def __init__(self, argv: list[str], port: int, cwd: Path, env: dict[str, str] | None = None) -> None:
         self.port = port
         self.address = f"127.0.0.1:{port}"
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
 
     def wait_healthy(self, timeout_s: float = 20) -> float:
         """Seconds from process start until HealthCheck answers HEALTHY."""
@@ -95,13 +98,17 @@ class Process:
             self.proc.kill()
 
 
-def agent_process(workspace: Path, http_port: int | None = None) -> Process:
+def agent_process(
+    workspace: Path, http_port: int | None = None, source: Path | None = None, extra: tuple[str, ...] = ()
+) -> Process:
+    """`a3s-agent serve` on free ports; `source` runs another checkout's code (e.g. an older commit)."""
     port = _free_port()
     http_port = http_port or _free_port()
     argv = [sys.executable, "-m", "a3s_agent", "serve", "--listen", f"127.0.0.1:{port}",
             "--workspace", str(workspace), "--log-level", "WARNING", "--max-sessions", "10000000",
-            "--http-listen", f"127.0.0.1:{http_port}"]  # fmt: skip
-    return Process(argv, port, workspace)
+            "--http-listen", f"127.0.0.1:{http_port}", *extra]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(source)} if source is not None else None
+    return Process(argv, port, workspace, env)
 
 
 def bare_process(workspace: Path) -> Process:
@@ -565,6 +572,55 @@ async def bench_http(seconds: float, workspace: Path) -> list[Row]:
     ]
 
 
+SECURITY_BASELINE = "378f305"
+"""The last commit before the security issue's checks: measured beside today's code in one run."""
+
+
+def _checkout_of(commit: str, dest: Path) -> Path:
+    """The package source of `commit`, unpacked into `dest` (no work tree of ours is touched)."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", commit, "a3s_agent"], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    return dest
+
+
+async def _security_rates(workspace: Path, seconds: float, source: Path | None) -> tuple[float, float, float]:
+    http_port = _free_port()
+    with agent_process(workspace, http_port, source) as agent:
+        agent.wait_healthy()
+        health = await calls_per_second(agent.address, _health, seconds)
+        reads = await calls_per_second(agent.address, _read_file_call("small.txt"), seconds)
+        async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{http_port}") as client:
+            await _http_ready(client)
+            healthz = await _requests_per_second(client, "/healthz", seconds)
+    return health, reads, healthz
+
+
+async def bench_security(seconds: float, workspace: Path) -> list[Row]:
+    """The cost of the security checks: the same calls against the code before them and today's,
+    alternating (two rounds each, medians), so machine load affects both alike."""
+    (workspace / "small.txt").write_text(("lorem ipsum dolor sit amet " * 3 + "\n") * 50)  # ~4 KB
+    with tempfile.TemporaryDirectory() as old:
+        before_source = _checkout_of(SECURITY_BASELINE, Path(old))
+        runs: dict[str, list[tuple[float, float, float]]] = {"before": [], "after": []}
+        for _ in range(2):
+            runs["before"].append(await _security_rates(workspace, seconds, before_source))
+            runs["after"].append(await _security_rates(workspace, seconds, None))
+    before = [statistics.median(values) for values in zip(*runs["before"], strict=True)]
+    after = [statistics.median(values) for values in zip(*runs["after"], strict=True)]
+    rows = []
+    for index, name in enumerate(
+        ("HealthCheck calls/s", "ExecuteTool(read_file 4 KB) calls/s", "GET /healthz requests/s")
+    ):
+        rows += [
+            Row(f"{name}: before the security checks ({SECURITY_BASELINE})", f"{before[index]:,.0f}"),
+            Row(f"{name}: with them", f"{after[index]:,.0f}"),
+            Row(f"{name}: ratio (with / before)", f"{after[index] / before[index]:.2f}", ">= 0.9"),
+        ]
+    return rows
+
+
 async def _http_ready(client: aiohttp.ClientSession) -> None:
     """The HTTP face starts right after gRPC reports SERVING: wait for it."""
     for _ in range(200):
@@ -594,6 +650,116 @@ async def _requests_per_second(client: aiohttp.ClientSession, path: str, seconds
     return done / (time.perf_counter() - started)
 
 
+CLIENT_OPTIONS = [("grpc.max_send_message_length", 128 << 20), ("grpc.max_receive_message_length", 128 << 20)]
+MESSAGE_BYTES = 1_000_000  # the big request is made of messages of this size
+
+
+def _big_messages(megabytes: int) -> list[pb.Message]:
+    """Code-like text: `megabytes` messages of about 1 MB, each different (no count is cached)."""
+    line = "def handler_{n}(request):\n    return {{'status': {n}, 'items': [x * 2 for x in request]}}\n"
+    per_message = MESSAGE_BYTES // len(line.format(n=100000))
+    return [
+        pb.Message(
+            role=pb.Message.ROLE_USER,
+            content="".join(line.format(n=m * per_message + i) for i in range(per_message)),
+        )
+        for m in range(megabytes)
+    ]
+
+
+async def _health_latencies_during(call: Awaitable[object], address: str) -> list[float]:
+    """HealthCheck round trips (seconds), one after another on a connection of their own (as a
+    health probe has), while `call` runs."""
+    task = asyncio.ensure_future(call)
+    latencies: list[float] = []
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.CodeAgentServiceStub(channel)
+        await stub.HealthCheck(pb.HealthCheckRequest(), timeout=10)  # connected before measuring
+        while not task.done():
+            started = time.perf_counter()
+            await stub.HealthCheck(pb.HealthCheckRequest(), timeout=120)
+            latencies.append(time.perf_counter() - started)
+            await asyncio.sleep(0.01)
+    await task
+    return latencies
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else float("nan")
+
+
+async def health_during_big_requests(workspace: Path, megabytes: int) -> list[Row]:
+    """p99 HealthCheck latency while a CreateSession and a Generate of `megabytes` MB are processed."""
+    messages = _big_messages(megabytes)
+    rows: list[Row] = []
+    with (
+        FakeLLMProcess(0) as fake,
+        agent_process(workspace, extra=("--data-dir", str(workspace / ".data-big"))) as server,
+    ):
+        server.wait_healthy(120)
+        async with grpc.aio.insecure_channel(server.address, options=CLIENT_OPTIONS) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            llm = pb.LLMConfig(provider="openai", model="gpt-4o", base_url=fake.base_url, api_key="sk-bench")
+            await stub.Initialize(pb.InitializeRequest(config=pb.AgentConfig(llm=llm)))
+            requests: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+                (
+                    "CreateSession",
+                    lambda: stub.CreateSession(pb.CreateSessionRequest(initial_context=messages)),
+                ),
+            ]
+            session = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
+            requests.append(
+                ("Generate", lambda: stub.Generate(pb.GenerateRequest(session_id=session, messages=messages)))
+            )
+            for name, make in requests:
+                started = time.perf_counter()
+                latencies = await _health_latencies_during(make(), server.address)
+                took = time.perf_counter() - started
+                rows.append(Row(f"{name} of {megabytes} MB (s)", f"{took:.2f}"))
+                rows.append(
+                    Row(
+                        f"HealthCheck p99 during a {megabytes} MB {name} (ms)",
+                        f"{_p99(latencies) * 1000:.1f}",
+                        "< 100",
+                    )
+                )
+    return rows
+
+
+async def list_sessions_after_restart(workspace: Path, sessions: int, messages: int) -> list[Row]:
+    """Start-up time and ListSessions time over a store of sessions x messages."""
+    data_dir = workspace / ".data-many"
+    started = time.perf_counter()
+    write_sessions(data_dir, workspace, sessions, messages)
+    print(
+        f"[store of {sessions} x {messages} written in {time.perf_counter() - started:.1f}s]", file=sys.stderr
+    )
+    with agent_process(workspace, extra=("--data-dir", str(data_dir))) as server:
+        startup = server.wait_healthy(120)
+        async with grpc.aio.insecure_channel(server.address, options=CLIENT_OPTIONS) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            times = []
+            for _ in range(5):
+                started = time.perf_counter()
+                reply = await stub.ListSessions(pb.ListSessionsRequest(), timeout=600)
+                times.append(time.perf_counter() - started)
+            assert len(reply.sessions) == sessions, len(reply.sessions)
+    label = f"{sessions:,} sessions x {messages:,} messages"
+    return [
+        Row(f"start-up with {label} (s)", f"{startup:.2f}"),
+        Row(f"ListSessions with {label} (ms, median of 5)", f"{sorted(times)[2] * 1000:.1f}", "< 100"),
+    ]
+
+
+async def bench_sizes(seconds: float, workspace: Path) -> list[Row]:
+    """Big requests and big stores (`seconds` is unused: these are single big operations)."""
+    return [
+        *await health_during_big_requests(workspace, 50),
+        *await list_sessions_after_restart(workspace, 1000, 10_000),
+    ]
+
+
 SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "foundation": bench_foundation,
     "tools": bench_tools,
@@ -601,6 +767,8 @@ SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "context": bench_context,
     "control": bench_control,
     "http": bench_http,
+    "security": bench_security,
+    "sizes": bench_sizes,
 }
 
 

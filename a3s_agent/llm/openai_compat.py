@@ -9,6 +9,7 @@ Retries, backoff and Retry-After follow the OpenAI client's conventions.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import random
 from collections.abc import AsyncIterator, Iterator
@@ -108,7 +109,9 @@ class OpenAICompatibleProvider:
         import aiohttp
 
         try:
-            async with self._client().post(self._url, data=body, headers=self._headers) as response:
+            # A big body goes as a file-like object, written a chunk at a time between other work.
+            data = io.BytesIO(body) if len(body) > _BIG_BODY_CHARS else body
+            async with self._client().post(self._url, data=data, headers=self._headers) as response:
                 if response.status >= 400:
                     await _raise_for_status(response, self._shown_url)
                 if response.content_type == "application/json":  # a server that ignored stream=true

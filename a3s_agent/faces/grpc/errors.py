@@ -121,6 +121,10 @@ def rpc(fn: Callable[..., Any]) -> Callable[..., Any]:
     return unary
 
 
+INLINE_DECODE_BYTES = 1 << 20
+"""Requests bigger than this are decoded in a worker thread, so that other calls keep being answered."""
+
+
 def decoding(
     behavior: Callable[..., Any], request_type: type[Message], streaming: bool
 ) -> Callable[..., Any]:
@@ -128,6 +132,8 @@ def decoding(
 
     async def decode(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         try:
+            if len(raw) > INLINE_DECODE_BYTES:  # parsing holds the event loop: tens of ms on megabytes
+                return await asyncio.to_thread(request_type.FromString, raw)
             return request_type.FromString(raw)
         except (DecodeError, RecursionError) as exc:
             message = f"the request is not a valid {request_type.DESCRIPTOR.full_name}: {exc or 'nested too deeply'}"
