@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import grpc
@@ -9,9 +12,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from a3s_agent import __version__
+from a3s_agent.config import Settings
 from a3s_agent.proto import code_agent_pb2 as pb
 
-from .conftest import LiveServer
+from .conftest import LiveServer, running
 
 
 async def test_health_check_reports_version_uptime_sessions_workspace_and_store(live: LiveServer) -> None:
@@ -146,3 +150,76 @@ async def test_one_log_line_per_rpc_without_secrets(
     assert lines[1].startswith("rpc GetSession session=missing status=NOT_FOUND duration_ms=")
     assert len(lines) == 2
     assert "sk-never-log-me" not in caplog.text and "private words" not in caplog.text
+
+
+def restart_settings(workspace: Path, tmp_path: Path) -> Settings:
+    """Settings of a server on the `live` fixture's workspace and data dir (a restart of it)."""
+    return Settings(listen="127.0.0.1:0", workspace=workspace, data_dir=tmp_path / "data")
+
+
+async def test_a_later_initialize_replaces_the_stored_one(live: LiveServer, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    await live.stub.Initialize(
+        pb.InitializeRequest(
+            workspace=str(other),
+            config=pb.AgentConfig(tools=pb.ToolsConfig(enabled_tools=["read_file", "bash"])),
+            env={"FOO": "bar"},
+        )
+    )
+    await live.stub.Initialize(pb.InitializeRequest(config=pb.AgentConfig(llm=pb.LLMConfig(model="m2"))))
+    await live.server.stop(0)
+    await live.runtime.close()
+    async with running(restart_settings(live.workspace, tmp_path)) as again:
+        caps = await again.stub.GetCapabilities(pb.GetCapabilitiesRequest())
+        health = await again.stub.HealthCheck(pb.HealthCheckRequest())
+        env = again.runtime.tool_context(None).env
+    assert len(caps.tools) == 20  # the second Initialize named no tool list: all enabled
+    assert [m.model for m in caps.models] == ["m2"]
+    assert health.details["workspace"] == str(other.resolve())  # chosen once, kept until changed
+    assert env == {}
+
+
+async def test_restore_fails_closed_when_stored_tools_or_workspace_are_gone(
+    live: LiveServer, tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    await live.stub.Initialize(
+        pb.InitializeRequest(
+            workspace=str(other), config=pb.AgentConfig(tools=pb.ToolsConfig(enabled_tools=["read_file"]))
+        )
+    )
+    await live.server.stop(0)
+    await live.runtime.close()
+    other.rmdir()
+    # A later version no longer has the one tool the host enabled: none may be enabled, not all.
+    with closing(sqlite3.connect(tmp_path / "data" / "sessions.db")) as db, db:
+        (data,) = db.execute("SELECT data FROM initialization").fetchone()
+        stored = json.loads(data)
+        db.execute(
+            "UPDATE initialization SET data = ?",
+            (json.dumps({**stored, "enabled_tools": ["tool_removed_since"]}),),
+        )
+    async with running(restart_settings(live.workspace, tmp_path)) as again:
+        caps = await again.stub.GetCapabilities(pb.GetCapabilitiesRequest())
+        health = await again.stub.HealthCheck(pb.HealthCheckRequest())
+    assert stored["enabled_tools"] == ["read_file"]
+    assert [t.name for t in caps.tools] == []
+    assert health.details["workspace"] == str(live.workspace.resolve())
+
+
+async def test_an_llm_whose_base_url_carries_credentials_is_not_stored(
+    live: LiveServer, tmp_path: Path
+) -> None:
+    url = "https://user:pw-SECRET@llm.example/v1?key=q-SECRET"
+    await live.stub.Initialize(
+        pb.InitializeRequest(config=pb.AgentConfig(llm=pb.LLMConfig(model="m", base_url=url)))
+    )
+    await live.server.stop(0)
+    await live.runtime.close()
+    on_disk = b"".join(p.read_bytes() for p in (tmp_path / "data").rglob("*") if p.is_file())
+    assert b"SECRET" not in on_disk
+    async with running(restart_settings(live.workspace, tmp_path)) as again:
+        caps = await again.stub.GetCapabilities(pb.GetCapabilitiesRequest())
+    assert list(caps.models) == []  # the server's own (none here) until the host sends it again

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 
 ALLOWED_NAMES = frozenset({"PATH", "HOME", "LANG", "TERM", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL"})
 _ALLOWED_PREFIXES = ("LC_",)
-_SECRET_PATTERN = re.compile(r"(^A3S_AUTH_TOKEN(_FILE)?$|_API_KEY$|^A3S_LLM_|_SECRET$|_TOKEN$|_PASSWORD$)")
+_SECRET_PATTERN = re.compile(r"(^A3S_AUTH_TOKEN(_FILE)?$|^A3S_LLM_|(^|_)(API_KEY|SECRET|TOKEN|PASSWORD)$)")
 SECRET_NAMES_VARIABLE = "A3S_SECRET_ENV"
 """A comma-separated list of further variable names the operator marks secret."""
 
