@@ -1,31 +1,37 @@
 """Context accounting and compaction.
 
 Usage is counted offline with tiktoken over the conversation as it will next be sent (system
-prompt, live history, tool schemas). Compaction keeps the system prompt, the first user task and
-the most recent messages (never separating an assistant's tool calls from their results) and
-replaces the middle with a summary written by the LLM; when the LLM cannot, a deterministic
-fallback still shrinks the context (old tool outputs first, then the oldest turns).
+prompt, live history, tool schemas). Compaction works to a token budget: afterwards the whole
+prompt (system prompt with loaded skills' instructions, tool schemas, pinned messages, summary and
+recent messages) is at most the session's target share of the window. Pinned are the messages up to
+the first user task and any message with metadata `pinned: "true"`; the most recent turns are kept
+while they fit (an assistant's tool calls stay with their results; a turn too large to keep whole is
+cut with a marker) and the older ones are replaced by a summary the LLM writes. The summary is
+produced first and the new history replaces the old in one store transaction; when the LLM cannot
+summarise, a deterministic fallback (old tool outputs stubbed, oldest turns dropped) takes its place.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 from ..llm.messages import to_openai
 from ..llm.provider import CompletionRequest, Provider, TextDelta
-from ..llm.tokens import TokenCounter
-from .errors import AgentError
+from ..llm.tokens import REPLY_PRIMING, TokenCounter
+from .errors import AgentError, FailedPrecondition, InvalidArgument
 from .events import EventBus, EventType
 from .models import LLMConfig, Message, Session
 from .sessions import SessionManager
 
 DEFAULT_WINDOW = 128_000
 DEFAULT_THRESHOLD = 0.8
-DEFAULT_KEEP_RECENT = 20
+DEFAULT_TARGET = 0.5
+# Where a session's own threshold and target live in its extras: {"threshold": .., "target": ..}.
+SETTINGS_KEY = "compaction"
 # Windows of well-known model families, by name prefix; anything else gets DEFAULT_WINDOW.
 KNOWN_WINDOWS: tuple[tuple[str, int], ...] = (
     ("gpt-4.1", 1_047_576),
@@ -50,6 +56,11 @@ SUMMARY_PROMPT = (
     "messages again. Write short sections: Goal, Decisions made, Files touched (paths and what "
     "changed), Open questions, Next step. Keep exact names, paths, commands and error messages."
 )
+MAX_SUMMARY_TOKENS = 4_000  # the most a summary may take of the budget
+TRANSCRIPT_MESSAGE_CHARS = 4_000  # each message as the summariser reads it, cut beyond
+SUMMARY_WINDOW_SHARE = 0.6  # of the window, what one summary request (transcript part) may fill
+PINNED = "pinned"  # message metadata `pinned: "true"` keeps a message through every compaction
+COMPACTION = "compaction"  # message metadata naming what compaction wrote: "summary" or "note"
 _STUB = "[tool output removed to save context]"
 
 
@@ -76,7 +87,27 @@ class ContextUsage:
 class Compaction:
     before: ContextUsage
     after: ContextUsage
-    summarized_by: str  # "llm", "fallback" or "" when there was nothing to compact
+    summarized_by: str  # "llm", "fallback", "cut" (nothing to summarise, a turn cut) or "" (nothing done)
+    summary: str = ""  # the text of the summary (or fallback note) now in the history
+
+
+@dataclass
+class _Plan:
+    """Which groups of the history stay and where the summary goes."""
+
+    head: list[Message]  # up to the first user task: pinned
+    groups: list[list[Message]]  # the rest, an assistant's tool calls grouped with their results
+    pinned: set[int]  # indices of groups kept whatever happens
+    start: int  # groups from here on (not pinned) are the recent part; before it, summarised
+    cut: dict[int, list[Message]]  # recent groups too large to keep whole, cut to fit
+
+    def middle(self) -> list[Message]:
+        return [m for i, g in enumerate(self.groups[: self.start]) if i not in self.pinned for m in g]
+
+    def kept(self, summary: list[Message]) -> list[Message]:
+        older = [m for i in sorted(self.pinned) if i < self.start for m in self.groups[i]]
+        recent = [m for i in range(self.start, len(self.groups)) for m in self.cut.get(i, self.groups[i])]
+        return [*self.head, *older, *summary, *recent]
 
 
 class ContextManager:
@@ -90,7 +121,7 @@ class ContextManager:
         tool_schemas_for: Callable[[Session], list[dict[str, Any]]],
         prompt_for: Callable[[Session], str],
         threshold: float = DEFAULT_THRESHOLD,
-        keep_recent: int = DEFAULT_KEEP_RECENT,
+        target: float = DEFAULT_TARGET,
     ) -> None:
         self._sessions = sessions
         self._events = events
@@ -99,10 +130,26 @@ class ContextManager:
         self._tool_schemas_for = tool_schemas_for
         self._prompt_for = prompt_for
         self.threshold = threshold
-        self.keep_recent = keep_recent
+        self.target = target
 
     def window(self, session: Session) -> int:
         return session.config.max_context_length or model_window(self._llm_for(session).model)
+
+    def shares(self, session: Session) -> tuple[float, float]:
+        """(threshold, target) of `session`: its own settings, else the server's."""
+        own = session.extras.get(SETTINGS_KEY) or {}
+        return float(own.get("threshold", self.threshold)), float(own.get("target", self.target))
+
+    def checked_settings(self, current: Mapping[str, float], given: Mapping[str, float]) -> dict[str, float]:
+        """A session's compaction settings after `given` (from a request) changes `current`;
+        InvalidArgument when the target would not lie below the threshold."""
+        merged = {**current, **given}
+        threshold, target = merged.get("threshold", self.threshold), merged.get("target", self.target)
+        if target >= threshold:
+            raise InvalidArgument(
+                f"the compaction target ({target:g}) must be below the compaction threshold ({threshold:g})"
+            )
+        return merged
 
     def counter(self, session: Session) -> TokenCounter:
         return TokenCounter(self._llm_for(session).model)
@@ -124,50 +171,84 @@ class ContextManager:
         return await asyncio.to_thread(self._meter(session), history)
 
     async def over_threshold(self, session: Session, history: list[Message]) -> bool:
-        return (await self.measure(session, history)).total_tokens > self.threshold * self.window(session)
+        threshold, _ = self.shares(session)
+        return (await self.measure(session, history)).total_tokens > threshold * self.window(session)
 
-    async def compact(self, session_id: str) -> Compaction:
-        """Compact now (CompactContext, or automatically before a model call)."""
+    async def compact(self, session_id: str, *, overflowed: bool = False) -> Compaction:
+        """Compact now (CompactContext, before a model call past the threshold, or with `overflowed`
+        after the provider refused a prompt our count thought fitted: then to the target share of
+        what was refused, too). FailedPrecondition when the pinned content alone is over the budget."""
         session = self._sessions.get(session_id)
         history = await self._sessions.history(session_id)
         meter = self._meter(session)
+        counter = self.counter(session)
         before = await asyncio.to_thread(meter, history)
-        plan = _plan(history, self.keep_recent)
-        if plan is None:
+        window = self.window(session)
+        _, share = self.shares(session)
+        budget = int(share * window)
+        if overflowed:
+            budget = min(budget, int(share * before.total_tokens))
+        if before.total_tokens <= budget:
             return Compaction(before, before, "")
-        head, middle, tail = plan
-        try:
-            summary = await self._summarize(session, middle)
-            kept, how = [*head, _summary_message(summary, len(middle)), *tail], "llm"
-        except AgentError as exc:
-            self._events.publish(
-                EventType.WARNING, session_id, f"summary failed, compacting without it: {exc}"
-            )
-            target = int(self.threshold * self.window(session) * 0.5)
-            kept, how = await asyncio.to_thread(_fallback, meter, head, middle, tail, target), "fallback"
+        room = budget - (await asyncio.to_thread(meter, [])).total_tokens - REPLY_PRIMING
+        cost = partial(_cost, counter)
+        reserve = min(MAX_SUMMARY_TOKENS, max(room // 4, 0))
+        plan = await asyncio.to_thread(_plan, history, cost, room, reserve, budget)
+        middle = plan.middle()
+        if not middle:
+            kept, how, summary = plan.kept([]), "cut", ""
+        else:
+            try:
+                summary = await self._summarize(session, counter, middle, window, reserve)
+                note = _summary_message(summary, len(middle))
+                kept, how = plan.kept([note]), "llm"
+            except AgentError as exc:
+                self._events.publish(
+                    EventType.WARNING, session_id, f"summary failed, compacting without it: {exc}"
+                )
+                kept, how = await asyncio.to_thread(_fallback, plan, cost, room, budget), "fallback"
+                summary = next((m.content for m in kept if m.metadata.get(COMPACTION) == "note"), "")
+        kept = await asyncio.to_thread(_trimmed, kept, meter, budget)
         await self._sessions.replace_history(session_id, kept)
         after = await asyncio.to_thread(meter, kept)
         self._events.publish(
             EventType.INFO, session_id, "context_compacted",
             {"before_tokens": before.total_tokens, "after_tokens": after.total_tokens,
-             "before_messages": before.message_count, "after_messages": after.message_count, "by": how},
+             "before_messages": before.message_count, "after_messages": after.message_count,
+             "by": how, "summary": summary},
         )  # fmt: skip
-        return Compaction(before, after, how)
+        return Compaction(before, after, how, summary)
 
-    async def _summarize(self, session: Session, middle: list[Message]) -> str:
+    async def _summarize(
+        self, session: Session, counter: TokenCounter, middle: list[Message], window: int, reserve: int
+    ) -> str:
+        """The LLM's summary of `middle`, read in parts that each fit the window (each part's
+        summary carries the one before)."""
         llm = self._llm_for(session)
         if not llm.model:
             raise AgentError("no LLM is configured")
-        transcript = "\n\n".join(_transcript_line(m) for m in middle)
-        request = CompletionRequest(
-            model=llm.model,
-            messages=[{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": transcript}],
-        )
-        parts = [e.text async for e in self._provider_for(llm).stream(request) if isinstance(e, TextDelta)]
-        summary = "".join(parts).strip()
-        if not summary:
-            raise AgentError("the LLM returned an empty summary")
-        return summary
+        if reserve <= 0:
+            raise AgentError("no room is left for a summary")
+        part_tokens = max(int(SUMMARY_WINDOW_SHARE * window) - 2 * reserve, 1_000)
+        parts = await asyncio.to_thread(_transcript_parts, counter, middle, part_tokens)
+        summary = ""
+        for part in parts:
+            earlier = f"Summary of the conversation so far:\n{summary}\n\nIt went on:\n\n" if summary else ""
+            request = CompletionRequest(
+                model=llm.model,
+                messages=[
+                    {"role": "system", "content": SUMMARY_PROMPT},
+                    {"role": "user", "content": earlier + part},
+                ],
+                max_tokens=reserve,
+            )
+            pieces = [
+                e.text async for e in self._provider_for(llm).stream(request) if isinstance(e, TextDelta)
+            ]
+            summary = "".join(pieces).strip()
+            if not summary:
+                raise AgentError("the LLM returned an empty summary")
+        return await asyncio.to_thread(_cut_text, counter, summary, reserve)
 
 
 def _count(
@@ -181,63 +262,147 @@ def _count(
     return ContextUsage(counter.count_messages(read) + counter.count_tools(tools), completion, len(history))
 
 
-def _fallback(
-    meter: Callable[[list[Message]], ContextUsage],
-    head: list[Message],
-    middle: list[Message],
-    tail: list[Message],
-    target: int,
-) -> list[Message]:
-    """No LLM: stub the old tool outputs, then drop the oldest turns (into the recent ones if
-    need be, keeping the last) until the target is met."""
-    groups = _turn_groups([_without_output(m) for m in middle]) + _turn_groups(tail)
-    dropped = 0
-    while len(groups) > 1 and meter([*head, *_flat(groups)]).total_tokens > target:
-        dropped += len(groups.pop(0))
-    note = [
-        Message(role="user", content=f"[{dropped} earlier messages were removed to fit the context window]")
-    ]
-    return [*head, *(note if dropped else []), *_flat(groups)]
+def _cost(counter: TokenCounter, messages: list[Message]) -> int:
+    """Tokens `messages` add to a conversation (counts per message add up)."""
+    return sum(counter.count_message(to_openai(m)) for m in messages)
 
 
 def _plan(
-    history: list[Message], keep_recent: int
-) -> tuple[list[Message], list[Message], list[Message]] | None:
-    """(head, middle, tail): head ends with the first user message; tail starts at a turn boundary."""
-    first_user = next((i for i, m in enumerate(history) if m.role == "user"), None)
-    if first_user is None:
-        return None
-    start = max(len(history) - keep_recent, first_user + 1)
-    while start < len(history) and history[start].role == "tool":
-        start -= 1  # keep an assistant's tool calls together with their results
-    if start <= first_user + 1:
-        return None
-    return history[: first_user + 1], history[first_user + 1 : start], history[start:]
+    history: list[Message], cost: Callable[[list[Message]], int], room: int, reserve: int, budget: int
+) -> _Plan:
+    """What stays: the pinned content, then the newest turns within `room` less the summary's
+    `reserve` (the newest turn always, cut if need be)."""
+    first_user = next((i for i, m in enumerate(history) if m.role == "user"), -1)
+    head = history[: first_user + 1]
+    groups = _turn_groups(history[first_user + 1 :])
+    pinned = {i for i, g in enumerate(groups) if any(m.metadata.get(PINNED) == "true" for m in g)}
+    pinned_tokens = cost(head) + sum(cost(groups[i]) for i in pinned)
+    if pinned_tokens > room:
+        raise FailedPrecondition(
+            f"the pinned content does not fit: the system prompt, tool schemas, first task and pinned"
+            f" messages take {budget - room + pinned_tokens} tokens, more than the compaction target of"
+            f" {budget} tokens; unpin messages, unload skills, or raise max_context_length or the target"
+        )
+    plan = _Plan(head, groups, pinned, len(groups), {})
+    left = room - pinned_tokens - reserve
+    for index in range(len(groups) - 1, -1, -1):
+        if index in pinned:
+            plan.start = index
+            continue
+        size = cost(groups[index])
+        if size > left:
+            if index == len(groups) - 1:  # the newest turn stays, cut to what is left
+                plan.cut[index] = _cut_group(groups[index], cost, max(left, 0))
+                plan.start = index
+            break
+        left -= size
+        plan.start = index
+    return plan
+
+
+def _fallback(plan: _Plan, cost: Callable[[list[Message]], int], room: int, budget: int) -> list[Message]:
+    """No summary: the turns the summary would have covered lose their tool outputs and, oldest
+    first, as many as do not fit; a note says how many messages went."""
+    older = [g if i in plan.pinned else [_without_output(m) for m in g] for i, g in enumerate(plan.groups)]
+    recent = [plan.cut.get(i, g) for i, g in enumerate(plan.groups)]
+    groups = older[: plan.start] + recent[plan.start :]
+    note = _note(len(plan.middle()))
+    rest = _plan([*plan.head, *(m for g in groups for m in g)], cost, room, cost([note]), budget)
+    dropped = len(rest.middle())
+    return rest.kept([_note(dropped)] if dropped else [])
+
+
+def _note(dropped: int) -> Message:
+    text = f"[{dropped} earlier messages were removed to fit the context window; no summary could be made]"
+    return Message(role="user", content=text, metadata={COMPACTION: "note"})
+
+
+def _trimmed(
+    kept: list[Message], meter: Callable[[list[Message]], ContextUsage], budget: int
+) -> list[Message]:
+    """`kept` is planned with per-message counts; should the whole count still exceed the budget,
+    drop the oldest unpinned messages after the head (never the newest turn) until it fits."""
+    while meter(kept).total_tokens > budget:
+        first_user = next((i for i, m in enumerate(kept) if m.role == "user"), -1)
+        groups = _turn_groups(kept[first_user + 1 :])
+        droppable = next(
+            (i for i, g in enumerate(groups[:-1]) if not any(_kept_always(m) for m in g)),
+            None,
+        )
+        if droppable is None:
+            break
+        del groups[droppable]
+        kept = [*kept[: first_user + 1], *(m for g in groups for m in g)]
+    return kept
+
+
+def _kept_always(message: Message) -> bool:
+    return message.metadata.get(PINNED) == "true" or COMPACTION in message.metadata
+
+
+def _cut_group(group: list[Message], cost: Callable[[list[Message]], int], room: int) -> list[Message]:
+    """`group` with its largest contents cut (marked) until it fits `room` tokens, as near as can be."""
+    group = list(group)
+    originals = [m.content for m in group]
+    keeps = [len(text) for text in originals]
+    for _ in range(8):
+        over = cost(group) - room
+        index = max(range(len(group)), key=keeps.__getitem__)
+        if over <= 0 or keeps[index] == 0:
+            break
+        tokens = max(cost([group[index]]), 1)
+        keep = max(int(keeps[index] * (tokens - over) / tokens * 0.9) - 40, 0)
+        keeps[index] = keep if keep < keeps[index] else keeps[index] // 2
+        text = originals[index]
+        marker = f"\n[… cut: {len(text) - keeps[index]} of {len(text)} characters removed to fit the context window]"
+        group[index] = replace(group[index], content=text[: keeps[index]] + marker)
+    return group
+
+
+def _cut_text(counter: TokenCounter, text: str, tokens: int) -> str:
+    """`text` within `tokens` (a summary longer than asked for), cut with a marker."""
+    if counter.count_text(text) <= tokens:
+        return text
+    keep = len(text) * tokens // max(counter.count_text(text), 1) * 9 // 10
+    return text[:keep] + "\n[… summary cut to fit the context window]"
+
+
+def _transcript_parts(counter: TokenCounter, middle: list[Message], tokens: int) -> list[str]:
+    """The transcript of `middle` in parts of at most about `tokens` tokens."""
+    parts: list[list[str]] = [[]]
+    size = 0
+    for message in middle:
+        line = _transcript_line(message)
+        line_tokens = counter.count_text(line)
+        if parts[-1] and size + line_tokens > tokens:
+            parts.append([])
+            size = 0
+        parts[-1].append(line)
+        size += line_tokens
+    return ["\n\n".join(lines) for lines in parts]
 
 
 def _summary_message(summary: str, count: int) -> Message:
     return Message(
         role="user",
         content=f"[Summary of {count} earlier messages, compacted to save context]\n{summary}",
-        metadata={"compacted": "true"},
+        metadata={COMPACTION: "summary"},
     )
 
 
 def _transcript_line(message: Message) -> str:
-    calls = "".join(f"\n  -> {c.name}({c.arguments})" for c in message.tool_calls)
-    return f"{message.role}: {message.content}{calls}"
+    content = message.content
+    if len(content) > TRANSCRIPT_MESSAGE_CHARS:
+        cut = len(content) - TRANSCRIPT_MESSAGE_CHARS
+        content = f"{content[:TRANSCRIPT_MESSAGE_CHARS]} [… {cut} characters not shown]"
+    calls = "".join(f"\n  -> {c.name}({c.arguments[:TRANSCRIPT_MESSAGE_CHARS]})" for c in message.tool_calls)
+    return f"{message.role}: {content}{calls}"
 
 
 def _without_output(message: Message) -> Message:
     if message.role != "tool" or len(message.content) <= len(_STUB):
         return message
-    return Message(
-        role="tool",
-        content=_STUB,
-        tool_call_id=message.tool_call_id,
-        name=message.name,
-        metadata=message.metadata,
-    )
+    return replace(message, content=_STUB)
 
 
 def _turn_groups(messages: list[Message]) -> list[list[Message]]:
@@ -249,7 +414,3 @@ def _turn_groups(messages: list[Message]) -> list[list[Message]]:
         else:
             groups.append([message])
     return groups
-
-
-def _flat(groups: list[list[Message]]) -> list[Message]:
-    return [m for group in groups for m in group]

@@ -33,3 +33,7 @@ class Unavailable(AgentError):
 
 class Cancelled(AgentError):
     """The operation was cancelled on request (Cancel), not by the caller going away."""
+
+
+class ContextOverflow(FailedPrecondition):
+    """The LLM provider refused the prompt as longer than the model's context window."""

@@ -24,7 +24,7 @@ PageKey = tuple[int, str]
 
 def requested_page(context: Any) -> tuple[int, PageKey | None]:
     """(page size, key of the last session already listed) from the call's metadata."""
-    metadata = dict(_metadata(context))
+    metadata = dict(call_metadata(context))
     size_text = metadata.get(PAGE_SIZE_KEY)
     size = MAX_PAGE_SIZE
     if size_text is not None:
@@ -62,7 +62,7 @@ def _is_number(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= 20
 
 
-def _metadata(context: Any) -> tuple[tuple[str, str], ...]:
+def call_metadata(context: Any) -> tuple[tuple[str, str], ...]:
     """The call's metadata; none for callers that have none (the HTTP face's context)."""
     read = getattr(context, "invocation_metadata", None)
     return tuple(read() or ()) if read is not None else ()
