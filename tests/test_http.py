@@ -9,17 +9,20 @@ import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from a3s_agent.config import Settings
 from a3s_agent.faces.grpc.service import FEATURES, CodeAgentService
 from a3s_agent.faces.http import HttpBindError, start_http
 from a3s_agent.faces.http import app as http_app
+from a3s_agent.faces.readiness import Readiness
 from a3s_agent.proto import code_agent_pb2 as pb
 
-from .conftest import LiveServer, alive, new_session
+from .conftest import LiveServer, alive, new_session, running
 from .fake_llm import FakeLLM, broken_stream, delayed, text, tool_call
 
 USER = "ROLE_USER"
@@ -35,10 +38,15 @@ class Http:
 
 @asynccontextmanager
 async def serving(
-    server: LiveServer, address: str = "127.0.0.1:0", trust: ssl.SSLContext | None = None
+    server: LiveServer,
+    address: str = "127.0.0.1:0",
+    trust: ssl.SSLContext | None = None,
+    readiness: Readiness | None = None,
 ) -> AsyncIterator[Http]:
     """The HTTP face of `server` on `address`, and a client to it (over TLS trusting `trust`, if given)."""
-    listener = await start_http(server.runtime, CodeAgentService(server.runtime), address)
+    listener = await start_http(
+        server.runtime, CodeAgentService(server.runtime), address, readiness=readiness
+    )
     base_url = f"{'https' if trust else 'http'}://127.0.0.1:{listener.port}"
     try:
         async with aiohttp.ClientSession(
@@ -110,6 +118,74 @@ async def test_healthz_is_ok_while_serving_and_503_when_shutting_down(rest: Http
     assert reply.status == 503 and await reply.json() == {"status": "shutting_down"}
     health = await (await rest.client.get("/health")).json()
     assert health["status"] == "STATUS_UNHEALTHY" and health["message"] == "shutting down"
+
+
+HEALTH_SCHEMA = "a3s.code.agent-health.v1"
+
+
+async def test_the_probes_answer_without_the_token_and_whatever_the_host(
+    workspace: Path, tmp_path: Path
+) -> None:
+    settings = Settings(workspace=workspace, data_dir=tmp_path / "data", auth_token="s3cret-token")
+    async with running(settings) as server, serving(server) as http:
+        foreign = {"Host": "attacker.example"}
+        for path, status, body in [
+            ("/health/live", 200, {"schema": HEALTH_SCHEMA, "status": "live"}),
+            ("/health/ready", 200, {"schema": HEALTH_SCHEMA, "status": "ready"}),
+            ("/healthz", 200, None),
+        ]:
+            for headers in (None, foreign):
+                reply = await http.client.get(path, headers=headers)
+                assert reply.status == status, path
+                assert body is None or await reply.json() == body
+        assert (await http.client.get("/sessions")).status == 401  # the token still guards the rest
+        assert (await http.client.get("/sessions", headers=foreign)).status == 421
+        server.runtime.shutting_down = True
+        reply = await http.client.get("/health/ready")
+        assert reply.status == 503 and await reply.json() == {"schema": HEALTH_SCHEMA, "status": "not_ready"}
+        assert (await http.client.get("/health/live")).status == 200
+
+
+async def test_a_starting_server_refuses_work_and_says_not_ready(rest: Http) -> None:
+    readiness = Readiness(rest.server.runtime)  # as the server's own, before every face listens
+    async with serving(rest.server, readiness=readiness) as http:
+        reply = await http.client.get("/health/ready")
+        assert reply.status == 503 and (await reply.json())["status"] == "not_ready"
+        assert (await http.client.get("/healthz")).status == 503
+        message = await error_of(await http.client.post("/sessions", json={}), 503, "UNAVAILABLE")
+        assert "starting" in message
+        readiness.mark_ready()
+        assert (await http.client.get("/health/ready")).status == 200
+        assert (await http.client.post("/sessions", json={})).status == 201
+
+
+async def test_a_stop_ends_a_running_stream_with_the_reason_after_the_grace(
+    agent: LiveServer, fake: FakeLLM, tmp_path: Path
+) -> None:
+    marker = tmp_path / "sleep.pid"
+    fake.script(tool_call("bash", {"command": f"echo $$ > {marker}; exec sleep 60"}), text("never reached"))
+    session = await new_session(agent)
+    async with serving(agent, readiness=agent.server.readiness) as http:
+        stream = await http.client.post(
+            f"/sessions/{session}/generate/stream", json={"messages": [user("go")]}
+        )
+        for _ in range(600):  # the tool is running
+            if marker.exists() and marker.read_text().strip():
+                break
+            await asyncio.sleep(0.05)
+        sleep_pid = int(marker.read_text())
+        stopping = asyncio.create_task(agent.server.stop(1.0))
+        await asyncio.sleep(0)
+        reply = await http.client.get("/health/ready")
+        assert reply.status == 503 and (await reply.json())["status"] == "not_ready"
+        message = await error_of(await http.client.post("/sessions", json={}), 503, "UNAVAILABLE")
+        assert "shutting down" in message
+        events = await sse(stream)
+        await stopping
+    event, data = events[-1]
+    assert event == "error" and data["error"]["code"] == "UNAVAILABLE", events
+    assert "the server stopped" in data["error"]["message"]
+    assert not alive(sleep_pid)
 
 
 async def test_health_and_capabilities_are_the_rpc_replies_as_json(rest: Http) -> None:
@@ -479,7 +555,7 @@ async def test_a_taken_port_is_a_clear_error(live: LiveServer) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         address = f"127.0.0.1:{taken.getsockname()[1]}"
-        with pytest.raises(HttpBindError, match=f"cannot listen on {address}: already in use"):
+        with pytest.raises(HttpBindError, match=f"cannot listen for HTTP on {address}: already in use"):
             await start_http(live.runtime, CodeAgentService(live.runtime), address)
     with pytest.raises(HttpBindError, match="HOST:PORT"):
         await start_http(live.runtime, CodeAgentService(live.runtime), "no-port")

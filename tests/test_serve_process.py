@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shutil
 import signal
 import socket
@@ -115,14 +117,69 @@ async def test_after_restart_the_session_key_falls_back_to_the_server_key(tmp_pa
     await second.close()
 
 
+GRPC_CORE_LINE = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d", re.MULTILINE)
+"""gRPC core's own log lines (`E0000 00:00:00.000 ... chttp2_server.cc ... bind`)."""
+
+
 def test_a_taken_port_is_a_clear_error(server_process: ServerProcess) -> None:
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", server_process.port))
         blocker.listen()
         result = subprocess.run(server_process.command(), capture_output=True, text=True, timeout=30)
-    assert result.returncode != 0
-    assert f"cannot listen on {server_process.address}" in result.stderr
+    assert result.returncode == 2
+    assert f"cannot listen for gRPC on {server_process.address}" in result.stderr
     assert "already in use" in result.stderr
+    assert not GRPC_CORE_LINE.search(result.stderr), result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        (
+            "--listen",
+            "127.0.0.1:99999",
+            "--listen (LISTEN_ADDR) '127.0.0.1:99999': port 99999 is outside 0-65535",
+        ),
+        ("--http-listen", "127.0.0.1:65536", "port 65536 is outside 0-65535"),
+        (
+            "--coven-gateway",
+            "127.0.0.1:0",
+            "--coven-gateway (A3S_COVEN_GATEWAY) '127.0.0.1:0': port 0 is outside 1-65535",
+        ),
+        ("--listen", "no-such-host.invalid:4088", "cannot resolve host 'no-such-host.invalid'"),
+        ("--http-listen", "no-such-host.invalid:4089", "cannot resolve host 'no-such-host.invalid'"),
+        ("--coven-gateway", "no-such-host.invalid:7000", "cannot resolve host 'no-such-host.invalid'"),
+        ("--listen", ":4088", "names no host"),
+        ("--http-listen", "127.0.0.1", "is not HOST:PORT"),
+        ("--grace-seconds", "-1", "--grace-seconds must be zero or more seconds"),
+    ],
+)
+def test_bad_addresses_are_refused_at_start(
+    server_process: ServerProcess, flag: str, value: str, message: str
+) -> None:
+    command = [*server_process.command(), flag, value]  # the last flag given wins
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr and not GRPC_CORE_LINE.search(result.stderr), result.stderr
+
+
+def test_port_0_serves_on_a_free_port_and_logs_it(server_process: ServerProcess, tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    with log.open("w") as output:
+        proc = subprocess.Popen(
+            [*server_process.command(), "--listen", "127.0.0.1:0"], stdout=output, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while not (found := re.search(r"serving on 127\.0\.0\.1:(\d+)", log.read_text())):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        assert found.group(1) != "0"
+        wait_serving(f"127.0.0.1:{found.group(1)}", 15, None)
+    finally:
+        proc.terminate()
+        assert proc.wait(15) == 0
 
 
 def test_shutdown_rpc_stops_the_process_with_exit_0(server_process: ServerProcess) -> None:
@@ -145,6 +202,7 @@ def test_env_configures_listen_address_and_workspace(tmp_path: Path) -> None:
         "LISTEN_ADDR": server.address,
         "WORKSPACE": str(workspace),
         "A3S_HTTP_LISTEN": f"127.0.0.1:{server.http_port}",
+        "XDG_DATA_HOME": str(tmp_path / "xdg"),
     }
     proc = subprocess.Popen([sys.executable, "-m", "a3s_agent", "serve"], env=env, cwd=tmp_path, text=True)
     try:
@@ -152,7 +210,10 @@ def test_env_configures_listen_address_and_workspace(tmp_path: Path) -> None:
         with grpc.insecure_channel(server.address) as channel:
             health = pb_grpc.CodeAgentServiceStub(channel).HealthCheck(pb.HealthCheckRequest())
         assert health.details["workspace"] == str(workspace.resolve())
-        assert (workspace / ".a3s" / "sessions.db").exists()  # default data dir
+        digest = hashlib.sha256(str(workspace.resolve()).encode()).hexdigest()[:12]
+        data = tmp_path / "xdg" / "a3s-agent" / "workspaces" / f"ws-{digest}"
+        assert (data / "sessions.db").exists()  # the default data dir, outside the workspace
+        assert not (workspace / ".a3s").exists()
     finally:
         proc.terminate()
         assert proc.wait(15) == 0
@@ -214,20 +275,12 @@ def test_bad_settings_are_named_not_tracebacks(server_process: ServerProcess, na
 
 
 def test_serve_also_answers_http_on_its_own_port(server_process: ServerProcess) -> None:
-    import urllib.error
     import urllib.request
 
     server_process.start()
     base = f"http://127.0.0.1:{server_process.http_port}"
-    deadline = time.monotonic() + 15
-    while True:  # the HTTP face starts right after gRPC reports SERVING
-        try:
-            with urllib.request.urlopen(f"{base}/healthz", timeout=10) as reply:
-                assert reply.status == 200 and json.loads(reply.read())["status"] == "ok"
-                break
-        except urllib.error.URLError:
-            assert time.monotonic() < deadline, "HTTP never came up"
-            time.sleep(0.05)
+    with urllib.request.urlopen(f"{base}/healthz", timeout=10) as reply:  # listening before gRPC said SERVING
+        assert reply.status == 200 and json.loads(reply.read())["status"] == "ok"
     create = urllib.request.Request(
         f"{base}/v1/spaces", data=b"{}", method="POST", headers={"Content-Type": "application/json"}
     )

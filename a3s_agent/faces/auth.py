@@ -1,7 +1,8 @@
 """Bearer-token authentication for both faces (--auth-token-file, A3S_AUTH_TOKEN_FILE or A3S_AUTH_TOKEN).
 
 When a token is set, every gRPC call except grpc.health and reflection, and every HTTP route
-except /healthz, needs `authorization: Bearer <token>`; others get UNAUTHENTICATED / 401 and
+except the probes (/healthz, /health/live, /health/ready), needs `authorization: Bearer <token>`;
+others get UNAUTHENTICATED / 401 and
 a line in the shared RefusalLog (peer, method, why). The comparison takes constant time.
 """
 
@@ -9,10 +10,11 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 
+from .grpc.handlers import refusing
 from .refusals import RefusalLog
 
 if TYPE_CHECKING:
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
 
 # Probes must work without a token: container health checks and service discovery.
 GRPC_OPEN_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
-HTTP_OPEN_PATHS = frozenset({"/healthz"})
+HTTP_OPEN_PATHS = frozenset({"/healthz", "/health/live", "/health/ready"})  # the probes
 MISSING = "missing or wrong bearer token: send the header 'authorization: Bearer <token>'"
 
 
@@ -32,36 +34,6 @@ def token_matches(expected: str, header: str | None) -> bool:
 def _why(header: str | None) -> str:
     """Why a request was refused; never the header's value."""
     return "no bearer token" if not header else "wrong bearer token"
-
-
-def _refusal(
-    handler: grpc.RpcMethodHandler, refusals: RefusalLog, method: str, why: str
-) -> grpc.RpcMethodHandler:
-    """A handler of the same shape as `handler` that logs the refusal and refuses."""
-
-    async def refuse(context: grpc.aio.ServicerContext) -> None:
-        refusals.refused(context.peer(), method, why)
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, MISSING)
-
-    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await refuse(context)
-
-    async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await refuse(context)
-        yield  # pragma: no cover - makes this an async generator
-
-    kinds = {
-        (False, False): grpc.unary_unary_rpc_method_handler,
-        (False, True): grpc.unary_stream_rpc_method_handler,
-        (True, False): grpc.stream_unary_rpc_method_handler,
-        (True, True): grpc.stream_stream_rpc_method_handler,
-    }
-    make = kinds[(handler.request_streaming, handler.response_streaming)]
-    return make(
-        stream if handler.response_streaming else unary,
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
@@ -81,7 +53,13 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         if token_matches(self._token, header):
             return handler
         # The peer is known only inside the call, so the refusing handler logs it.
-        return _refusal(handler, self._refusals, details.method, _why(header))
+        why = _why(header)
+        return refusing(
+            handler,
+            grpc.StatusCode.UNAUTHENTICATED,
+            MISSING,
+            before=lambda context: self._refusals.refused(context.peer(), details.method, why),
+        )
 
 
 def http_middleware(token: str, refusals: RefusalLog) -> Callable[..., Awaitable[web.StreamResponse]]:

@@ -2,7 +2,10 @@
 
 Routes (bodies and replies are the proto messages' JSON forms, see bridge.py):
 
-    GET    /healthz                          200 {"status": "ok", ...}; 503 {"status": "shutting_down"}
+    GET    /healthz                          200 {"status": "ok", ...}; 503 {"status": "starting"}
+                                             or {"status": "shutting_down"}
+    GET    /health/live                      200 {"schema": "a3s.code.agent-health.v1", "status": "live"}
+    GET    /health/ready                     200 {..., "status": "ready"}; 503 {..., "status": "not_ready"}
     GET    /health                           HealthCheck (200 with the reply, also when unhealthy)
     GET    /capabilities                     GetCapabilities
     POST   /sessions                         CreateSession (body: CreateSessionRequest) → 201
@@ -19,7 +22,7 @@ Routes (bodies and replies are the proto messages' JSON forms, see bridge.py):
 Errors are `{"error": {"code": "NOT_FOUND", "message": ..., "details": object|null}}` with the
 HTTP status of bridge.HTTP_STATUS; a body over MAX_BODY_BYTES is 413. Before any route, guard.py
 refuses a foreign Host (421), a foreign browser Origin (403) and a body that is not JSON (415);
-listener.py binds the address behind the connection cap and the header timeout (connections.py).
+probes.py refuses new work with 503 UNAVAILABLE while the server starts or stops; listener.py binds the address behind the connection cap and the header timeout (connections.py).
 
 A stream answers `data: <reply JSON>` per reply, then `event: done` (`data: {}`). A failure
 before the first reply is a plain error response with its status; after it, `event: error`
@@ -43,9 +46,11 @@ from ...proto import code_agent_pb2 as pb
 from ...runtime import Runtime
 from ..auth import http_middleware
 from ..grpc.service import CodeAgentService
+from ..readiness import Phase, Readiness
 from ..refusals import RefusalLog
 from .bridge import Bridge, CallError, as_json, find_method, json_text, load_json, parse
 from .guard import RequestGuard
+from .probes import Probes
 from .ws import WebSocketFace
 
 log = logging.getLogger(__name__)
@@ -138,8 +143,11 @@ class _EventStream:
             await self._keepalive
 
 
-async def _sse(request: web.Request, replies: AsyncIterator[Message]) -> web.StreamResponse:
-    """Serve a stream of replies as server-sent events (driven from this one task)."""
+async def _sse(
+    request: web.Request, replies: AsyncIterator[Message], readiness: Readiness
+) -> web.StreamResponse:
+    """Serve a stream of replies as server-sent events (driven from this one task). A stream the
+    server's stop cancels ends with an UNAVAILABLE `event: error` saying so."""
     try:
         first: Message | None = await anext(replies)  # a failure here is a plain error response
     except StopAsyncIteration:
@@ -160,6 +168,12 @@ async def _sse(request: web.Request, replies: AsyncIterator[Message]) -> web.Str
             await events.send({"error": exc.to_json()}, "error")
     except ConnectionError:
         pass  # the client went away; closing the stream below stops the call
+    except asyncio.CancelledError:
+        if not readiness.took_back_stop():
+            raise
+        stopped = CallError(grpc.StatusCode.UNAVAILABLE, readiness.stop_message)
+        with suppress(ConnectionError):
+            await events.send({"error": stopped.to_json()}, "error")
     finally:
         await events.close()
         await replies.aclose()
@@ -169,9 +183,10 @@ async def _sse(request: web.Request, replies: AsyncIterator[Message]) -> web.Str
 class RestApi:
     """The REST routes over one Bridge."""
 
-    def __init__(self, runtime: Runtime, bridge: Bridge) -> None:
+    def __init__(self, runtime: Runtime, bridge: Bridge, readiness: Readiness) -> None:
         self._runtime = runtime
         self._bridge = bridge
+        self._readiness = readiness
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -192,8 +207,9 @@ class RestApi:
     async def healthz(self, request: web.Request) -> web.Response:
         """A probe for load balancers and Box; read straight off the runtime, so it logs nothing."""
         rt = self._runtime
-        if rt.shutting_down:
-            return _json({"status": "shutting_down"}, 503)
+        phase = self._readiness.phase
+        if phase is not Phase.READY:
+            return _json({"status": "starting" if phase is Phase.STARTING else "shutting_down"}, 503)
         return _json(
             {
                 "status": "ok",
@@ -228,7 +244,7 @@ class RestApi:
 
     async def stream_generate(self, request: web.Request) -> web.StreamResponse:
         message = parse(_STREAM_GENERATE, await _json_body(request), session_id=request.match_info["id"])
-        return await _sse(request, self._bridge.stream(_STREAM_GENERATE, message))
+        return await _sse(request, self._bridge.stream(_STREAM_GENERATE, message), self._readiness)
 
     async def stream_generate_get(self, request: web.Request) -> web.StreamResponse:
         """GET for EventSource clients: one user message in `?content=`; POST for everything else."""
@@ -244,7 +260,7 @@ class RestApi:
             session_id=request.match_info["id"],
             messages=[pb.Message(role=pb.Message.ROLE_USER, content=request.query["content"])],
         )
-        return await _sse(request, self._bridge.stream(_STREAM_GENERATE, message))
+        return await _sse(request, self._bridge.stream(_STREAM_GENERATE, message), self._readiness)
 
     async def execute_tool(self, request: web.Request) -> web.Response:
         arguments = await _json_body(request)
@@ -263,7 +279,7 @@ class RestApi:
         method = find_method(request.match_info["method"])
         message = parse(method, await _json_body(request))
         if method.streaming:
-            return await _sse(request, self._bridge.stream(method, message))
+            return await _sse(request, self._bridge.stream(method, message), self._readiness)
         return _json(as_json(await self._bridge.unary(method, message)))
 
 
@@ -272,21 +288,31 @@ def build_app(
     service: CodeAgentService,
     guard: RequestGuard,
     refusals: RefusalLog,
+    readiness: Readiness,
     extra_routes: Iterable[web.AbstractRouteDef] = (),
 ) -> web.Application:
     """The application; `extra_routes` (e.g. a RouteTableDef) are served next to ours.
 
     The guard runs before the token check, so that a browser's preflight (which never carries
-    the token) is answered, and a refused origin is refused whatever it sends."""
+    the token) is answered, and a refused origin is refused whatever it sends. The readiness
+    gate runs last: only a caller who passed both learns that the server is starting or stopping."""
     bridge = Bridge(service)
     token = runtime.settings.auth_token
+    probes = Probes(readiness)
     app = web.Application(
         client_max_size=MAX_BODY_BYTES,
-        middlewares=[_errors, guard.middleware, *([http_middleware(token, refusals)] if token else [])],
+        middlewares=[
+            _errors,
+            guard.middleware,
+            *([http_middleware(token, refusals)] if token else []),
+            probes.middleware,
+        ],
     )
     app.on_response_prepare.append(guard.on_response_prepare)
     sockets = WebSocketFace(bridge, MAX_BODY_BYTES)
-    app.add_routes([*RestApi(runtime, bridge).routes(), web.get("/ws", sockets.handle)])
+    app.add_routes(
+        [*RestApi(runtime, bridge, readiness).routes(), *probes.routes(), web.get("/ws", sockets.handle)]
+    )
     app.add_routes(extra_routes)
     app.on_shutdown.append(sockets.close_all)
     return app

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from ...runtime import Runtime
 from ..grpc.service import CodeAgentService
+from ..readiness import Readiness
 from ..refusals import RefusalLog
 from .app import build_app
 from .connections import ConnectionGate
@@ -47,7 +48,7 @@ class HttpListener:
 def _split(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise HttpBindError(f"cannot listen on {address!r}: expected HOST:PORT")
+        raise HttpBindError(f"cannot listen for HTTP on {address!r}: expected HOST:PORT")
     return host.strip("[]"), int(port)
 
 
@@ -83,17 +84,20 @@ async def start_http(
     *,
     extra_routes: Iterable[web.AbstractRouteDef] = (),
     refusals: RefusalLog | None = None,
+    readiness: Readiness | None = None,
 ) -> HttpListener:
     """Serve the HTTP face on `address` (HOST:PORT; port 0 picks a free one) in this event loop.
 
-    `refusals` is the server's shared log of refused requests (a new one when not given)."""
+    `refusals` is the server's shared log of refused requests (a new one when not given);
+    `readiness` the server's (when not given: ready now, stopping when the runtime is)."""
     settings = runtime.settings
     host, port = _split(address)
     refusals = refusals or RefusalLog()
     tls = tls_context(settings.tls_cert, settings.tls_key)
     guard = await _guard(runtime, host, refusals)
+    readiness = readiness or Readiness(runtime, ready=True)
     runner = web.AppRunner(
-        build_app(runtime, service, guard, refusals, extra_routes),
+        build_app(runtime, service, guard, refusals, readiness, extra_routes),
         handler_cancellation=True,  # a client that goes away cancels its call, as in gRPC
         access_log=None,  # the rpc wrapper logs every call; probes would flood an access log
         shutdown_timeout=settings.grace_seconds,
@@ -107,7 +111,7 @@ async def start_http(
     except OSError as exc:
         await runner.cleanup()
         raise HttpBindError(
-            f"cannot listen on {address}: already in use or not available ({exc.strerror or exc});"
+            f"cannot listen for HTTP on {address}: already in use or not available ({exc.strerror or exc});"
             " choose another with --http-listen or A3S_HTTP_LISTEN, or 'off'"
         ) from exc
     return HttpListener(runner, server, gate)
