@@ -656,7 +656,8 @@ async def test_the_coven_command_and_serve_flag_connect_as_an_agent(
     workspace = tmp_path / "ws"
     workspace.mkdir()
     coven_command = [sys.executable, "-m", "a3s_agent", "coven", "--gateway", gateway.address,
-                     "--name", "cli-agent", "--workspace", str(workspace)]  # fmt: skip
+                     "--name", "cli-agent", "--workspace", str(workspace),
+                     "--data-dir", str(tmp_path / "coven-data")]  # fmt: skip
     server = ServerProcess(workspace, tmp_path / "data")
     serve_command = [*server.command(), "--coven-gateway", gateway.address]
     for command, name in ((coven_command, "cli-agent"), (serve_command, None)):

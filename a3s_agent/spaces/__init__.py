@@ -28,6 +28,7 @@ from typing import Any, Literal, TypedDict, cast
 
 from ..config import DEFAULT_MAX_SPACE_RUNS
 from ..core.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from ..core.sqlite_store import Durability
 from ..tools.builtin import builtin_registry
 from ..tools.registry import ToolRegistry
 from .policies import DEFAULT_PRESET, PRESETS, PolicySpec, SpacePolicy, build_policy
@@ -101,13 +102,14 @@ class Spaces:
         registry: ToolRegistry,
         env: Callable[[], dict[str, str]] | None = None,
         max_runs: int = DEFAULT_MAX_SPACE_RUNS,
+        durability: Durability = "full",
     ) -> None:
         self._data_dir = Path(data_dir)
         self._registry = registry
         self._env = env or dict
         self._max_runs = max_runs
         self._running = 0  # runs started or resumed and not yet ended, including those still setting up
-        self._store = SpacesStore(self._data_dir / "spaces.db")
+        self._store = SpacesStore(self._data_dir / "spaces.db", durability)
         self._spaces: dict[str, Space] = {}
         self._active: dict[str, _ActiveRun] = {}
 

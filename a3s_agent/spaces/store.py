@@ -1,4 +1,5 @@
-"""SQLite persistence of spaces, runs and their events (`<data_dir>/spaces.db`, WAL mode).
+"""SQLite persistence of spaces, runs and their events (`<data_dir>/spaces.db`, WAL mode, commits
+synced as the session store's are: `A3S_DURABILITY`).
 
 The connection lives on one worker thread and each method is one hop to it. A run's events are
 written in one transaction when an execution segment ends (paused, completed or cancelled), not
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..core.errors import AlreadyExists
-from ..core.sqlite_store import connect
+from ..core.sqlite_store import Durability, connect
 
 T = TypeVar("T")
 
@@ -75,8 +76,9 @@ class RunRecord:
 
 
 class SpacesStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, durability: Durability = "full") -> None:
         self.path = path
+        self.durability = durability  # how commits are synced: see sqlite_store.connect
         self._db: sqlite3.Connection | None = None
         self._thread: ThreadPoolExecutor | None = None
 
@@ -89,7 +91,7 @@ class SpacesStore:
     async def open(self) -> None:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="a3s-spaces")
         self._db = await asyncio.get_running_loop().run_in_executor(
-            self._thread, connect, self.path, _MIGRATIONS
+            self._thread, connect, self.path, _MIGRATIONS, self.durability
         )
 
     async def close(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 from pathlib import Path
@@ -29,7 +30,8 @@ def write_atomically(target: Path, data: bytes, mode: int | None = None) -> None
 def write_atomically_at(dir_fd: int, name: str, data: bytes, mode: int | None = None) -> None:
     """write_atomically for the entry `name` of the open directory `dir_fd`: the temporary file is made
     and renamed in that directory, whatever its path has become meanwhile. The data is fsynced
-    before the rename, so after a crash the file holds the old or the new content."""
+    before the rename, so after a crash the file holds the old or the new content; the directory
+    is fsynced after it, so once this returns the new content survives a power loss too."""
     temp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     fd = os.open(temp, flags, 0o666 if mode is None else mode, dir_fd=dir_fd)
@@ -47,3 +49,22 @@ def write_atomically_at(dir_fd: int, name: str, data: bytes, mode: int | None = 
         except FileNotFoundError:
             pass
         raise
+    sync_directory(dir_fd)
+
+
+def sync_directory(dir_fd: int) -> None:
+    """fsync the directory `dir_fd` (an O_PATH handle will do), making its renames durable.
+
+    Skipped where that cannot be done: a directory we may write but not read cannot be opened for
+    the fsync, and some file systems refuse to fsync a directory (EINVAL)."""
+    try:
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    except PermissionError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+    finally:
+        os.close(fd)
