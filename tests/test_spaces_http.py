@@ -125,11 +125,11 @@ def test_the_ops_command_prints_the_events(tmp_path: Path) -> None:
         [sys.executable, "-m", "a3s_agent", "ops", str(tmp_path / "ops.json"), "--workspace", str(tmp_path)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # the run awaits an approval the command cannot give
     events = json.loads(result.stdout)
     assert events["status"] == "awaiting_approval" and events["events"][0]["path"] == "temp/x.txt"
     bad = subprocess.run(
         [sys.executable, "-m", "a3s_agent", "ops", str(tmp_path / "missing.json")],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
-    assert bad.returncode == 1 and "missing.json" in bad.stderr
+    assert bad.returncode == 2 and "missing.json" in bad.stderr

@@ -174,3 +174,65 @@ async def test_git_tools_explain_a_workspace_that_is_not_a_repository(
 ) -> None:
     result = await _execute(live, "git_status")
     assert not result.success and "not inside a git repository" in result.error
+
+
+# --- skill tools run as ListTools lists them; client tools are the client's ------------------------
+
+
+async def test_execute_tool_runs_a_session_skill_tool_that_list_tools_lists(live: LiveServer) -> None:
+    created = await live.stub.CreateSession(pb.CreateSessionRequest())
+    session_id = created.session_id
+    await live.stub.LoadSkill(pb.LoadSkillRequest(session_id=session_id, skill_name="word-count"))
+    listed = [t.name for t in (await live.stub.ListTools(pb.ListToolsRequest(session_id=session_id))).tools]
+    assert "count_lines" in listed
+    (live.workspace / "poem.txt").write_text("roses are red\nviolets are blue\n")
+    result = await _execute(live, "count_lines", session_id, path="poem.txt")
+    assert result.success, result.error
+    assert result.output.strip() == "poem.txt: 2 lines, 6 words, 31 bytes"
+    history = await live.runtime.sessions.history(session_id)
+    assert history[0].tool_calls[0].name == "count_lines" and "2 lines" in history[1].content
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await _execute(live, "count_lines", session_id, bogus="x")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "path" in err.value.details()
+    for elsewhere in ("", (await live.stub.CreateSession(pb.CreateSessionRequest())).session_id):
+        with pytest.raises(grpc.aio.AioRpcError) as err:  # the skill is loaded in one session only
+            await _execute(live, "count_lines", elsewhere, path="poem.txt")
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND and "count_lines" in err.value.details()
+
+
+async def test_execute_tool_batch_runs_server_wide_skill_tools(live: LiveServer) -> None:
+    await live.stub.LoadSkill(pb.LoadSkillRequest(skill_name="word-count"))
+    assert "count_lines" in [t.name for t in (await live.stub.ListTools(pb.ListToolsRequest())).tools]
+    (live.workspace / "a.txt").write_text("one\n")
+    calls = [
+        pb.ToolCall(id="a", name="count_lines", arguments=json.dumps({"path": "a.txt"})),
+        pb.ToolCall(id="b", name="count_lines", arguments=json.dumps({"path": "../outside.txt"})),
+    ]
+    reply = await live.stub.ExecuteToolBatch(pb.ExecuteToolBatchRequest(tool_calls=calls))
+    assert reply.results[0].success and reply.results[0].output.strip() == "a.txt: 1 lines, 1 words, 4 bytes"
+    assert not reply.results[1].success and "outside the workspace" in reply.results[1].output
+    session_id = (await live.stub.CreateSession(pb.CreateSessionRequest())).session_id
+    single = await _execute(live, "count_lines", session_id, path="a.txt")
+    assert single.success, single.error
+
+
+async def test_a_client_tool_is_refused_saying_the_client_runs_it(live: LiveServer) -> None:
+    session_id = (await live.stub.CreateSession(pb.CreateSessionRequest())).session_id
+    await live.stub.RegisterTool(pb.RegisterToolRequest(tool=pb.Tool(name="open_ticket", description="d")))
+    await live.stub.RegisterTool(
+        pb.RegisterToolRequest(session_id=session_id, tool=pb.Tool(name="page_oncall", description="d"))
+    )
+    for name, where in (("open_ticket", ""), ("open_ticket", session_id), ("page_oncall", session_id)):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await _execute(live, name, where)
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION, (name, where)
+        assert name in err.value.details() and "client runs it" in err.value.details()
+    with pytest.raises(grpc.aio.AioRpcError) as err:  # lent to one session, unknown elsewhere
+        await _execute(live, "page_oncall")
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    reply = await live.stub.ExecuteToolBatch(
+        pb.ExecuteToolBatchRequest(
+            session_id=session_id, tool_calls=[pb.ToolCall(id="t", name="page_oncall", arguments="{}")]
+        )
+    )
+    assert not reply.results[0].success and "client runs it" in reply.results[0].error

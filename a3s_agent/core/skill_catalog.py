@@ -7,9 +7,9 @@ rules; session loads are stored with the session (as the skill's text) and survi
 Server-wide loads (empty session id) last until the server stops.
 
 The repository being worked on is not trusted, the operator is. Skills from the operator's
-directories (--skills-dir, A3S_SKILL_DIRS, /a3s/skills) win over the workspace's own
-(`<workspace>/.a3s/skills`): a workspace skill with an operator skill's name is listed as shadowed
-and never loaded in its place. A workspace skill's `allowed-tools` become allow rules only when
+directories (--skills-dir, A3S_SKILL_DIRS, /a3s/skills, and last the example skills packaged with
+a3s-agent) win over the workspace's own (`<workspace>/.a3s/skills`): a workspace skill with an
+operator skill's name is listed as shadowed and never loaded in its place. A workspace skill's `allowed-tools` become allow rules only when
 the server runs with --trust-workspace-skills; otherwise they are ignored, with a warning.
 """
 
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from .skills import Skill
 
 log = logging.getLogger(__name__)
+
+# The examples shipped in the package: found without flags, after (and beneath) the operator's own.
+EXAMPLE_SKILLS_DIR = Path(__file__).resolve().parent.parent / "example_skills"
 
 Origin = Literal["operator", "workspace", "client"]
 
@@ -92,7 +95,7 @@ class SkillCatalog:
         self._parsed: dict[tuple[Origin, str], LoadedSkill | None] = {}  # sessions share parsed skills
 
     def _operator_dirs(self) -> list[Path]:
-        return [d for d in [*self._settings.skill_dirs, BOX_SKILLS_DIR] if d.is_dir()]
+        return [d for d in [*self._settings.skill_dirs, BOX_SKILLS_DIR, EXAMPLE_SKILLS_DIR] if d.is_dir()]
 
     def _workspace_dir(self, operator_dirs: list[Path]) -> Path | None:
         path = self._workspace() / ".a3s" / "skills"

@@ -6,8 +6,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from ..tools.registry import ToolContext, ToolOutput, ToolRegistry
-from .errors import AgentError, InvalidArgument, ResourceExhausted
+from ..tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
+from .errors import AgentError, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from .models import Message, Session, ToolCall
 from .sessions import SessionManager
 
@@ -37,10 +37,12 @@ class ToolRunner:
         max_batch: int,
         *,
         max_calls: int,
+        tools_for: Callable[[Session | None], list[Tool]],
     ) -> None:
         self._registry = registry
         self._sessions = sessions
         self._context_for = context_for
+        self._tools_for = tools_for
         self._max_batch = max_batch
         self._max_calls = max_calls
         self._running = 0  # ExecuteTool and ExecuteToolBatch requests in progress
@@ -59,11 +61,34 @@ class ToolRunner:
         finally:
             self._running -= 1
 
+    def _tool(self, name: str, session: Session | None) -> Tool:
+        """What ListTools lists for the session: a built-in (the registry says when one is disabled),
+        or a tool of a loaded skill. A client's tool (RegisterTool) is the client's to run."""
+        if self._registry.has(name):
+            return self._registry.get(name)
+        found = next((tool for tool in self._tools_for(session) if tool.name == name), None)
+        if found is None:
+            where = f"session {session.id!r}" if session is not None else "the server (no session_id)"
+            raise NotFound(f"unknown tool {name!r}: ListTools shows the tools of {where}")
+        if found.external:
+            raise FailedPrecondition(
+                f"tool {name!r} was lent by a client (RegisterTool): the client runs it, in a generation"
+                " that calls it (as an external task); the server cannot run it"
+            )
+        return found
+
+    async def _run(
+        self, name: str, arguments: str, session: Session | None, context: ToolContext
+    ) -> ToolOutput:
+        tool = self._tool(name, session)
+        return await tool.execute(tool.parse_arguments(arguments), context)
+
     async def execute(self, session_id: str, name: str, arguments: str) -> ToolOutput:
-        """One call; unknown tools and bad arguments raise (NotFound / InvalidArgument)."""
+        """One call; unknown tools (NotFound), client tools (FailedPrecondition) and bad arguments
+        (InvalidArgument) raise."""
         session = self._sessions.get(session_id) if session_id else None
         with self._slot():
-            result = await self._registry.run(name, arguments, self._context_for(session))
+            result = await self._run(name, arguments, session, self._context_for(session))
             if session is not None:
                 await self._record(
                     session, [(ToolCall(id=new_call_id(), name=name, arguments=arguments), result)]
@@ -81,7 +106,7 @@ class ToolRunner:
             for call in calls:
                 call = ToolCall(id=call.id or new_call_id(), name=call.name, arguments=call.arguments)
                 try:
-                    result = await self._registry.run(call.name, call.arguments, context)
+                    result = await self._run(call.name, call.arguments, session, context)
                 except AgentError as exc:
                     result = ToolOutput(success=False, error=str(exc))
                 done.append((call, result))

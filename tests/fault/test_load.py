@@ -2,8 +2,9 @@
 (a small delay, a tool loop), with event subscribers and a HealthCheck prober running throughout.
 
 No stream may fail or lose a chunk, the subscribers must account for every generation, the server's
-RSS growth must stay bounded and HealthCheck must stay responsive. The figures are printed on a
-`LOAD:` line and, when `A3S_LOAD_REPORT` names a file, written there as JSON.
+RSS growth must stay bounded and HealthCheck must stay responsive. The figures go to the log (a
+`LOAD:` line at DEBUG: `--log-cli-level=DEBUG` shows it) and, when `A3S_LOAD_REPORT` names a file,
+there as JSON; a quiet run (`pytest -q`) prints none of them.
 
 Defaults suit CI (200 sessions for 10 s); `A3S_LOAD_SESSIONS`, `A3S_LOAD_SECONDS`,
 `A3S_LOAD_SUBSCRIBERS` run it bigger or longer (the issue's figure is 200 sessions for 60 s).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -33,6 +35,7 @@ from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from .conftest import FakeLLMProcess, LoggedServer, env_number, rss_kb
 
 pytestmark = pytest.mark.fault
+log = logging.getLogger(__name__)
 
 SESSIONS = int(env_number("A3S_LOAD_SESSIONS", 200))
 SECONDS = env_number("A3S_LOAD_SECONDS", 10)
@@ -207,8 +210,10 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def report(figures: Figures) -> None:
-    print(
-        f"\nLOAD: {figures.sessions} sessions x {figures.seconds:g} s: {figures.streams} streams "
+    """The figures to the log at DEBUG and to the A3S_LOAD_REPORT file, never to stdout: a quiet
+    test run shows no numbers without the machine and load that explain them."""
+    log.debug(
+        f"LOAD: {figures.sessions} sessions x {figures.seconds:g} s: {figures.streams} streams "
         f"({figures.streams_per_s:.1f}/s, {figures.chunks} chunks, 0 errors); HealthCheck under load "
         f"p50 {figures.health_p50_ms:.1f} ms, p99 {figures.health_p99_ms:.1f} ms, "
         f"max {figures.health_max_ms:.1f} ms ({figures.health_probes} probes); RSS "
@@ -292,15 +297,12 @@ def summarize(
     figures.events_dropped = sum(s.dropped for s in subscribers)
 
 
-async def test_concurrent_streams_with_subscribers_lose_nothing_and_stay_responsive(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+async def test_concurrent_streams_with_subscribers_lose_nothing_and_stay_responsive(tmp_path: Path) -> None:
     figures = Figures(sessions=SESSIONS, seconds=SECONDS)
     async with load_target(tmp_path) as server:
         await run_load(server, figures)
         assert "Traceback" not in server.log(), server.log()[-4000:]
-    with capsys.disabled():
-        report(figures)
+    report(figures)
     assert figures.streams >= SESSIONS, "every session completed at least one stream"
     assert figures.health_p99_ms < MAX_P99_HEALTH_S * 1000, figures
     assert figures.rss_after_mb - figures.rss_before_mb < MAX_RSS_GROWTH_MB, figures

@@ -27,6 +27,7 @@ SERVER_SECRETS = {
     "COMPANY_DB_URL": "postgres://admin:SECRET-4@db",  # marked secret by the operator (A3S_SECRET_ENV)
 }
 MARKED = frozenset({"COMPANY_DB_URL"})
+EXAMPLES = {"python-testing", "word-count"}  # the examples the package ships: always available
 
 ASK = pb.PERMISSION_DECISION_ASK
 ALLOW = pb.PERMISSION_DECISION_ALLOW
@@ -119,7 +120,7 @@ async def test_a_workspace_skill_reaching_for_secrets_is_skipped(server: LiveSer
     write(skills, "thief", skill("thief", env="[OPENAI_API_KEY]", tools=binary))
     write(skills, "sneak", skill("sneak", tools=binary))
     listed = await server.stub.ListSkills(pb.ListSkillsRequest())
-    assert [s.name for s in listed.skills] == []
+    assert [s.name for s in listed.skills if s.name not in EXAMPLES] == []
     for name in ("thief", "sneak"):
         with pytest.raises(grpc.aio.AioRpcError) as missing:
             await server.stub.LoadSkill(
@@ -215,7 +216,9 @@ async def test_an_operator_skill_wins_over_the_repositorys_of_the_same_name(
     async with running(settings) as server:
         await initialize(server, fake)
         listed = [
-            (s.name, dict(s.metadata)) for s in (await server.stub.ListSkills(pb.ListSkillsRequest())).skills
+            (s.name, dict(s.metadata))
+            for s in (await server.stub.ListSkills(pb.ListSkillsRequest())).skills
+            if s.name not in EXAMPLES
         ]
         session_id = await ask_by_default(server)
         loaded = await server.stub.LoadSkill(pb.LoadSkillRequest(session_id=session_id, skill_name="deploy"))

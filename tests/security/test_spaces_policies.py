@@ -148,7 +148,7 @@ def test_ops_blocks_a_symlink_to_a_secret(tmp_path: Path) -> None:
         [sys.executable, "-m", "a3s_agent", "ops", str(tmp_path / "ops.json"), "--workspace", str(root)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # a denied operation did not succeed
     assert json.loads(result.stdout)["events"][0]["type"] == "policyDenied"
     assert "top-secret" not in result.stdout
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ...core.agent import (
     DEFAULT_MAX_TOOL_CALLS,
@@ -80,6 +82,48 @@ def session_config_from_pb(config: pb.SessionConfig) -> SessionConfig:
     )
 
 
+CONFIG_MODE_KEY = "a3s-config-mode"
+COMPACT_THRESHOLD_KEY = "a3s-compact-threshold"
+COMPACT_TARGET_KEY = "a3s-compact-target"
+_SHARE_KEYS = {COMPACT_THRESHOLD_KEY: "threshold", COMPACT_TARGET_KEY: "target"}
+
+
+@dataclass
+class ConfigMetadata:
+    """What CreateSession and ConfigureSession read from request metadata: `a3s-config-mode`
+    (`merge`, the default, or `replace`: the request's config replaces the session's, so false and
+    empty values count) and the compaction shares `a3s-compact-threshold`, `a3s-compact-target`."""
+
+    replace_all: bool
+    compaction: dict[str, float]
+
+
+def config_metadata(metadata: Sequence[tuple[str, str]]) -> ConfigMetadata:
+    values = dict(metadata)
+    mode = values.get(CONFIG_MODE_KEY, "merge").strip().lower()
+    if mode not in ("merge", "replace"):
+        raise InvalidArgument(f"{CONFIG_MODE_KEY} must be merge or replace, not {mode[:50]!r}")
+    shares = {name: _share(values[key], key) for key, name in _SHARE_KEYS.items() if key in values}
+    return ConfigMetadata(mode == "replace", shares)
+
+
+def compaction_metadata(threshold: float, target: float) -> tuple[tuple[str, str], ...]:
+    """The session's compaction shares, as replies carry them in trailing metadata."""
+    return (COMPACT_THRESHOLD_KEY, f"{threshold:g}"), (COMPACT_TARGET_KEY, f"{target:g}")
+
+
+def _share(text: str, key: str) -> float:
+    try:
+        share = float(text)
+    except ValueError:
+        share = math.nan
+    if not 0 < share < 1:
+        raise InvalidArgument(
+            f"{key} must be a share of the context window above 0 and below 1, not {text[:50]!r}"
+        )
+    return share
+
+
 def session_config_to_pb(config: SessionConfig) -> pb.SessionConfig:
     out = pb.SessionConfig(
         name=config.name,
@@ -133,8 +177,20 @@ def message_from_pb(message: pb.Message, field: str) -> Message:
                 kind=kind, name=item.name, mime_type=item.mime_type, content=item.content, url=item.url
             )
         )
+    tool_call_id = ""
+    if role == "tool":
+        tool_call_id = message.metadata.get("tool_call_id", "").strip()
+        if not tool_call_id:
+            raise InvalidArgument(
+                f"{field}.metadata.tool_call_id is required for a ROLE_TOOL message: the id of the"
+                " assistant's tool call it answers"
+            )
     return Message(
-        role=role, content=message.content, attachments=attachments, metadata=dict(message.metadata)
+        role=role,
+        content=message.content,
+        attachments=attachments,
+        metadata=dict(message.metadata),
+        tool_call_id=tool_call_id,
     )
 
 
