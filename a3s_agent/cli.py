@@ -9,10 +9,10 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .config import ConfigError, check_serving, settings_from
+from .config import ConfigError, check_address, check_serving, settings_from
 
 if TYPE_CHECKING:
     import grpc
@@ -33,7 +33,9 @@ def _parser() -> argparse.ArgumentParser:
         "--workspace", help="the workspace directory (env WORKSPACE; default: current directory)"
     )
     serve.add_argument(
-        "--data-dir", help="where sessions are stored (env A3S_DATA_DIR; default <workspace>/.a3s)"
+        "--data-dir",
+        help="where sessions are stored (env A3S_DATA_DIR; default"
+        " ~/.local/share/a3s-agent/workspaces/<name>-<hash>, under $XDG_DATA_HOME if set)",
     )
     serve.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (env A3S_LOG_LEVEL; default INFO)")
     serve.add_argument("--max-sessions", type=int, help="most sessions held at once (env A3S_MAX_SESSIONS)")
@@ -86,6 +88,12 @@ def _parser() -> argparse.ArgumentParser:
         "--coven-gateway",
         help="also connect to this coven gateway (HOST:PORT) as an agent (env A3S_COVEN_GATEWAY)",
     )
+    serve.add_argument(
+        "--grace-seconds",
+        type=float,
+        help="on SIGTERM/SIGINT/Shutdown: how long running calls may go on before they are cancelled"
+        " (env A3S_GRACE_SECONDS; default 10)",
+    )
     coven = commands.add_parser("coven", help="connect to a coven gateway as an agent")
     coven.add_argument("--gateway", required=True, help="HOST:PORT of the gateway")
     coven.add_argument("--name", help="the agent's name (default a3s-agent@HOSTNAME)")
@@ -96,7 +104,9 @@ def _parser() -> argparse.ArgumentParser:
         "--workspace", help="the workspace directory (env WORKSPACE; default: current directory)"
     )
     coven.add_argument(
-        "--data-dir", help="where sessions are stored (env A3S_DATA_DIR; default <workspace>/.a3s)"
+        "--data-dir",
+        help="where sessions are stored (env A3S_DATA_DIR; default"
+        " ~/.local/share/a3s-agent/workspaces/<name>-<hash>, under $XDG_DATA_HOME if set)",
     )
     ops = commands.add_parser("ops", help="run an Agent Spaces operations message and print the events")
     ops.add_argument("file", help="the operations message (JSON)")
@@ -137,6 +147,7 @@ def _coven(args: argparse.Namespace) -> int:
     from .tools.builtin import builtin_registry
 
     try:
+        check_address(args.gateway, "--gateway", listener=False)
         settings = settings_from(workspace=args.workspace, data_dir=args.data_dir)
     except ConfigError as exc:
         print(f"a3s-agent: {exc}", file=sys.stderr)
@@ -223,8 +234,19 @@ def _health(address: str, timeout_s: float, ca_file: str | None, server_name: st
     return 0
 
 
+def _ops_failures(result: dict[str, Any]) -> int:
+    """How many events say an operation did not succeed: failed, invalid, denied or left awaiting
+    approval (the command cannot resume a run)."""
+    return sum(
+        event.get("success") is False or event.get("type") in {"error", "policyDenied", "approvalRequired"}
+        for event in result["events"]
+    )
+
+
 def _ops(file: Path, workspace: Path, policy: str) -> int:
-    """Print the events message; exit 1 when the message itself is invalid, 0 otherwise."""
+    """Print the events message. Exit 0 when every operation succeeded, 1 when one failed, was
+    invalid or denied, or awaits approval; 2 when nothing ran (the file, message, workspace or
+    policy is invalid: the reason goes to stderr)."""
     import json
 
     from .core.errors import AgentError
@@ -234,13 +256,28 @@ def _ops(file: Path, workspace: Path, policy: str) -> int:
         result = asyncio.run(run_operations_file(file, workspace.resolve(), policy))
     except (AgentError, OSError) as exc:
         print(f"a3s-agent ops: {exc}", file=sys.stderr)
-        return 1
+        return 2
     print(json.dumps(result, indent=2))
+    failures = _ops_failures(result)
+    if failures or result["status"] != "completed":
+        print(
+            f"a3s-agent ops: run {result['status']}; {failures} of {len(result['events'])} events report"
+            " an operation that did not succeed",
+            file=sys.stderr,
+        )
+        return 1
     return 0
+
+
+def _quiet_grpc() -> None:
+    """gRPC core writes its own log lines (`E0000 ... chttp2_server.cc ... bind`) to stderr; our
+    messages say what went wrong. Unless the operator set GRPC_VERBOSITY: before grpc is imported."""
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _quiet_grpc()
     if args.command == "health":
         ca_file = args.tls_ca or os.environ.get("A3S_TLS_CERT")
         server_name = args.tls_server_name or os.environ.get("A3S_TLS_SERVER_NAME")
@@ -278,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                 tls_key=args.tls_key,
                 trust_workspace_skills=args.trust_workspace_skills,
                 workspace_root=args.workspace_root,
+                grace_seconds=args.grace_seconds,
             )
             check_serving(settings)
         except ConfigError as exc:

@@ -3,23 +3,32 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import re
+import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
 from .core.models import LLMConfig
+from .core.sqlite_store import DURABILITY_LEVELS, Durability
+from .datadir import default_data_dir, legacy_data_dir
 from .tools.environment import operator_secret_names
+
+log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN = "127.0.0.1:4088"
 DEFAULT_HTTP_LISTEN = "127.0.0.1:4089"
 DEFAULT_MAX_SESSIONS = 1000
 DEFAULT_MAX_GENERATIONS = 256
 DEFAULT_MAX_TOOLS_PER_REQUEST = 50
-DEFAULT_MAX_CONTEXT_TOKENS = 128_000
+DEFAULT_MAX_CONTEXT_TOKENS = 2_000_000  # the largest max_context_length a session may set
+DEFAULT_COMPACT_THRESHOLD = 0.8  # share of the window past which auto-compaction runs
+DEFAULT_COMPACT_TARGET = 0.5  # share of the window the whole prompt fits in after compaction
 DEFAULT_GRACE_SECONDS = 10.0
 DEFAULT_LLM_TIMEOUT_S = 120.0
 DEFAULT_LLM_RETRIES = 3
@@ -50,12 +59,15 @@ class Settings:
     coven_gateway: str = ""  # HOST:PORT of a coven gateway to serve as an agent, alongside the server
     workspace: Path = field(default_factory=Path.cwd)
     data_dir: Path | None = None
+    durability: Durability = "full"  # how store commits are synced (A3S_DURABILITY): see sqlite_store.connect
     log_level: str = "INFO"
     llm: LLMConfig = field(default_factory=LLMConfig)
     max_sessions: int = DEFAULT_MAX_SESSIONS
     max_generations: int = DEFAULT_MAX_GENERATIONS
     max_tools_per_request: int = DEFAULT_MAX_TOOLS_PER_REQUEST
     max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
+    compact_threshold: float = DEFAULT_COMPACT_THRESHOLD
+    compact_target: float = DEFAULT_COMPACT_TARGET
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     llm_timeout_s: float = DEFAULT_LLM_TIMEOUT_S
     llm_retries: int = DEFAULT_LLM_RETRIES
@@ -68,10 +80,25 @@ class Settings:
         """The directory every session workspace must lie in: --workspace-root, else the workspace."""
         return (self.workspace_root or self.workspace).resolve()
 
-    @property
+    @cached_property
     def resolved_data_dir(self) -> Path:
-        """The data directory; `<workspace>/.a3s` unless set."""
-        return (self.data_dir or self.workspace / ".a3s").resolve()
+        """The data directory (Runtime.start creates it): --data-dir (A3S_DATA_DIR); else
+        `<workspace>/.a3s` if a server of the old default left its sessions there (with a warning,
+        once); else datadir.default_data_dir, outside the workspace."""
+        if self.data_dir is not None:
+            return self.data_dir.resolve()
+        legacy = legacy_data_dir(self.workspace)
+        if legacy is None:
+            return default_data_dir(self.workspace)
+        log.warning(
+            "using %s, inside the workspace, as the data directory: a server of the old default left"
+            " its sessions there, and git may pick them up. To move them, stop the server and move its"
+            " files there (sessions.db*, spaces.db*, ...; not skills/) to %s, or set --data-dir"
+            " (A3S_DATA_DIR)",
+            legacy.resolve(),
+            default_data_dir(self.workspace),
+        )
+        return legacy.resolve()
 
 
 def llm_from_env(env: Mapping[str, str]) -> LLMConfig:
@@ -117,6 +144,24 @@ def _number(
     return number
 
 
+def _share(env: Mapping[str, str], name: str, default: float) -> float:
+    """A share of the context window: a number above 0 and below 1."""
+    share = _number(env, name, default, float)
+    if share >= 1:
+        raise ConfigError(f"{name} must be a share of the window below 1 (e.g. 0.5), not {env[name]!r}")
+    return share
+
+
+def _durability(env: Mapping[str, str]) -> Durability:
+    """A3S_DURABILITY: full (the default) or normal."""
+    value = env.get("A3S_DURABILITY", "")
+    wanted = value.strip().lower() or "full"
+    for level in DURABILITY_LEVELS:
+        if wanted == level:
+            return level
+    raise ConfigError(f"A3S_DURABILITY must be {' or '.join(DURABILITY_LEVELS)}, not {value!r}")
+
+
 _TOKEN_CHARACTERS = re.compile(r"[\x21-\x7e]+")  # it travels in a header: printable ASCII, no spaces
 
 
@@ -157,6 +202,7 @@ def settings_from(
     tls_key: str | None = None,
     trust_workspace_skills: bool = False,
     workspace_root: str | None = None,
+    grace_seconds: float | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Settings:
     """Build settings from flag values (None = not given) over the environment."""
@@ -185,11 +231,16 @@ def settings_from(
         max_request_messages=int(_number(env, "A3S_MAX_REQUEST_MESSAGES", DEFAULT_MAX_REQUEST_MESSAGES)),
         workspace=Path(workspace_value).resolve() if workspace_value else Path.cwd(),
         data_dir=Path(data_value) if data_value else None,
+        durability=_durability(env),
         log_level=(log_level or env.get("A3S_LOG_LEVEL") or "INFO").upper(),
         llm=llm_from_env(env),
         max_sessions=max_sessions or int(_number(env, "A3S_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)),
         max_generations=int(_number(env, "A3S_MAX_GENERATIONS", DEFAULT_MAX_GENERATIONS)),
+        max_context_tokens=int(_number(env, "A3S_MAX_CONTEXT_TOKENS", DEFAULT_MAX_CONTEXT_TOKENS)),
+        compact_threshold=_share(env, "A3S_COMPACT_THRESHOLD", DEFAULT_COMPACT_THRESHOLD),
+        compact_target=_share(env, "A3S_COMPACT_TARGET", DEFAULT_COMPACT_TARGET),
         llm_timeout_s=_number(env, "A3S_LLM_TIMEOUT_S", DEFAULT_LLM_TIMEOUT_S, float),
+        grace_seconds=_grace(grace_seconds, env),
         llm_retries=int(_number(env, "A3S_LLM_RETRIES", DEFAULT_LLM_RETRIES, zero_ok=True)),
         llm_tool_mode="text" if env.get("A3S_LLM_TOOL_MODE", "").lower() == "text" else "native",
         relay_dir=env.get("A3S_RELAY_DIR", ""),
@@ -218,9 +269,46 @@ def exposed_listeners(settings: Settings) -> list[str]:
     ]
 
 
+def _grace(flag: float | None, env: Mapping[str, str]) -> float:
+    """--grace-seconds, else A3S_GRACE_SECONDS: zero or more seconds."""
+    if flag is None:
+        return _number(env, "A3S_GRACE_SECONDS", DEFAULT_GRACE_SECONDS, float, zero_ok=True)
+    if not 0 <= flag < float("inf"):
+        raise ConfigError(f"--grace-seconds must be zero or more seconds, not {flag:g}")
+    return flag
+
+
+_PORT = re.compile(r"[0-9]+")
+
+
+def check_address(address: str, source: str, *, listener: bool) -> None:
+    """Refuse an address that is not HOST:PORT, a port outside 1-65535 and a host that does not
+    resolve. A listener may also take port 0 (the system picks a free port, which the log names).
+    `source` names the setting, e.g. '--listen (LISTEN_ADDR)'."""
+    host, colon, port = address.rpartition(":")
+    if not colon or not _PORT.fullmatch(port):
+        raise ConfigError(f"{source} {address!r} is not HOST:PORT")
+    number, lowest = int(port), 0 if listener else 1
+    if not lowest <= number <= 65535:
+        raise ConfigError(f"{source} {address!r}: port {number} is outside {lowest}-65535")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host:
+        raise ConfigError(f"{source} {address!r} names no host (every interface is 0.0.0.0 or [::])")
+    try:
+        socket.getaddrinfo(host, number, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else "not a valid host name"
+        raise ConfigError(f"{source} {address!r}: cannot resolve host {host!r} ({reason})") from None
+
+
 def check_serving(settings: Settings) -> None:
-    """Refuse what `serve` must not start with: a non-loopback listener without a token
-    (unless the operator opted in), and TLS files that cannot be used."""
+    """Refuse what `serve` must not start with: an unusable address, a non-loopback listener
+    without a token (unless the operator opted in), and TLS files that cannot be used."""
+    check_address(settings.listen, "--listen (LISTEN_ADDR)", listener=True)
+    if settings.http_listen != "off":
+        check_address(settings.http_listen, "--http-listen (A3S_HTTP_LISTEN)", listener=True)
+    if settings.coven_gateway:
+        check_address(settings.coven_gateway, "--coven-gateway (A3S_COVEN_GATEWAY)", listener=False)
     exposed = exposed_listeners(settings)
     if exposed and not settings.auth_token and not settings.allow_unauthenticated:
         raise ConfigError(
@@ -230,6 +318,11 @@ def check_serving(settings: Settings) -> None:
             " (A3S_ALLOW_UNAUTHENTICATED=1)"
         )
     _check_tls(settings.tls_cert, settings.tls_key)
+    if settings.compact_target >= settings.compact_threshold:
+        raise ConfigError(
+            f"A3S_COMPACT_TARGET ({settings.compact_target:g}) must be below A3S_COMPACT_THRESHOLD"
+            f" ({settings.compact_threshold:g}): compaction must bring the context under the threshold"
+        )
 
 
 def _check_tls(cert: Path | None, key: Path | None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import DESCRIPTION, HOMEPAGE, LICENSE, NAME, __version__
@@ -22,6 +22,8 @@ from .core.skill_catalog import SkillCatalog
 from .core.sqlite_store import SqliteStore
 from .core.store import Store
 from .core.tool_runner import ToolRunner
+from .datadir import make_data_dir
+from .initialization import Initialization, withheld_names
 from .llm.factory import ProviderCache
 from .llm.messages import tool_schema
 from .llm.modes import speaks_text_protocol
@@ -41,23 +43,14 @@ class AgentInfo:
     homepage: str = HOMEPAGE
 
 
-@dataclass
-class Initialization:
-    """What the last Initialize call set (empty until one is made)."""
-
-    llm: LLMConfig | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    enabled_tools: list[str] = field(default_factory=list)
-    disabled_tools: list[str] = field(default_factory=list)
-    tool_config: dict[str, str] = field(default_factory=dict)
-
-
 class Runtime:
     def __init__(self, settings: Settings, store: Store | None = None, registry: ToolRegistry | None = None):
         self.settings = settings
         self.info = AgentInfo()
         self.workspace: Path = settings.workspace.resolve()
-        self.store: Store = store or SqliteStore(settings.resolved_data_dir / "sessions.db")
+        self.store: Store = store or SqliteStore(
+            settings.resolved_data_dir / "sessions.db", settings.durability
+        )
         self.registry = registry or ToolRegistry()
         self.events = EventBus()
         self.sessions = SessionManager(
@@ -79,6 +72,7 @@ class Runtime:
             self.tool_context,
             settings.max_tools_per_request,
             max_calls=settings.max_tool_calls,
+            tools_for=self.session_tools,
         )
         self.providers = ProviderCache(
             timeout_s=settings.llm_timeout_s,
@@ -93,6 +87,8 @@ class Runtime:
             provider_for=self.providers.get,
             tool_schemas_for=lambda session: [tool_schema(t) for t in self.session_tools(session)],
             prompt_for=self.system_prompt,
+            threshold=settings.compact_threshold,
+            target=settings.compact_target,
         )
         self.agent = Agent(
             self.sessions,
@@ -107,6 +103,7 @@ class Runtime:
             max_generations=settings.max_generations,
         )
         self.init = Initialization()
+        self._initializing = asyncio.Lock()  # one Initialize at a time: its rollback restores the last
         self.started_at = time.monotonic()
         # Set when a client asks for Shutdown; the server's main loop waits on it.
         self.shutdown_requested = asyncio.Event()
@@ -114,9 +111,11 @@ class Runtime:
         self.containment: containment.Containment | None = None  # set by start
 
     async def start(self) -> None:
+        make_data_dir(self.settings.resolved_data_dir)  # with a .gitignore, when it is new
         # First: kill what a crashed previous server on this data dir left running.
         self.containment = containment.activate(self.settings.resolved_data_dir)
         await self.store.open()
+        await self._restore_initialization()
         await self.sessions.load()
         await self.skills.rescan()
         log.info(
@@ -137,7 +136,7 @@ class Runtime:
     def uptime_s(self) -> float:
         return time.monotonic() - self.started_at
 
-    def initialize(
+    async def initialize(
         self,
         *,
         workspace: str,
@@ -148,21 +147,72 @@ class Runtime:
         log_level: str | None,
         env: dict[str, str],
     ) -> None:
-        """Apply an Initialize call. Everything is validated before anything changes."""
-        new_workspace = self.workspace
-        if workspace:
-            new_workspace = existing_directory(workspace, "workspace")
-        self.registry.configure(enabled_tools, disabled_tools)
-        self.workspace = new_workspace
-        self.init = Initialization(
-            llm=llm if llm is not None and not llm.is_empty() else None,
-            env=dict(env),
-            enabled_tools=list(enabled_tools),
-            disabled_tools=list(disabled_tools),
-            tool_config=dict(tool_config),
-        )
+        """Apply an Initialize call, and store it (one transaction; secrets left out, see
+        initialization.py) so that a restart restores it. Everything is validated and stored
+        before anything changes in memory."""
+        async with self._initializing:
+            new_workspace = existing_directory(workspace, "workspace") if workspace else self.workspace
+            init = Initialization(
+                workspace=str(new_workspace) if workspace else self.init.workspace,
+                llm=llm if llm is not None and not llm.is_empty() else None,
+                env=dict(env),
+                enabled_tools=list(enabled_tools),
+                disabled_tools=list(disabled_tools),
+                tool_config=dict(tool_config),
+                log_level=log_level or self.init.log_level,
+            )
+            self.registry.configure(enabled_tools, disabled_tools)  # raises on unknown names
+            try:
+                await self.store.save_initialization(init.to_storable(self.settings.secret_env_names))
+            except BaseException:
+                self.registry.configure(self.init.enabled_tools, self.init.disabled_tools)
+                raise
+            self.workspace = new_workspace
+            self.init = init
         if log_level:
             logging.getLogger("a3s_agent").setLevel(log_level)
+
+    async def _restore_initialization(self) -> None:
+        """Apply the stored Initialize (if any) as the last one left it, but for what was withheld
+        and what no longer fits this server: a workspace gone, tools no longer built in."""
+        data = await self.store.load_initialization()
+        if data is None:
+            return
+        init = Initialization.from_storable(data)
+        self._restore_workspace(init)
+        self._restore_tools(init)
+        if init.log_level:
+            logging.getLogger("a3s_agent").setLevel(init.log_level)
+        self.init = init
+        missing = withheld_names(data)
+        log.info(
+            "restored the last Initialize: workspace=%s model=%s tools=%d%s",
+            self.workspace,
+            init.llm.model if init.llm is not None and init.llm.model else "(server's)",
+            len(self.registry.list()),
+            f"; not stored, send Initialize again to set: {', '.join(missing)}" if missing else "",
+        )
+
+    def _restore_workspace(self, init: Initialization) -> None:
+        if init.workspace and not Path(init.workspace).is_dir():
+            log.warning("stored Initialize workspace %s is gone; using %s", init.workspace, self.workspace)
+            init.workspace = ""
+        if init.workspace:
+            self.workspace = Path(init.workspace)
+
+    def _restore_tools(self, init: Initialization) -> None:
+        """The stored tool lists, without names this server no longer has. An enabled list left
+        empty by that would mean every tool: enable none instead."""
+        known = set(self.registry.names())
+        gone = sorted((set(init.enabled_tools) | set(init.disabled_tools)) - known)
+        if gone:
+            log.warning("stored Initialize names tools this server does not have: %s", ", ".join(gone))
+        enabled = [name for name in init.enabled_tools if name in known]
+        disabled = [name for name in init.disabled_tools if name in known]
+        if init.enabled_tools and not enabled:
+            disabled = sorted(known)
+        self.registry.configure(enabled, disabled)
+        init.enabled_tools, init.disabled_tools = enabled, disabled
 
     def effective_llm(self, session: Session | None = None) -> LLMConfig:
         """session config.llm > Initialize config.llm > server settings, field by field."""

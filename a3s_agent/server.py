@@ -1,4 +1,9 @@
-"""Assembles the runtime and the gRPC listener, and runs until SIGTERM/SIGINT or a Shutdown RPC."""
+"""Assembles the runtime and the faces, and runs until SIGTERM/SIGINT or a Shutdown RPC.
+
+Start-up: every face binds (gRPC, HTTP) and the coven agent starts connecting before anything
+reports ready; a face that cannot bind ends the start with exit 2. Stop: health says NOT_SERVING
+(and stays answerable), new work is refused, calls in flight get the grace period, then are
+cancelled with a reason; see faces/readiness.py."""
 
 from __future__ import annotations
 
@@ -14,7 +19,9 @@ from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from .config import Settings, exposed_listeners
 from .faces.auth import BearerTokenInterceptor
+from .faces.grpc.readiness import ReadinessInterceptor
 from .faces.grpc.service import add_to_server
+from .faces.readiness import Readiness
 from .faces.refusals import RefusalLog
 from .proto import code_agent_pb2 as pb
 from .runtime import Runtime
@@ -25,22 +32,29 @@ log = logging.getLogger(__name__)
 AGENT_SERVICE = pb.DESCRIPTOR.services_by_name["CodeAgentService"].full_name
 REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+FLUSH_S = 1.0
+"""After the drain: how long grpc may take to send the last statuses before it drops connections."""
 
 
 class BindError(RuntimeError):
-    """The listen address could not be bound (usually: already in use)."""
+    """The gRPC address could not be bound (usually: already in use)."""
 
 
 class AgentServer:
     """The grpc.aio server with CodeAgentService, grpc.health.v1 and reflection (v1alpha and v1);
-    TLS when the settings name a certificate and key."""
+    TLS when the settings name a certificate and key. Health says SERVING only after `start`, which
+    the server calls once every other face listens too."""
 
     def __init__(self, runtime: Runtime, refusals: RefusalLog | None = None) -> None:
         self.runtime = runtime
         self.refusals = refusals or RefusalLog()
+        self.readiness = Readiness(runtime)
         token = runtime.settings.auth_token
         self.server = grpc.aio.server(
-            interceptors=[BearerTokenInterceptor(token, self.refusals)] if token else None,
+            interceptors=[  # the token first: only an authenticated caller learns the phase
+                *([BearerTokenInterceptor(token, self.refusals)] if token else []),
+                ReadinessInterceptor(self.readiness),
+            ],
             options=[
                 # Never share a port with another process: a taken port must be an error.
                 ("grpc.so_reuseport", 0),
@@ -78,22 +92,31 @@ class AgentServer:
                 self.port = self.server.add_insecure_port(address)
         except RuntimeError as exc:
             raise BindError(
-                f"cannot listen on {address}: the address is already in use or not available"
+                f"cannot listen for gRPC on {address}: the address is already in use or not available"
                 " (choose another with --listen or LISTEN_ADDR)"
             ) from exc
         return self.port
 
     async def start(self) -> None:
+        """Accept calls and report ready: call it once every face listens."""
+        for name in ("", AGENT_SERVICE):  # grpc's servicer starts with "" SERVING
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.server.start()
+        self.readiness.mark_ready()
         for name in ("", AGENT_SERVICE):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     async def stop(self, grace_s: float) -> None:
-        """Graceful stop: health NOT_SERVING, refuse new calls, let in-flight ones finish."""
-        self.runtime.shutting_down = True
+        """Graceful stop. The listener stays open through the grace (grpc's own stop would close
+        it at once): health answers NOT_SERVING, new calls get UNAVAILABLE, calls in flight (on
+        every face sharing `readiness`) get `grace_s`, then are cancelled, their tools with them."""
+        self.readiness.begin_stop()
         await self.health.enter_graceful_shutdown()
         self.runtime.events.close()  # event streams end now; they would otherwise use up the grace
-        await self.server.stop(grace_s)
+        cancelled = await self.readiness.drain(grace_s)
+        if cancelled:
+            log.warning("cancelled %d calls still running at the end of the %.0f s grace", cancelled, grace_s)
+        await self.server.stop(FLUSH_S)
 
 
 def raise_open_file_limit() -> None:
@@ -131,7 +154,6 @@ async def run(settings: Settings) -> int:
         log.error("%s", exc)
         return 2
     await runtime.start()
-    await server.start()  # gRPC (and so health) first; the HTTP face follows
     # Imported only now: aiohttp's import is a good part of the start-up time.
     from .faces.http import HttpBindError, HttpListener, start_http
     from .faces.http.spaces import spaces_routes
@@ -142,45 +164,62 @@ async def run(settings: Settings) -> int:
         runtime.registry,
         env=lambda: runtime.init.env,
         max_runs=settings.max_space_runs,
+        durability=settings.durability,
     )
     await spaces.open()
     http: HttpListener | None = None
     if settings.http_listen != "off":
         try:
-            routes = spaces_routes(runtime, spaces)
             http = await start_http(
-                runtime, server.service, settings.http_listen, extra_routes=routes, refusals=refusals
+                runtime,
+                server.service,
+                settings.http_listen,
+                extra_routes=spaces_routes(runtime, spaces),
+                refusals=refusals,
+                readiness=server.readiness,  # /health/ready says 503 until gRPC starts below
             )
         except HttpBindError as exc:
             log.error("%s", exc)
-            await server.stop(0)
+            await server.stop(0)  # never started: nothing has said SERVING
             await spaces.close()
             await runtime.close()
             return 2
+    coven = _Coven(runtime, settings.coven_gateway) if settings.coven_gateway else None
+    await server.start()  # last: health says SERVING only now
     host = settings.listen.rsplit(":", 1)[0]
     scheme = "TLS" if settings.tls_cert else "plaintext"
     log.info("a3s-agent %s serving on %s:%d (%s)", runtime.info.version, host, port, scheme)
     if http is not None:
         http_host = settings.http_listen.rsplit(":", 1)[0]
-        log.info("HTTP (REST, server-sent events, WebSocket, /healthz) on %s:%d", http_host, http.port)
-    coven = None
-    if settings.coven_gateway:
-        from .faces.coven import default_name, run_coven_agent
-
-        coven_stop = asyncio.Event()
-        coven = asyncio.create_task(
-            run_coven_agent(
-                runtime, settings.coven_gateway, name=default_name(), agent_id=None, stop=coven_stop
-            )
+        log.info(
+            "HTTP (REST, server-sent events, WebSocket, /healthz, /health/ready) on %s:%d",
+            http_host,
+            http.port,
         )
-        log.info("coven agent connecting to %s", settings.coven_gateway)
     await runtime.shutdown_requested.wait()
-    if coven is not None:
-        coven_stop.set()
-        await coven
-    log.info("shutting down (grace %.0fs)", settings.grace_seconds)
-    await asyncio.gather(server.stop(settings.grace_seconds), *([http.stop()] if http else []))
+    log.info("shutting down (grace %gs)", settings.grace_seconds)
+    await asyncio.gather(server.stop(settings.grace_seconds), *([coven.stop()] if coven else []))
+    if http is not None:
+        await http.stop()  # after the drain: /health/ready answered 503 all through it
     await spaces.close()
     await runtime.close()
     log.info("stopped")
     return 0
+
+
+class _Coven:
+    """The coven agent beside the server. It counts as listening once it has started connecting:
+    a gateway that is down must not keep the gRPC and HTTP faces from reporting ready."""
+
+    def __init__(self, runtime: Runtime, gateway: str) -> None:
+        from .faces.coven import default_name, run_coven_agent
+
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(
+            run_coven_agent(runtime, gateway, name=default_name(), agent_id=None, stop=self._stop)
+        )
+        log.info("coven agent connecting to %s", gateway)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await self._task

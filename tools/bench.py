@@ -99,16 +99,21 @@ class Process:
 
 
 def agent_process(
-    workspace: Path, http_port: int | None = None, source: Path | None = None, extra: tuple[str, ...] = ()
+    workspace: Path,
+    http_port: int | None = None,
+    source: Path | None = None,
+    extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> Process:
-    """`a3s-agent serve` on free ports; `source` runs another checkout's code (e.g. an older commit)."""
+    """`a3s-agent serve` on free ports, its data beside the workspace (`extra` may give another
+    --data-dir); `source` runs another checkout's code (e.g. an older commit); `env` adds variables."""
     port = _free_port()
     http_port = http_port or _free_port()
     argv = [sys.executable, "-m", "a3s_agent", "serve", "--listen", f"127.0.0.1:{port}",
             "--workspace", str(workspace), "--log-level", "WARNING", "--max-sessions", "10000000",
-            "--http-listen", f"127.0.0.1:{http_port}", *extra]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(source)} if source is not None else None
-    return Process(argv, port, workspace, env)
+            "--http-listen", f"127.0.0.1:{http_port}", "--data-dir", f"{workspace}.data", *extra]  # fmt: skip
+    python_path = {"PYTHONPATH": str(source)} if source is not None else {}
+    return Process(argv, port, workspace, {**os.environ, **python_path, **(env or {})})
 
 
 def bare_process(workspace: Path) -> Process:
@@ -194,6 +199,34 @@ def _read_file_call(path: str) -> Callable[[pb_grpc.CodeAgentServiceStub], Await
         assert reply.result.success, reply.result.error
 
     return call
+
+
+async def _write_file_call(stub: pb_grpc.CodeAgentServiceStub) -> None:
+    request = pb.ExecuteToolRequest(
+        tool_name="write_file", arguments=json.dumps({"path": "bench/out.txt", "content": "x" * 4096})
+    )
+    reply = await stub.ExecuteTool(request)
+    assert reply.result.success, reply.result.error
+
+
+async def bench_durability(seconds: float, workspace: Path) -> list[Row]:
+    """What synced commits cost (A3S_DURABILITY=full, the default, vs normal), and synced file writes."""
+    pairs: dict[str, float] = {}
+    writes = 0.0
+    for level in ("full", "normal"):
+        level_workspace = workspace / level  # a fresh store for each
+        level_workspace.mkdir()
+        with agent_process(level_workspace, env={"A3S_DURABILITY": level}) as agent:
+            agent.wait_healthy()
+            pairs[level] = await calls_per_second(agent.address, _session_pair, seconds)
+            if level == "full":  # write_file fsyncs the file and its directory whatever the setting
+                writes = await calls_per_second(agent.address, _write_file_call, seconds)
+    return [
+        Row("CreateSession+GetSession pairs/s, A3S_DURABILITY=full", f"{pairs['full']:,.0f}", "report"),
+        Row("CreateSession+GetSession pairs/s, A3S_DURABILITY=normal", f"{pairs['normal']:,.0f}", "report"),
+        Row("session pairs/s ratio (full / normal)", f"{pairs['full'] / pairs['normal']:.2f}", "report"),
+        Row("ExecuteTool(write_file 4 KB) calls/s (file + directory fsync)", f"{writes:,.0f}", "report"),
+    ]
 
 
 def _generate_tree(root: Path, megabytes: int, needle: str) -> None:
@@ -769,6 +802,7 @@ SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "http": bench_http,
     "security": bench_security,
     "sizes": bench_sizes,
+    "durability": bench_durability,
 }
 
 

@@ -12,11 +12,12 @@ from typing import Any
 from ..llm.messages import to_openai, tool_schema
 from ..llm.provider import CompletionRequest, Provider, TextDelta, ToolCallReady, TurnEnd
 from ..tools.registry import Tool, ToolContext, ToolOutput
-from .context import ContextManager
+from .context import Compaction, ContextManager
 from .control import ControlPlane
-from .errors import Cancelled, FailedPrecondition, InvalidArgument, ResourceExhausted
+from .errors import Cancelled, ContextOverflow, FailedPrecondition, InvalidArgument, ResourceExhausted
 from .events import EventBus, EventType
 from .models import LLMConfig, Message, Session, SessionState, ToolCall, Usage
+from .repair import answer_interrupted_calls
 from .sessions import SessionManager
 from .tool_gate import ToolGate
 from .tool_runner import new_call_id, tool_message
@@ -242,6 +243,7 @@ class _Run:
         await self.agent._sessions.append_messages(self.session.id, list(messages))
 
     async def execute(self, new_messages: list[Message]) -> AsyncIterator[AgentEvent]:
+        await answer_interrupted_calls(self.agent._sessions, self.session.id)  # a crash left calls open
         history = await self.agent._sessions.history(self.session.id)
         await self._store(*new_messages)
         conversation = [
@@ -264,37 +266,47 @@ class _Run:
                 conversation.extend(to_openai(m) for m in injected)
             compacted = await self._compact_if_needed()
             if compacted is not None:
-                conversation = [
-                    conversation[0],
-                    *(to_openai(m) for m in await self.agent._sessions.history(self.session.id)),
-                ]
+                conversation = await self._rebuilt(conversation[0])
                 yield NoticeEvent(compacted)
             text: list[str] = []
             requested: list[ToolCall] = []
             finish_reason = "stop"
             turn_usage = Usage()
-            request = CompletionRequest(
-                model=self.llm.model,
-                messages=conversation,
-                tools=tool_schemas,
-                temperature=self.options.temperature or self.llm.temperature or None,
-                max_tokens=self.options.max_tokens or self.llm.max_tokens or None,
-                stop=self.options.stop_sequences,
-                response_format=self.options.response_format,
-                session_id=self.session.id,
-                workspace=str(self.context.workspace),
-            )
-            async for event in self.provider.stream(request):
-                if isinstance(event, TextDelta):
-                    text.append(event.text)
-                    yield TextEvent(event.text)
-                elif isinstance(event, ToolCallReady):
-                    call = ToolCall(id=event.id or new_call_id(), name=event.name, arguments=event.arguments)
-                    requested.append(call)
-                    yield ToolCallEvent(call)
-                elif isinstance(event, TurnEnd):
-                    finish_reason = event.finish_reason
-                    turn_usage = event.usage or Usage()
+            overflowed = False
+            while True:  # once more after the provider refused the prompt as too long and it was compacted
+                request = CompletionRequest(
+                    model=self.llm.model,
+                    messages=conversation,
+                    tools=tool_schemas,
+                    temperature=self.options.temperature or self.llm.temperature or None,
+                    max_tokens=self.options.max_tokens or self.llm.max_tokens or None,
+                    stop=self.options.stop_sequences,
+                    response_format=self.options.response_format,
+                    session_id=self.session.id,
+                    workspace=str(self.context.workspace),
+                )
+                try:
+                    async for event in self.provider.stream(request):
+                        if isinstance(event, TextDelta):
+                            text.append(event.text)
+                            yield TextEvent(event.text)
+                        elif isinstance(event, ToolCallReady):
+                            call = ToolCall(
+                                id=event.id or new_call_id(), name=event.name, arguments=event.arguments
+                            )
+                            requested.append(call)
+                            yield ToolCallEvent(call)
+                        elif isinstance(event, TurnEnd):
+                            finish_reason = event.finish_reason
+                            turn_usage = event.usage or Usage()
+                    break
+                except ContextOverflow as exc:
+                    if text or requested:  # part of the reply is out: a retry would repeat it
+                        raise
+                    notice = await self._compact_after_overflow(exc, overflowed)
+                    overflowed = True
+                    conversation = await self._rebuilt(conversation[0])
+                    yield NoticeEvent(notice)
             self.usage = Usage(
                 self.usage.prompt_tokens + turn_usage.prompt_tokens,
                 self.usage.completion_tokens + turn_usage.completion_tokens,
@@ -325,16 +337,24 @@ class _Run:
         if not await context.over_threshold(session, await self.agent._sessions.history(session.id)):
             return None
         result = await context.compact(session.id)
-        if not result.summarized_by:
-            return None
-        return {
-            "type": "context_compacted",
-            "before_tokens": str(result.before.total_tokens),
-            "after_tokens": str(result.after.total_tokens),
-            "before_messages": str(result.before.message_count),
-            "after_messages": str(result.after.message_count),
-            "summarized_by": result.summarized_by,
-        }
+        return _compaction_notice(result) if result.summarized_by else None
+
+    async def _compact_after_overflow(self, exc: ContextOverflow, again: bool) -> dict[str, str]:
+        """The provider refused the prompt as too long: compact once (auto_compact) for one retry."""
+        session = self.agent._sessions.get(self.session.id)
+        context = self.agent._context
+        if again:
+            raise ContextOverflow(f"{exc}; refused again after compacting the context") from exc
+        if not session.config.auto_compact or context is None:
+            raise ContextOverflow(
+                f"{exc}; auto_compact is off for this session: call CompactContext (or turn auto_compact"
+                " on) and try again"
+            ) from exc
+        return _compaction_notice(await context.compact(session.id, overflowed=True))
+
+    async def _rebuilt(self, system: dict[str, Any]) -> list[dict[str, Any]]:
+        """The conversation from the stored history (after compaction changed it)."""
+        return [system, *(to_openai(m) for m in await self.agent._sessions.history(self.session.id))]
 
     async def _run_calls(
         self, requested: list[ToolCall], budget: int, conversation: list[dict[str, Any]]
@@ -404,6 +424,19 @@ class _Run:
             duration_ms=round((time.perf_counter() - self.started) * 1000, 3),
             intermediate=self.intermediate,
         )
+
+
+def _compaction_notice(result: Compaction) -> dict[str, str]:
+    """The METADATA chunk a stream gets when its session was compacted."""
+    return {
+        "type": "context_compacted",
+        "before_tokens": str(result.before.total_tokens),
+        "after_tokens": str(result.after.total_tokens),
+        "before_messages": str(result.before.message_count),
+        "after_messages": str(result.after.message_count),
+        "summarized_by": result.summarized_by,
+        "summary": result.summary,
+    }
 
 
 def _final_reason(provider_reason: str) -> str:

@@ -113,7 +113,11 @@ class SessionManager:
         return len(self._histories)
 
     async def create(
-        self, session_id: str | None, config: SessionConfig, initial_context: list[Message]
+        self,
+        session_id: str | None,
+        config: SessionConfig,
+        initial_context: list[Message],
+        extras: dict[str, Any] | None = None,
     ) -> Session:
         if session_id is None or session_id == "":
             session_id = uuid.uuid4().hex
@@ -134,6 +138,7 @@ class SessionManager:
             created_at=stamp,
             updated_at=stamp,
             message_count=len(initial_context),
+            extras=dict(extras or {}),
         )
         await self._store.create_session(session, initial_context)
         self._sessions[session_id] = session
@@ -149,10 +154,19 @@ class SessionManager:
         self._histories.pop(session_id, None)
         self._events.publish(EventType.SESSION_DESTROYED, session_id, f"session {session_id} destroyed")
 
-    async def configure(self, session_id: str, patch: SessionConfig) -> Session:
-        """Merge `patch` into the session's config: empty fields keep their old values."""
+    async def configure(
+        self,
+        session_id: str,
+        patch: SessionConfig,
+        *,
+        replace_all: bool = False,
+        extras: dict[str, Any] | None = None,
+    ) -> Session:
+        """Merge `patch` into the session's config (empty fields keep their old values), or with
+        `replace_all` make it the config (empty fields take their defaults: the only way to turn a
+        flag off). `extras` replace those extra settings, in the same write."""
         session = self.get(session_id)
-        old = session.config
+        old = SessionConfig() if replace_all else session.config
         llm = old.llm
         if patch.llm is not None:
             llm = patch.llm.merged_over(old.llm)
@@ -165,7 +179,12 @@ class SessionManager:
             auto_compact=patch.auto_compact or old.auto_compact,
         )
         validated = self._validated(merged, requested_workspace=bool(patch.workspace))
-        updated = replace(session, config=validated, updated_at=self._next_stamp(session))
+        updated = replace(
+            session,
+            config=validated,
+            extras={**session.extras, **(extras or {})},
+            updated_at=self._next_stamp(session),
+        )
         await self._store.update_session(updated)
         self._sessions[session_id] = updated
         return updated
@@ -230,6 +249,11 @@ class SessionManager:
         self._histories.move_to_end(session_id)
         while len(self._histories) > MAX_CACHED_HISTORIES:
             self._histories.popitem(last=False)
+
+    async def archived(self, session_id: str) -> list[Message]:
+        """The messages compaction and ClearContext took out of the live history, oldest first."""
+        self.get(session_id)
+        return await self._store.load_archived(session_id)
 
     async def replace_history(self, session_id: str, messages: list[Message]) -> Session:
         """Archive the live history and make `messages` the new one (compaction, clearing)."""

@@ -1,8 +1,7 @@
 """SQLite store in WAL mode, off the event loop.
 
 Every write is one transaction, so a crash (even `kill -9`) never leaves a half-written session.
-`synchronous=NORMAL` in WAL mode keeps committed data safe across process crashes; only a power
-loss may drop the last commits.
+Commits are synced as `connect`'s `durability` says: "full" (the default) survives a power loss too.
 
 The connection lives on one dedicated thread and each store operation runs there as a single
 function: a transaction costs one hop from the event loop and back, where aiosqlite (which this
@@ -14,15 +13,19 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Literal, TypeVar
 
 from .errors import AlreadyExists
 from .models import Message, Session, SessionConfig, SessionState, Usage
 
 T = TypeVar("T")
+Durability = Literal["full", "normal"]
+DURABILITY_LEVELS: tuple[Durability, ...] = ("full", "normal")
+_SYNCHRONOUS_NAMES = {0: "off", 1: "normal", 2: "full", 3: "extra"}  # PRAGMA synchronous's numbers
 
 # Each entry moves the schema one version up; PRAGMA user_version records where a file is.
 MIGRATIONS: list[str] = [
@@ -49,14 +52,24 @@ MIGRATIONS: list[str] = [
     """,
     # Per-session settings that are not SessionConfig: policies, lane handlers, loaded skills.
     "ALTER TABLE sessions ADD COLUMN extras TEXT NOT NULL DEFAULT '{}'",
+    # The last Initialize's configuration (one row), restored at start.
+    """
+    CREATE TABLE initialization (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        data TEXT NOT NULL,
+        updated_at INTEGER NOT NULL
+    )
+    """,
 ]
 
 
 class SqliteStore:
     backend = "sqlite"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, durability: Durability = "full") -> None:
         self.path = path
+        # What was asked for until `open`; then what the connection reports (PRAGMA synchronous).
+        self.durability: str = durability
         self._db: sqlite3.Connection | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="a3s-store")
 
@@ -69,8 +82,9 @@ class SqliteStore:
 
     async def open(self) -> None:
         self._db = await asyncio.get_running_loop().run_in_executor(
-            self._thread, connect, self.path, MIGRATIONS
+            self._thread, connect, self.path, MIGRATIONS, self.durability
         )
+        self.durability = await self._run(synchronous_level)
 
     async def close(self) -> None:
         if self._db is not None:
@@ -183,29 +197,66 @@ class SqliteStore:
         await self._run(write)
 
     async def load_messages(self, session_id: str) -> list[Message]:
+        return await self._load(session_id, archived=False)
+
+    async def load_archived(self, session_id: str) -> list[Message]:
+        return await self._load(session_id, archived=True)
+
+    async def _load(self, session_id: str, *, archived: bool) -> list[Message]:
         def read(db: sqlite3.Connection) -> list[Message]:
             rows = db.execute(
-                "SELECT role, content, data FROM messages WHERE session_id = ? AND archived = 0 ORDER BY seq",
-                (session_id,),
+                "SELECT role, content, data FROM messages WHERE session_id = ? AND archived = ? ORDER BY seq",
+                (session_id, int(archived)),
             )
             return [Message.from_json(role, content, json.loads(data)) for role, content, data in rows]
 
         return await self._run(read)
 
+    async def save_initialization(self, data: dict[str, Any]) -> None:
+        stored = (json.dumps(data), time.time_ns() // 1_000_000)
 
-def connect(path: Path, migrations: list[str]) -> sqlite3.Connection:
+        def write(db: sqlite3.Connection) -> None:
+            with _transaction(db):
+                db.execute(
+                    "INSERT INTO initialization (id, data, updated_at) VALUES (1, ?, ?)"
+                    " ON CONFLICT (id) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at",
+                    stored,
+                )
+
+        await self._run(write)
+
+    async def load_initialization(self) -> dict[str, Any] | None:
+        def read(db: sqlite3.Connection) -> dict[str, Any] | None:
+            row = db.execute("SELECT data FROM initialization WHERE id = 1").fetchone()
+            return None if row is None else json.loads(row[0])
+
+        return await self._run(read)
+
+
+def connect(path: Path, migrations: list[str], durability: Durability = "full") -> sqlite3.Connection:
     """A WAL-mode connection (for use on one thread at a time) with the schema migrated up.
 
+    `durability` "full" (PRAGMA synchronous=FULL) syncs the log at every commit, so a commit that
+    returned survives a power loss; "normal" syncs only at checkpoints: commits survive a crash of
+    the process, but a power loss may drop the last ones (each commit is then cheaper).
     `migrations[n]` takes a database from version n to n + 1; PRAGMA user_version keeps the count."""
+    if durability not in DURABILITY_LEVELS:
+        raise ValueError(f"durability must be one of {DURABILITY_LEVELS}, not {durability!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute(f"PRAGMA synchronous={durability.upper()}")
     db.execute("PRAGMA foreign_keys=ON")
     (version,) = db.execute("PRAGMA user_version").fetchone()
     for number, script in enumerate(migrations[version:], start=version + 1):
         db.executescript(f"BEGIN; {script}; PRAGMA user_version={number}; COMMIT;")
     return db
+
+
+def synchronous_level(db: sqlite3.Connection) -> str:
+    """How the connection syncs commits, by PRAGMA synchronous's name: "full", "normal", ..."""
+    (number,) = db.execute("PRAGMA synchronous").fetchone()
+    return _SYNCHRONOUS_NAMES.get(number, str(number))
 
 
 class _transaction:

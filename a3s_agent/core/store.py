@@ -6,13 +6,14 @@ another backend (PostgreSQL) when one machine is outgrown.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from .models import Message, Session, Usage
 
 
 class Store(Protocol):
     backend: str
+    durability: str  # how commits are synced once open: "full" survives a power loss, "normal" a crash
 
     async def open(self) -> None: ...
 
@@ -44,3 +45,13 @@ class Store(Protocol):
 
     async def load_messages(self, session_id: str) -> list[Message]:
         """The live (not archived) history of a session, in order."""
+
+    async def load_archived(self, session_id: str) -> list[Message]:
+        """The archived messages of a session (taken out by compaction or clearing), in order."""
+
+    async def save_initialization(self, data: dict[str, Any]) -> None:
+        """Replace the stored Initialize configuration (JSON-ready, holding no secret), in one
+        transaction."""
+
+    async def load_initialization(self) -> dict[str, Any] | None:
+        """The stored Initialize configuration, or None when no Initialize was ever stored."""

@@ -12,11 +12,12 @@ import asyncio
 import io
 import json
 import random
+import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import AgentError, FailedPrecondition, InvalidArgument, Unavailable
+from ..core.errors import AgentError, ContextOverflow, FailedPrecondition, InvalidArgument, Unavailable
 from ..core.jsontext import valid_text
 from ..core.models import LLMConfig, Usage
 from .provider import CompletionRequest, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
@@ -227,6 +228,8 @@ async def _raise_for_status(response: aiohttp.ClientResponse, url: str) -> None:
     text = await response.text(errors="replace")
     message = _error_message(text) or response.reason or "no message"
     status = response.status
+    if is_context_overflow(text):
+        raise _overflow(f"HTTP {status}", message)
     if status == 401:
         raise FailedPrecondition(f"the LLM provider at {url} rejected the API key (HTTP 401): {message}")
     if status == 403:
@@ -236,6 +239,27 @@ async def _raise_for_status(response: aiohttp.ClientResponse, url: str) -> None:
     if status < 500:
         raise InvalidArgument(f"the LLM provider refused the request (HTTP {status}): {message}")
     raise Unavailable(f"the LLM provider failed (HTTP {status}): {message}")
+
+
+# How providers say a prompt is longer than the model's window: OpenAI (the code and its message),
+# Anthropic, vLLM, llama.cpp (its message and its error type).
+_OVERFLOW = re.compile(
+    r"context_length_exceeded|maximum context length|prompt is too long|longer than the model's context"
+    r"|longer than the maximum model length|exceeds the available context size|context size exceeded"
+    r"|exceed_context_size_error",
+    re.IGNORECASE,
+)
+
+
+def is_context_overflow(error_text: str) -> bool:
+    """Whether a provider's error body (JSON or text) says the prompt does not fit the window."""
+    return bool(_OVERFLOW.search(error_text[:10_000]))
+
+
+def _overflow(where: str, message: str) -> ContextOverflow:
+    return ContextOverflow(
+        f"the prompt is longer than the model's context window (the LLM provider refused it, {where}): {message}"
+    )
 
 
 def _error_message(text: str) -> str:
@@ -281,6 +305,8 @@ async def _parse_stream(response: aiohttp.ClientResponse) -> AsyncIterator[Provi
         if not isinstance(chunk, dict):
             continue
         if chunk.get("error"):
+            if is_context_overflow(payload):
+                raise _overflow("mid-reply", _error_message(payload))
             raise Unavailable(f"the LLM provider failed mid-reply: {_error_message(payload)}")
         if chunk.get("usage"):
             usage = Usage(

@@ -11,6 +11,7 @@ import grpc
 from google.protobuf.message import Message
 
 from ...core.agent import DoneEvent, TextEvent
+from ...core.context import SETTINGS_KEY
 from ...core.errors import InvalidArgument
 from ...core.events import parse_event_types
 from ...core.jsontext import parse_json
@@ -65,6 +66,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
                 "histories_in_memory": str(rt.sessions.histories_in_memory),
                 "workspace": str(rt.workspace),
                 "store": rt.store.backend,
+                "durability": rt.store.durability,
             },
         )
 
@@ -97,7 +99,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
             raise InvalidArgument(
                 "config.log.level must be LEVEL_DEBUG, LEVEL_INFO, LEVEL_WARN or LEVEL_ERROR"
             )
-        self.rt.initialize(
+        await self.rt.initialize(
             workspace=request.workspace,
             llm=convert.llm_from_pb(config.llm) if config.HasField("llm") else None,
             enabled_tools=list(config.tools.enabled_tools),
@@ -119,11 +121,14 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
 
     @rpc
     async def CreateSession(self, request: pb.CreateSessionRequest, context: Any) -> pb.CreateSessionResponse:
+        given = convert.config_metadata(paging.call_metadata(context)).compaction
         session = await self.rt.sessions.create(
             request.session_id if request.HasField("session_id") else None,
             convert.session_config_from_pb(request.config),
             await self._messages(request.initial_context, "initial_context"),
+            extras={SETTINGS_KEY: self.rt.context.checked_settings({}, given)} if given else None,
         )
+        self._hand_out_compaction(context, session)
         return pb.CreateSessionResponse(session_id=session.id, session=await self._session_pb(session))
 
     @rpc
@@ -147,16 +152,34 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
 
     @rpc
     async def GetSession(self, request: pb.GetSessionRequest, context: Any) -> pb.GetSessionResponse:
-        return pb.GetSessionResponse(session=await self._session_pb(self.rt.sessions.get(request.session_id)))
+        session = self.rt.sessions.get(request.session_id)
+        self._hand_out_compaction(context, session)
+        return pb.GetSessionResponse(session=await self._session_pb(session))
 
     @rpc
     async def ConfigureSession(
         self, request: pb.ConfigureSessionRequest, context: Any
     ) -> pb.ConfigureSessionResponse:
-        session = await self.rt.sessions.configure(
-            request.session_id, convert.session_config_from_pb(request.config)
+        metadata = convert.config_metadata(paging.call_metadata(context))
+        current = self.rt.sessions.get(request.session_id).extras.get(SETTINGS_KEY) or {}
+        settings = self.rt.context.checked_settings(
+            {} if metadata.replace_all else current, metadata.compaction
         )
+        session = await self.rt.sessions.configure(
+            request.session_id,
+            convert.session_config_from_pb(request.config),
+            replace_all=metadata.replace_all,
+            extras={SETTINGS_KEY: settings},
+        )
+        self._hand_out_compaction(context, session)
         return pb.ConfigureSessionResponse(session=await self._session_pb(session))
+
+    def _hand_out_compaction(self, context: Any, session: Session) -> None:
+        """The session's compaction threshold and target, in the reply's trailing metadata (callers
+        without metadata, the HTTP face, get none)."""
+        set_trailing = getattr(context, "set_trailing_metadata", None)
+        if set_trailing is not None:
+            set_trailing(convert.compaction_metadata(*self.rt.context.shares(session)))
 
     async def _session_pb(self, session: Session) -> pb.Session:
         return convert.session_to_pb(session, await self.rt.context.usage(session.id))
