@@ -172,8 +172,8 @@ def _coven(args: argparse.Namespace) -> int:
 
 
 def _relay(args: argparse.Namespace) -> int:
-    from .llm.relay import RelayTiming
-    from .relay_cli import relay_new, relay_resume
+    from .text_protocol.relay import RelayTiming
+    from .text_protocol.relay_cli import relay_new, relay_resume
 
     relay_dir = args.relay_dir or os.environ.get("A3S_RELAY_DIR")
     if not relay_dir:

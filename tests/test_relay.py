@@ -18,12 +18,13 @@ from a3s_agent.core.errors import FailedPrecondition, Unavailable
 from a3s_agent.core.models import Message, SessionConfig
 from a3s_agent.llm.messages import tool_schema
 from a3s_agent.llm.provider import CompletionRequest, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
-from a3s_agent.llm.relay import RelayProvider, RelayTiming, load_sessions, relay_dir_of
-from a3s_agent.llm.text_protocol import CONTINUATION_PROMPT, PROTOCOL_INSTRUCTIONS
-from a3s_agent.llm.text_tools import EDIT_LINES_TOOL, TurnScope
-from a3s_agent.relay_cli import relay_llm, relay_new, relay_resume, text_protocol_agent
 from a3s_agent.runtime import Runtime
+from a3s_agent.text_protocol.relay import RelayProvider, RelayTiming, load_sessions, relay_dir_of
+from a3s_agent.text_protocol.relay_cli import relay_llm, relay_new, relay_resume, text_protocol_agent
+from a3s_agent.text_protocol.renderer import CONTINUATION_PROMPT, PROTOCOL_INSTRUCTIONS
+from a3s_agent.text_protocol.tag_mode import TurnScope
 from a3s_agent.tools.builtin import builtin_registry
+from a3s_agent.tools.line_edits import edit_lines as EDIT_LINES_TOOL
 
 FAST = RelayTiming(wait_timeout_s=20, poll_s=0.01, settle_s=0)
 TOOLS = [tool_schema(EDIT_LINES_TOOL)]

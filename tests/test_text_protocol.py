@@ -8,13 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from a3s_agent.llm.text_protocol import (
-    CONTINUATION_PROMPT,
-    MAX_OUTPUT_CHARS,
-    PROTOCOL_INSTRUCTIONS,
+from a3s_agent.text_protocol.commands import (
     RUN_COMMAND_TIMEOUT_SECONDS,
     Command,
-    CommandResult,
     CreateFile,
     DeleteFile,
     Done,
@@ -23,13 +19,19 @@ from a3s_agent.llm.text_protocol import (
     ParseError,
     ReadFile,
     RunCommand,
-    apply_line_edit,
     check_path,
-    parse_response,
+)
+from a3s_agent.text_protocol.parser import parse_response
+from a3s_agent.text_protocol.renderer import (
+    CONTINUATION_PROMPT,
+    MAX_OUTPUT_CHARS,
+    PROTOCOL_INSTRUCTIONS,
+    CommandResult,
     render,
     render_outbox,
     truncate_output,
 )
+from a3s_agent.tools.line_edits import apply_line_edit
 
 
 def only(text: str) -> Command | ParseError:

@@ -24,15 +24,12 @@ from a3s_agent.llm.messages import to_openai, tool_schema
 from a3s_agent.llm.modes import tool_mode
 from a3s_agent.llm.openai_compat import OpenAICompatibleProvider
 from a3s_agent.llm.provider import CompletionRequest, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
-from a3s_agent.llm.text_protocol import (
-    CONTINUATION_PROMPT,
-    PROTOCOL_INSTRUCTIONS,
-    CommandResult,
-    ParseError,
-    parse_response,
-)
-from a3s_agent.llm.text_tools import (
-    EDIT_LINES_TOOL,
+from a3s_agent.runtime import Runtime
+from a3s_agent.text_protocol.commands import ParseError
+from a3s_agent.text_protocol.parser import parse_response
+from a3s_agent.text_protocol.relay_cli import text_protocol_agent
+from a3s_agent.text_protocol.renderer import CONTINUATION_PROMPT, PROTOCOL_INSTRUCTIONS, CommandResult
+from a3s_agent.text_protocol.tag_mode import (
     TextToolProvider,
     ToolRequest,
     TurnScope,
@@ -44,10 +41,9 @@ from a3s_agent.llm.text_tools import (
     turn_outcome,
     workspace_files,
 )
-from a3s_agent.relay_cli import text_protocol_agent
-from a3s_agent.runtime import Runtime
 from a3s_agent.tools.builtin import builtin_registry
 from a3s_agent.tools.files import read_file
+from a3s_agent.tools.line_edits import edit_lines as EDIT_LINES_TOOL
 from a3s_agent.tools.registry import ToolContext, ToolOutput
 
 from .conftest import agent_settings

@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import random
 import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ..backoff import Backoff
 from ..core.errors import AgentError, ContextOverflow, FailedPrecondition, InvalidArgument, Unavailable
 from ..core.jsontext import valid_text
 from ..core.models import LLMConfig, Usage
@@ -31,6 +31,7 @@ DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_RETRIES = 3
 _RETRY_STATUSES = {408, 409, 429, 500, 502, 503, 504}
 _MAX_RETRY_AFTER_S = 60.0
+_RETRY_INITIAL_S, _RETRY_MAX_S, _RETRY_JITTER = 0.5, 8.0, 0.25  # 0.5 s doubling up to 8 s, 75-100%
 
 
 class _Retryable(Exception):
@@ -93,6 +94,7 @@ class OpenAICompatibleProvider:
 
     async def _retrying(self, request: CompletionRequest) -> AsyncIterator[ProviderEvent]:
         body = await _encoded(_body(request))
+        backoff = Backoff(_RETRY_INITIAL_S, _RETRY_MAX_S, jitter=_RETRY_JITTER)
         for attempt in range(self._max_retries + 1):
             started = False
             try:
@@ -104,7 +106,7 @@ class OpenAICompatibleProvider:
                 # Once text has reached the caller a retry would repeat it: fail instead.
                 if started or attempt == self._max_retries:
                     raise Unavailable(f"{exc} (after {attempt + 1} attempts)") from exc
-                await asyncio.sleep(_backoff(attempt, exc.delay_s))
+                await asyncio.sleep(_retry_delay(exc.delay_s, backoff.next_s()))
 
     async def _attempt(self, body: bytes) -> AsyncIterator[ProviderEvent]:
         import aiohttp
@@ -207,10 +209,9 @@ def _json_pieces(value: Any) -> Iterator[str]:
         yield json.dumps(value)
 
 
-def _backoff(attempt: int, asked_s: float | None) -> float:
-    if asked_s is not None and 0 < asked_s <= _MAX_RETRY_AFTER_S:
-        return asked_s
-    return min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random())
+def _retry_delay(asked_s: float | None, backoff_s: float) -> float:
+    """The delay the provider asked for (Retry-After), when sensible, else our own backoff."""
+    return asked_s if asked_s is not None and 0 < asked_s <= _MAX_RETRY_AFTER_S else backoff_s
 
 
 def _retry_after(response: aiohttp.ClientResponse) -> float | None:

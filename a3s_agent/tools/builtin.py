@@ -1,14 +1,16 @@
-"""The built-in tools, in the order the A3S interface lists them."""
+"""The built-in tools, in the order the A3S interface lists them (edit_lines, offered only to
+text-protocol models, is not listed there)."""
 
 from __future__ import annotations
 
-from . import code_search, files, git, quality, shell, symbols, user, web
+from . import code_search, files, git, line_edits, quality, shell, symbols, user, web
 from .registry import Tool, ToolRegistry
 
 
 def builtin_tools() -> list[Tool]:
     return [
         *files.TOOLS,
+        *line_edits.TOOLS,
         *code_search.TOOLS,
         *symbols.TOOLS,
         *quality.TOOLS,

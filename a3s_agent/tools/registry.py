@@ -83,6 +83,8 @@ class Tool:
     external: bool = False
     # Tools defined by clients and skills bring a JSON Schema instead of a pydantic model.
     json_schema: dict[str, Any] | None = None
+    # Offered only to a model speaking the CodingAgent text protocol (edit_lines, for its EDIT_FILE).
+    text_protocol_only: bool = False
     _schema: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
@@ -195,7 +197,13 @@ def _capped(result: ToolOutput, limit: int, hint: str) -> ToolOutput:
 
 
 def tool(
-    name: str, *, family: Family, lane: Lane, truncation_hint: str | None = None, external: bool = False
+    name: str,
+    *,
+    family: Family,
+    lane: Lane,
+    truncation_hint: str | None = None,
+    external: bool = False,
+    text_protocol_only: bool = False,
 ) -> Callable[[ToolFunction], Tool]:
     """Make a Tool of an async function `(args: Model, ctx: ToolContext)`; its docstring describes it."""
 
@@ -205,25 +213,39 @@ def tool(
         model = hints[first]
         description = inspect.getdoc(fn) or ""
         extra = {"truncation_hint": truncation_hint} if truncation_hint else {}
-        return Tool(name, description, model, fn, family, lane, external=external, **extra)
+        return Tool(
+            name,
+            description,
+            model,
+            fn,
+            family,
+            lane,
+            external=external,
+            text_protocol_only=text_protocol_only,
+            **extra,
+        )
 
     return wrap
 
 
 class ToolRegistry:
-    """Tools by name, with the server's enabled/disabled filter applied on lookup."""
+    """Tools by name, with the server's enabled/disabled filter applied on lookup.
+
+    Tools offered only to text-protocol models are kept apart: Initialize's tool lists do not
+    name them, lookups by name do not find them, and `offered` adds them for such a model."""
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._text_protocol_tools: dict[str, Tool] = {}
         self._enabled: set[str] | None = None
         self._disabled: set[str] = set()
         for item in tools:
             self.register(item)
 
     def register(self, item: Tool) -> None:
-        if item.name in self._tools:
+        if item.name in self._tools or item.name in self._text_protocol_tools:
             raise ValueError(f"tool {item.name!r} is registered twice")
-        self._tools[item.name] = item
+        (self._text_protocol_tools if item.text_protocol_only else self._tools)[item.name] = item
 
     def configure(self, enabled: Iterable[str] = (), disabled: Iterable[str] = ()) -> None:
         """Apply Initialize's tool lists: empty `enabled` means all; `disabled` always wins."""
@@ -251,6 +273,11 @@ class ToolRegistry:
 
     def list(self) -> list[Tool]:
         return [t for name, t in self._tools.items() if self.is_enabled(name)]
+
+    def offered(self, *, text_protocol: bool) -> list[Tool]:
+        """The tools offered to a model: the enabled ones, and, when it speaks the text protocol,
+        those offered only to such a model."""
+        return [*self.list(), *(self._text_protocol_tools.values() if text_protocol else ())]
 
     def get(self, name: str) -> Tool:
         if name not in self._tools:

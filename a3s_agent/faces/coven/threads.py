@@ -6,11 +6,11 @@ import hashlib
 import re
 from dataclasses import replace
 
-from ..core.control import ConfirmationPolicy
-from ..core.errors import NotFound
-from ..core.models import SessionConfig
-from ..core.sessions import SESSION_ID_PATTERN
-from ..runtime import Runtime
+from ...core.control import ConfirmationPolicy
+from ...core.errors import NotFound
+from ...core.models import SessionConfig
+from ...core.sessions import SESSION_ID_PATTERN
+from ...runtime import Runtime
 
 SESSION_PREFIX = "coven:"
 _HASH_CHARS = 16

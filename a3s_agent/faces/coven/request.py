@@ -9,13 +9,13 @@ from collections.abc import Callable
 from contextlib import aclosing
 from typing import Any
 
-from ..core.agent import GenerateOptions, TextEvent, ToolCallEvent, ToolResultEvent, TurnEvent
-from ..core.errors import AgentError, Cancelled, InvalidArgument, NotFound
-from ..core.models import Attachment, Message, Usage
-from ..proto import coven_pb2 as pb
-from ..runtime import Runtime
-from .coven_threads import Threads, session_id_for
-from .coven_tools import WATCHED_EVENTS, ToolStates
+from ...core.agent import GenerateOptions, TextEvent, ToolCallEvent, ToolResultEvent, TurnEvent
+from ...core.errors import AgentError, Cancelled, InvalidArgument, NotFound
+from ...core.models import Attachment, Message, Usage
+from ...proto import coven_pb2 as pb
+from ...runtime import Runtime
+from .threads import Threads, session_id_for
+from .tools import WATCHED_EVENTS, ToolStates
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Each model turn becomes an outbox file, `<relay_dir>/outbox/{handle}_seq{NNNN}.t
 CodingAgent protocol's HEADER, PROTOCOL, CONTEXT and PROMPT sections, complete in itself.
 A person pastes it into any chat LLM and saves the answer as a `.txt` file in
 `<relay_dir>/inbox/`; the oldest one is read, moved to `inbox/processed/`, and handled as a
-tag-mode reply (text_tools.py). No network and no API key are involved.
+tag-mode reply (tag_mode.py). No network and no API key are involved.
 
 `<relay_dir>/sessions.json` maps each session to its 8-hex-digit handle, with its task and
 sequence numbers, so numbering goes on across turns and restarts, and an outbox still
@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import FailedPrecondition, Unavailable
+from ..llm.provider import CompletionRequest, ProviderEvent
 from ..tools.atomic import write_atomically
-from .provider import CompletionRequest, ProviderEvent
-from .text_protocol import CONTINUATION_PROMPT, render_outbox
-from .text_tools import (
+from .renderer import CONTINUATION_PROMPT, render_outbox
+from .tag_mode import (
     Chat,
     TurnOutcome,
     TurnScope,

@@ -15,17 +15,17 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TextIO
 
-from .config import Settings
-from .core.agent import Agent, AgentEvent, DoneEvent, GenerateOptions, ToolResultEvent
-from .core.errors import AgentError
-from .core.models import LLMConfig, Message, SessionConfig
-from .llm.modes import RELAY_PROVIDER
-from .llm.provider import Provider
-from .llm.relay import RELAY_SCHEME, RelayProvider, RelayTiming, load_sessions
-from .llm.text_protocol import CONTINUATION_PROMPT
-from .llm.text_tools import TurnScope
-from .runtime import Runtime
-from .tools.builtin import builtin_registry
+from ..config import Settings
+from ..core.agent import Agent, AgentEvent, DoneEvent, GenerateOptions, ToolResultEvent
+from ..core.errors import AgentError
+from ..core.models import LLMConfig, Message, SessionConfig
+from ..llm.modes import RELAY_PROVIDER
+from ..llm.provider import Provider
+from ..runtime import Runtime
+from ..tools.builtin import builtin_registry
+from .relay import RELAY_SCHEME, RelayProvider, RelayTiming, load_sessions
+from .renderer import CONTINUATION_PROMPT
+from .tag_mode import TurnScope
 
 
 def relay_llm(relay_dir: Path) -> LLMConfig:

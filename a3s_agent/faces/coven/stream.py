@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import grpc
 
-from ..core.errors import NotFound
-from ..core.models import Message
-from ..proto import coven_pb2 as pb
-from ..runtime import Runtime
-from .coven_request import RequestRun, injected_message, response
-from .coven_threads import Threads
+from ...core.errors import NotFound
+from ...core.models import Message
+from ...proto import coven_pb2 as pb
+from ...runtime import Runtime
+from .request import RequestRun, injected_message, response
+from .threads import Threads
 
 log = logging.getLogger(__name__)
 

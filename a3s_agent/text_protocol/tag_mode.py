@@ -5,6 +5,7 @@ instructions, and answers with command blocks ([CREATE_FILE], [RUN_COMMAND]...).
 becomes a tool call the agent loop runs like any other (registry, permissions, confirmation,
 events), and the results come back to the model as the protocol's "## Previous Command
 Results" text. The relay provider (relay.py) reuses all of this with a person in the middle.
+EDIT_FILE calls edit_lines, a built-in tool offered only to such models (tools/line_edits.py).
 
 Nothing is remembered between requests: a reply's raw text is what the loop stores as the
 assistant's content, so every request rebuilds the text conversation from the history,
@@ -26,19 +27,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from ..core.models import Usage
-from ..tools.files import rewrite_text_file
+from ..llm.provider import CompletionRequest, Provider, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
 from ..tools.gitignore import walk_tree
-from ..tools.registry import ToolContext, ToolFailure, ToolOutput, tool
-from .provider import CompletionRequest, Provider, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
-from .text_protocol import (
-    CONTINUATION_PROMPT,
-    PROTOCOL_INSTRUCTIONS,
+from .commands import (
     RUN_COMMAND_TIMEOUT_SECONDS,
     Command,
-    CommandResult,
     CreateFile,
     DeleteFile,
     Done,
@@ -47,10 +41,10 @@ from .text_protocol import (
     ParseError,
     ReadFile,
     RunCommand,
-    apply_line_edit,
     check_path,
-    parse_response,
 )
+from .parser import parse_response
+from .renderer import CONTINUATION_PROMPT, PROTOCOL_INSTRUCTIONS, CommandResult
 
 Chat = dict[str, Any]  # one Chat Completions message
 
@@ -420,48 +414,3 @@ class TextToolProvider:
 
     async def close(self) -> None:
         await self._inner.close()
-
-
-# EDIT_FILE's tool
-
-
-class EditLinesArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    path: str = Field(description="Path relative to the workspace root.")
-    start_line: int = Field(ge=1, description="First line to replace, numbered from 1.")
-    end_line: int = Field(ge=1, description="Last line to replace (inclusive).")
-    content: str = Field(description="The new lines; empty deletes the range.")
-
-
-def _edit_lines(workspace: Path, args: EditLinesArgs) -> str:
-    """The line edit on disk; returns the path as shown."""
-
-    def replace_lines(original: str) -> str:
-        try:
-            return apply_line_edit(original, args.start_line, args.end_line, args.content)
-        except ValueError as exc:
-            raise ToolFailure(f"'{args.path}': {exc}") from exc
-
-    missing = f"File '{args.path}' not found"  # the text protocol's wording
-    return rewrite_text_file(workspace, args.path, replace_lines, "edit_lines", missing)[0]
-
-
-@tool("edit_lines", family="file", lane="execute")
-async def edit_lines(args: EditLinesArgs, ctx: ToolContext) -> ToolOutput:
-    """Replace lines start_line..end_line (numbered from 1, inclusive) of a text file with `content`.
-
-    The replacement may have more or fewer lines than the range; empty content deletes the
-    lines. New lines end like the file's own (CRLF files stay CRLF). The file is rewritten
-    atomically and keeps its permissions. Example:
-    {"path": "src/app.py", "start_line": 3, "end_line": 4, "content": "    return a + b\\n"}
-    """
-    shown = await asyncio.to_thread(_edit_lines, ctx.workspace, args)
-    return ToolOutput(
-        output=f"Replaced lines {args.start_line}-{args.end_line} of {shown}",
-        metadata={"path": shown, "start_line": args.start_line, "end_line": args.end_line},
-    )
-
-
-EDIT_LINES_TOOL = edit_lines
-"""The tool EDIT_FILE blocks call; offered to text-mode sessions only."""

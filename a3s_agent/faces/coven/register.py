@@ -8,8 +8,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..proto import coven_pb2 as pb
-from .coven_git import git_info
+from ...proto import coven_pb2 as pb
+from .git import git_info
 
 AGENT_ID_FILE = "coven-agent-id"
 BACKEND = "direct"

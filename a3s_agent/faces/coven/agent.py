@@ -1,27 +1,24 @@
-"""The coven face: a3s-agent as an agent of a coven gateway (`coven.CovenControl/AgentStream`).
-
-It connects out to the gateway, registers (with an id that survives restarts), serves the
-gateway's requests with the runtime's agent, and reconnects with capped exponential backoff when
-the stream breaks. See protos/coven/coven.proto and the coven agent protocol spec.
-"""
+"""The coven agent: connects out to the gateway, registers (with an id that survives restarts),
+serves the gateway's requests with the runtime's agent, and reconnects with capped exponential
+backoff when the stream breaks."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import socket
 from dataclasses import dataclass, field
 
 import grpc
 
-from ..core.control import ConfirmationPolicy
-from ..proto import coven_pb2 as pb
-from ..proto import coven_pb2_grpc as pb_grpc
-from ..runtime import Runtime
-from .coven_register import registration, stored_agent_id
-from .coven_stream import CovenStream, Ending
-from .coven_threads import Threads
+from ...backoff import Backoff
+from ...core.control import ConfirmationPolicy
+from ...proto import coven_pb2 as pb
+from ...proto import coven_pb2_grpc as pb_grpc
+from ...runtime import Runtime
+from .register import registration, stored_agent_id
+from .stream import CovenStream, Ending
+from .threads import Threads
 
 log = logging.getLogger(__name__)
 
@@ -57,25 +54,15 @@ class CovenConfig:
     backoff_max_s: float = 30.0
 
 
-class Backoff:
-    """Exponential delays between reconnects, capped, with jitter so agents do not stampede."""
+RECONNECT_JITTER = 0.2  # each reconnect delay is 80-100% of the exponential one
 
-    def __init__(self, initial_s: float, max_s: float) -> None:
-        self._initial = initial_s
-        self._max = max_s
-        self._next = initial_s
 
-    def reset(self) -> None:
-        self._next = self._initial
-
-    async def wait(self, stop: asyncio.Event) -> None:
-        """Sleep the next delay, or less if `stop` is set meanwhile."""
-        delay = self._next * random.uniform(0.8, 1.0)
-        self._next = min(self._next * 2, self._max)
-        try:
-            await asyncio.wait_for(stop.wait(), delay)
-        except TimeoutError:
-            pass
+async def _pause(stop: asyncio.Event, delay_s: float) -> None:
+    """Sleep `delay_s`, or less if `stop` is set meanwhile."""
+    try:
+        await asyncio.wait_for(stop.wait(), delay_s)
+    except TimeoutError:
+        pass
 
 
 class CovenAgent:
@@ -90,7 +77,7 @@ class CovenAgent:
         once with that id, which is then kept for reconnects (not stored: the stored id stays)."""
         config = self._config
         agent_id = config.agent_id or stored_agent_id(self._rt.settings.resolved_data_dir)
-        backoff = Backoff(config.backoff_initial_s, config.backoff_max_s)
+        backoff = Backoff(config.backoff_initial_s, config.backoff_max_s, jitter=RECONNECT_JITTER)
         tried_suggestion = False
         while not stop.is_set():
             try:
@@ -118,7 +105,7 @@ class CovenAgent:
                     return 0
                 backoff.reset()  # it was welcomed: a new run of failures starts from the first delay
                 log.warning("lost the gateway %s; reconnecting", config.gateway)
-            await backoff.wait(stop)
+            await _pause(stop, backoff.next_s())
         return 0
 
     async def _connect(self, agent_id: str, stop: asyncio.Event) -> Ending | pb.RegistrationError:
