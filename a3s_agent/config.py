@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from .core.models import LLMConfig
-from .core.sqlite_store import DURABILITY_LEVELS, Durability
+from .core.sqlite import DURABILITY_LEVELS, Durability
 from .datadir import default_data_dir, legacy_data_dir
 from .tools.environment import operator_secret_names
 
@@ -59,7 +59,7 @@ class Settings:
     coven_gateway: str = ""  # HOST:PORT of a coven gateway to serve as an agent, alongside the server
     workspace: Path = field(default_factory=Path.cwd)
     data_dir: Path | None = None
-    durability: Durability = "full"  # how store commits are synced (A3S_DURABILITY): see sqlite_store.connect
+    durability: Durability = "full"  # how store commits are synced (A3S_DURABILITY): see core/sqlite.connect
     log_level: str = "INFO"
     llm: LLMConfig = field(default_factory=LLMConfig)
     max_sessions: int = DEFAULT_MAX_SESSIONS

@@ -22,8 +22,9 @@ from a3s_agent.faces.http import app as http_app
 from a3s_agent.faces.readiness import Readiness
 from a3s_agent.proto import code_agent_pb2 as pb
 
-from .conftest import LiveServer, alive, new_session, running
+from .conftest import LiveServer, alive, eventually, new_session, running, subscribed
 from .fake_llm import FakeLLM, broken_stream, delayed, text, tool_call
+from .test_spaces_http import spaces_server
 
 USER = "ROLE_USER"
 JSON = {"Content-Type": "application/json"}
@@ -169,11 +170,9 @@ async def test_a_stop_ends_a_running_stream_with_the_reason_after_the_grace(
         stream = await http.client.post(
             f"/sessions/{session}/generate/stream", json={"messages": [user("go")]}
         )
-        for _ in range(600):  # the tool is running
-            if marker.exists() and marker.read_text().strip():
-                break
-            await asyncio.sleep(0.05)
-        sleep_pid = int(marker.read_text())
+        sleep_pid = int(
+            await eventually(lambda: marker.exists() and marker.read_text().strip(), "the tool runs")
+        )
         stopping = asyncio.create_task(agent.server.stop(1.0))
         await asyncio.sleep(0)
         reply = await http.client.get("/health/ready")
@@ -387,9 +386,9 @@ async def test_a_client_going_away_cancels_the_run_and_its_process(api: Http, fa
     async for line in response.content:
         if b"CHUNK_TYPE_TOOL_CALL" in line:
             break
-    pid = int(await _eventually(lambda: (marker.exists() and marker.read_text().strip()) or None))
+    pid = int(await eventually(lambda: marker.exists() and marker.read_text().strip(), "the tool runs"))
     response.close()
-    assert await _eventually(lambda: not alive(pid))
+    await eventually(lambda: not alive(pid), "the tool's process is gone")
     assert len(fake.requests) == 1  # the run stopped; the model was not called again
 
 
@@ -500,7 +499,7 @@ async def test_websocket_events_arrive_while_a_generation_runs(api: Http, fake: 
         assert types[0] == "EVENT_TYPE_GENERATION_STARTED"
         assert types.index("EVENT_TYPE_TOOL_CALLED") < types.index("EVENT_TYPE_TOOL_COMPLETED")
     # Closing the socket ended the subscription on the server.
-    assert await _eventually(lambda: not api.server.runtime.events._subscriptions)
+    await eventually(lambda: not api.server.runtime.events.subscriber_count, "no subscription left")
 
 
 async def test_websocket_calls_run_concurrently_and_cancel_reaches_the_run(api: Http, fake: FakeLLM) -> None:
@@ -539,7 +538,7 @@ async def test_stopping_the_listener_closes_websockets(agent: LiveServer) -> Non
         client.ws_connect(f"http://127.0.0.1:{listener.port}/ws") as ws,
     ):
         await ws.send_json({"method": "subscribe_events", "params": {}, "id": 1})
-        await asyncio.sleep(0.05)  # the subscription is running
+        await subscribed(agent)
         stopping = asyncio.create_task(listener.stop())
         closing = await ws.receive(timeout=5)
         assert closing.type == aiohttp.WSMsgType.CLOSE and closing.extra == "server shutting down"
@@ -561,12 +560,47 @@ async def test_a_taken_port_is_a_clear_error(live: LiveServer) -> None:
         await start_http(live.runtime, CodeAgentService(live.runtime), "no-port")
 
 
-async def _eventually(check: Any, timeout_s: float = 5.0) -> Any:
-    """The first truthy value of `check()`, polled; fails after `timeout_s`."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while asyncio.get_running_loop().time() < deadline:
-        value = check()
-        if value:
-            return value
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not met in time")
+# Bodies a client can get wrong, and the start of the one error every JSON route answers them with.
+BAD_BODIES = {
+    b"{not json": "the request body: not valid JSON",
+    b'{"session_id":"\xff"}': "the request body: not valid UTF-8",
+    b'{"session_id":"\\ud800"}': "the request body: the string at session_id holds a lone surrogate",
+    b"[" * 100_000: "the request body: not valid JSON: nested too deeply",
+}
+
+
+async def test_every_json_route_reads_its_body_one_way(workspace: Path, tmp_path: Path) -> None:
+    """REST, /rpc and the Agent Spaces routes refuse a bad body with the same 400, a WebSocket
+    message gets the same words, and an empty body is an empty object everywhere."""
+    async with spaces_server(workspace, tmp_path / "data") as served:
+        client = served.http
+        async with client.post("/v1/spaces", data=b"", headers=JSON) as reply:  # empty: {}, a new space
+            assert reply.status == 201, await reply.text()
+            space = (await reply.json())["spaceId"]
+        session = await new_session(served.live)
+        routes = [
+            "/sessions",
+            f"/sessions/{session}/generate",
+            f"/sessions/{session}/tools/read_file",
+            "/rpc/create_session",
+            "/v1/spaces",
+            f"/v1/spaces/{space}/runs",
+            f"/v1/spaces/{space}/runs/run-1/resume",
+        ]
+        for route in routes:
+            for body, expected in BAD_BODIES.items():
+                async with client.post(route, data=body, headers=JSON) as reply:
+                    message = await error_of(reply, 400, "INVALID_ARGUMENT")
+                    assert message.startswith(expected), (route, body[:20], message)
+        async with client.post("/sessions", data=b"  \n", headers=JSON) as reply:  # blank: {}, a new session
+            assert reply.status == 201, await reply.text()
+        async with client.ws_connect("/ws") as ws:
+            await ws.send_bytes(b"")  # a binary frame is refused before any parsing
+            assert "JSON text frames" in (await ws.receive_json(timeout=5))["error"]["message"]
+            await ws.send_str('{"method":"health_check","id":"\\udc00"}')
+            error = (await ws.receive_json(timeout=5))["error"]
+            assert error["code"] == "INVALID_ARGUMENT"
+            assert error["message"].startswith("the message: the string at id holds a lone surrogate"), error
+        # No refused body made a session: only new_session's and the blank body's are there.
+        listed = await served.live.stub.ListSessions(pb.ListSessionsRequest())
+        assert len(listed.sessions) == 2, listed

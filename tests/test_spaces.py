@@ -15,12 +15,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import grpc
 import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from a3s_agent.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.spaces import MessageInvalid, Space, Spaces, build_policy, run_operations_file
 from a3s_agent.spaces.runner import apply_edits
 from a3s_agent.spaces.store import RunRecord, SpacesStore
@@ -33,6 +35,9 @@ from a3s_agent.spaces.validation import (
 )
 from a3s_agent.tools.builtin import builtin_registry
 from a3s_agent.tools.registry import ToolFailure
+
+from .conftest import eventually, new_session
+from .test_spaces_http import spaces_server
 
 DATA = Path(__file__).parent / "data" / "spaces"
 ISO_8601 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
@@ -1122,6 +1127,29 @@ async def test_invalid_policies_are_refused(spaces: Spaces, policy: Any, fault: 
         await spaces.create_space(policy=policy)
 
 
+BAD_RULES = ["Bash(", "Bash(:*)", "WebFetch(domain:-x/)", "Read()", "sudo rm", "Bash\x07"]
+
+
+@pytest.mark.parametrize("rule", BAD_RULES)
+async def test_a_space_refuses_a_bad_rule_in_the_permission_engines_words(
+    workspace: Path, tmp_path: Path, rule: str
+) -> None:
+    """A space policy's rules are checked by the engine's own validator: the HTTP client creating
+    a space hears what a gRPC client setting a session's policy hears, under `policy.`."""
+    async with spaces_server(workspace, tmp_path / "data") as served:
+        session = await new_session(served.live)
+        request = pb.SetPermissionPolicyRequest(
+            session_id=session, policy=pb.PermissionPolicy(ask=[pb.PermissionRule(rule=rule)], enabled=True)
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await served.live.stub.SetPermissionPolicy(request)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        async with served.http.post("/v1/spaces", json={"policy": {"ask": [rule]}}) as reply:
+            assert reply.status == 400, await reply.text()
+            error = (await reply.json())["error"]
+        assert error["message"] == f"policy.{refused.value.details()}", error
+
+
 # --- approval, restart, cancel -------------------------------------------------------------------
 
 
@@ -1291,11 +1319,7 @@ async def test_runs_left_running_by_a_stopped_process_become_errors(tmp_path: Pa
 
 
 async def until_exists(path: Path) -> None:
-    for _ in range(1000):
-        if await asyncio.to_thread(path.exists):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{path} never appeared")
+    await eventually(lambda: asyncio.to_thread(path.exists), f"{path} exists")
 
 
 async def test_cancel_a_run_awaiting_approval(spaces: Spaces, space: Space) -> None:

@@ -486,21 +486,11 @@ class PermissionPolicy:
 
     def validate(self) -> None:
         """Raise InvalidArgument naming the first bad field or rule."""
-        if self.default_decision not in RULE_TYPES:
-            raise InvalidArgument(
-                f"default_decision must be one of {', '.join(RULE_TYPES)}, not {self.default_decision!r}"
-            )
+        check_decision(self.default_decision, "default_decision")
         if not isinstance(self.enabled, bool):
             raise InvalidArgument(f"enabled must be true or false, not {self.enabled!r}")
         for rule_type in RULE_TYPES:
-            rules = self.rules(rule_type)
-            if not isinstance(rules, list):
-                raise InvalidArgument(f"{rule_type} must be a list of rules, not {type(rules).__name__}")
-            for index, rule in enumerate(rules):
-                try:
-                    parse_rule(rule)
-                except InvalidArgument as exc:
-                    raise InvalidArgument(f"{rule_type}[{index}]: {exc}") from None
+            check_rules(self.rules(rule_type), rule_type)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict that `from_dict` turns back into an equal policy."""
@@ -529,6 +519,23 @@ class PermissionPolicy:
         )
         policy.validate()
         return policy
+
+
+def check_decision(value: object, where: str) -> None:
+    """InvalidArgument naming `where` unless `value` is a decision (allow, deny, ask)."""
+    if value not in RULE_TYPES:
+        raise InvalidArgument(f"{where} must be one of {', '.join(RULE_TYPES)}, not {value!r}")
+
+
+def check_rules(rules: object, where: str) -> None:
+    """InvalidArgument naming `where` (and the rule's index) unless `rules` is a list of valid rules."""
+    if not isinstance(rules, list):
+        raise InvalidArgument(f"{where} must be a list of rule strings, not {type(rules).__name__}")
+    for index, rule in enumerate(rules):
+        try:
+            parse_rule(rule)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{where}[{index}]: {exc}") from None
 
 
 def _copied(rules: Any) -> Any:

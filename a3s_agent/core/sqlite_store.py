@@ -1,31 +1,20 @@
-"""SQLite store in WAL mode, off the event loop.
+"""The session store on SQLite (`<data_dir>/sessions.db`; the connection, durability and thread
+are `sqlite.py`'s).
 
 Every write is one transaction, so a crash (even `kill -9`) never leaves a half-written session.
-Commits are synced as `connect`'s `durability` says: "full" (the default) survives a power loss too.
-
-The connection lives on one dedicated thread and each store operation runs there as a single
-function: a transaction costs one hop from the event loop and back, where aiosqlite (which this
-replaced) makes one per statement, four for a BEGIN/INSERT/UPDATE/COMMIT.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 from .errors import AlreadyExists
 from .models import Message, Session, SessionConfig, SessionState, Usage
-
-T = TypeVar("T")
-Durability = Literal["full", "normal"]
-DURABILITY_LEVELS: tuple[Durability, ...] = ("full", "normal")
-_SYNCHRONOUS_NAMES = {0: "off", 1: "normal", 2: "full", 3: "extra"}  # PRAGMA synchronous's numbers
+from .sqlite import Database, Durability, transaction
 
 # Each entry moves the schema one version up; PRAGMA user_version records where a file is.
 MIGRATIONS: list[str] = [
@@ -70,31 +59,17 @@ class SqliteStore:
         self.path = path
         # What was asked for until `open`; then what the connection reports (PRAGMA synchronous).
         self.durability: str = durability
-        self._db: sqlite3.Connection | None = None
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="a3s-store")
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run fn with the connection on the store's thread, which serialises every operation."""
-        if self._db is None:
-            raise RuntimeError("store is not open")
-        db = self._db
-        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, db)
+        self._db = Database(path, MIGRATIONS, durability, "sessions")
 
     async def open(self) -> None:
-        self._db = await asyncio.get_running_loop().run_in_executor(
-            self._thread, connect, self.path, MIGRATIONS, self.durability
-        )
-        self.durability = await self._run(synchronous_level)
+        self.durability = await self._db.open()
 
     async def close(self) -> None:
-        if self._db is not None:
-            await self._run(lambda db: db.close())
-            self._db = None
-        self._thread.shutdown(wait=True)
+        await self._db.close()
 
     async def create_session(self, session: Session, messages: list[Message]) -> None:
         def write(db: sqlite3.Connection) -> None:
-            with _transaction(db):
+            with transaction(db):
                 db.execute(
                     "INSERT INTO sessions (id, config, state, created_at, updated_at, extras)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
@@ -110,7 +85,7 @@ class SqliteStore:
                 _insert_messages(db, session.id, messages, session.created_at)
 
         try:
-            await self._run(write)
+            await self._db.run(write)
         except sqlite3.IntegrityError as exc:
             raise AlreadyExists(f"session {session.id!r} already exists") from exc
 
@@ -137,7 +112,7 @@ class SqliteStore:
                 for row in db.execute(query)
             ]
 
-        return await self._run(read)
+        return await self._db.run(read)
 
     async def update_session(self, session: Session) -> None:
         values = (
@@ -151,21 +126,21 @@ class SqliteStore:
         )
 
         def write(db: sqlite3.Connection) -> None:
-            with _transaction(db):
+            with transaction(db):
                 db.execute(
                     "UPDATE sessions SET config = ?, state = ?, updated_at = ?, prompt_tokens = ?,"
                     " completion_tokens = ?, extras = ? WHERE id = ?",
                     values,
                 )
 
-        await self._run(write)
+        await self._db.run(write)
 
     async def delete_session(self, session_id: str) -> bool:
         def write(db: sqlite3.Connection) -> bool:
-            with _transaction(db):
+            with transaction(db):
                 return db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
 
-        return await self._run(write)
+        return await self._db.run(write)
 
     async def append_messages(
         self, session_id: str, messages: list[Message], updated_at: int, usage: Usage | None = None
@@ -173,7 +148,7 @@ class SqliteStore:
         """Append messages (and, when given, the session's new usage totals) in one transaction."""
 
         def write(db: sqlite3.Connection) -> None:
-            with _transaction(db):
+            with transaction(db):
                 _insert_messages(db, session_id, messages, updated_at)
                 if usage is None:
                     db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (updated_at, session_id))
@@ -183,18 +158,18 @@ class SqliteStore:
                         (updated_at, usage.prompt_tokens, usage.completion_tokens, session_id),
                     )
 
-        await self._run(write)
+        await self._db.run(write)
 
     async def replace_history(self, session_id: str, messages: list[Message], updated_at: int) -> None:
         def write(db: sqlite3.Connection) -> None:
-            with _transaction(db):
+            with transaction(db):
                 db.execute(
                     "UPDATE messages SET archived = 1 WHERE session_id = ? AND archived = 0", (session_id,)
                 )
                 _insert_messages(db, session_id, messages, updated_at)
                 db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (updated_at, session_id))
 
-        await self._run(write)
+        await self._db.run(write)
 
     async def load_messages(self, session_id: str) -> list[Message]:
         return await self._load(session_id, archived=False)
@@ -210,66 +185,27 @@ class SqliteStore:
             )
             return [Message.from_json(role, content, json.loads(data)) for role, content, data in rows]
 
-        return await self._run(read)
+        return await self._db.run(read)
 
     async def save_initialization(self, data: dict[str, Any]) -> None:
         stored = (json.dumps(data), time.time_ns() // 1_000_000)
 
         def write(db: sqlite3.Connection) -> None:
-            with _transaction(db):
+            with transaction(db):
                 db.execute(
                     "INSERT INTO initialization (id, data, updated_at) VALUES (1, ?, ?)"
                     " ON CONFLICT (id) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at",
                     stored,
                 )
 
-        await self._run(write)
+        await self._db.run(write)
 
     async def load_initialization(self) -> dict[str, Any] | None:
         def read(db: sqlite3.Connection) -> dict[str, Any] | None:
             row = db.execute("SELECT data FROM initialization WHERE id = 1").fetchone()
             return None if row is None else json.loads(row[0])
 
-        return await self._run(read)
-
-
-def connect(path: Path, migrations: list[str], durability: Durability = "full") -> sqlite3.Connection:
-    """A WAL-mode connection (for use on one thread at a time) with the schema migrated up.
-
-    `durability` "full" (PRAGMA synchronous=FULL) syncs the log at every commit, so a commit that
-    returned survives a power loss; "normal" syncs only at checkpoints: commits survive a crash of
-    the process, but a power loss may drop the last ones (each commit is then cheaper).
-    `migrations[n]` takes a database from version n to n + 1; PRAGMA user_version keeps the count."""
-    if durability not in DURABILITY_LEVELS:
-        raise ValueError(f"durability must be one of {DURABILITY_LEVELS}, not {durability!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute(f"PRAGMA synchronous={durability.upper()}")
-    db.execute("PRAGMA foreign_keys=ON")
-    (version,) = db.execute("PRAGMA user_version").fetchone()
-    for number, script in enumerate(migrations[version:], start=version + 1):
-        db.executescript(f"BEGIN; {script}; PRAGMA user_version={number}; COMMIT;")
-    return db
-
-
-def synchronous_level(db: sqlite3.Connection) -> str:
-    """How the connection syncs commits, by PRAGMA synchronous's name: "full", "normal", ..."""
-    (number,) = db.execute("PRAGMA synchronous").fetchone()
-    return _SYNCHRONOUS_NAMES.get(number, str(number))
-
-
-class _transaction:
-    """BEGIN ... COMMIT, or ROLLBACK when the body raises."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
-
-    def __enter__(self) -> None:
-        self.db.execute("BEGIN")
-
-    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
-        self.db.execute("ROLLBACK" if kind is not None else "COMMIT")
+        return await self._db.run(read)
 
 
 def _insert_messages(

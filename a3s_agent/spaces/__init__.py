@@ -28,7 +28,7 @@ from typing import Any, Literal, TypedDict, cast
 
 from ..config import DEFAULT_MAX_SPACE_RUNS
 from ..core.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
-from ..core.sqlite_store import Durability
+from ..core.sqlite import Durability
 from ..tools.builtin import builtin_registry
 from ..tools.registry import ToolRegistry
 from .policies import DEFAULT_PRESET, PRESETS, PolicySpec, SpacePolicy, build_policy

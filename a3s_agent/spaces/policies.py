@@ -41,10 +41,13 @@ from typing import Any, Final, Literal
 
 from ..core.errors import InvalidArgument
 from ..core.permissions import (
+    DEFAULT_DECISION,
     RULE_TYPES,
     Decision,
     Evaluation,
     PermissionPolicy,
+    check_decision,
+    check_rules,
     evaluate,
     parse_rule,
     workspace_path,
@@ -359,8 +362,8 @@ def build_policy(spec: PolicySpec) -> SpacePolicy:
     for kind in RULE_TYPES:
         for text in spec.get(kind, []):
             add(kind, _engine_rule(text), _Origin("custom", text))
-    permissions = PermissionPolicy(**lists, default_decision=spec.get("defaultDecision", "allow"))
-    permissions.validate()
+    permissions = PermissionPolicy(**lists, default_decision=spec.get("defaultDecision", DEFAULT_DECISION))
+    permissions.validate()  # the rules as the engine spells them: `shell(:*)` becomes `Bash(:*)`
     return SpacePolicy(
         name=spec.get("preset", "custom"),
         spec=spec,
@@ -392,16 +395,8 @@ def _normalised(spec: PolicySpec) -> dict[str, Any]:
     if "preset" in out and out["preset"] not in PRESETS:
         raise InvalidArgument(f"policy.preset must be one of {', '.join(PRESETS)}, not {out['preset']!r}")
     for kind in RULE_TYPES:
-        rules = out.get(kind, [])
-        if not isinstance(rules, list) or not all(isinstance(rule, str) for rule in rules):
-            raise InvalidArgument(f"policy.{kind} must be a list of rule strings")
-        for index, rule in enumerate(rules):
-            try:
-                parse_rule(rule)
-            except InvalidArgument as exc:
-                raise InvalidArgument(f"policy.{kind}[{index}]: {exc}") from None
-    if out.get("defaultDecision", "allow") not in RULE_TYPES:
-        raise InvalidArgument(f"policy.defaultDecision must be one of {', '.join(RULE_TYPES)}")
+        check_rules(out.get(kind, []), f"policy.{kind}")
+    check_decision(out.get("defaultDecision", DEFAULT_DECISION), "policy.defaultDecision")
     timeout = out.get("timeout", MIN_TIMEOUT_MS)
     if not _is_int(timeout) or not MIN_TIMEOUT_MS <= timeout <= MAX_TIMEOUT_MS:
         raise InvalidArgument(

@@ -1,7 +1,7 @@
 """SQLite persistence of spaces, runs and their events (`<data_dir>/spaces.db`, WAL mode, commits
 synced as the session store's are: `A3S_DURABILITY`).
 
-The connection lives on one worker thread and each method is one hop to it. A run's events are
+The connection lives on one worker thread (`core/sqlite.py`) and each method is one hop to it. A run's events are
 written in one transaction when an execution segment ends (paused, completed or cancelled), not
 one commit per event; a paused run keeps its remaining operations and its policy, so a new
 process can resume it.
@@ -9,20 +9,15 @@ process can resume it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from ..core.errors import AlreadyExists
-from ..core.sqlite_store import Durability, connect
-
-T = TypeVar("T")
+from ..core.sqlite import Database, Durability, transaction
 
 # Each entry moves the schema one version up; PRAGMA user_version records where a file is.
 _MIGRATIONS: list[str] = [
@@ -78,29 +73,15 @@ class RunRecord:
 class SpacesStore:
     def __init__(self, path: Path, durability: Durability = "full") -> None:
         self.path = path
-        self.durability = durability  # how commits are synced: see sqlite_store.connect
-        self._db: sqlite3.Connection | None = None
-        self._thread: ThreadPoolExecutor | None = None
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._db is None or self._thread is None:
-            raise RuntimeError("the spaces store is not open")
-        db = self._db
-        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, db)
+        # What was asked for until `open`; then what the connection reports (PRAGMA synchronous).
+        self.durability: str = durability
+        self._db = Database(path, _MIGRATIONS, durability, "spaces")
 
     async def open(self) -> None:
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="a3s-spaces")
-        self._db = await asyncio.get_running_loop().run_in_executor(
-            self._thread, connect, self.path, _MIGRATIONS, self.durability
-        )
+        self.durability = await self._db.open()
 
     async def close(self) -> None:
-        if self._db is not None:
-            await self._run(lambda db: db.close())
-            self._db = None
-        if self._thread is not None:
-            self._thread.shutdown(wait=True)
-            self._thread = None
+        await self._db.close()
 
     async def insert_space(self, space: SpaceRecord) -> None:
         def write(db: sqlite3.Connection) -> None:
@@ -110,12 +91,12 @@ class SpacesStore:
             )
 
         try:
-            await self._run(write)
+            await self._db.run(write)
         except sqlite3.IntegrityError as exc:
             raise AlreadyExists(f"space {space.id!r} already exists") from exc
 
     async def get_space(self, space_id: str) -> SpaceRecord | None:
-        row = await self._run(
+        row = await self._db.run(
             lambda db: db.execute(
                 "SELECT id, workspace, policy, created_at FROM spaces WHERE id = ?", (space_id,)
             ).fetchone()
@@ -123,7 +104,7 @@ class SpacesStore:
         return None if row is None else SpaceRecord(row[0], row[1], json.loads(row[2]), row[3])
 
     async def insert_run(self, run: RunRecord) -> None:
-        await self._run(
+        await self._db.run(
             lambda db: db.execute(
                 "INSERT INTO runs (id, space_id, status, policy, pending, event_count, created_at, updated_at)"
                 " VALUES (?, ?, ?, ?, NULL, 0, ?, ?)",
@@ -150,7 +131,7 @@ class SpacesStore:
             rows = db.execute("SELECT data FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
             return run, [json.loads(data) for (data,) in rows]
 
-        return await self._run(read)
+        return await self._db.run(read)
 
     async def claim_run(self, run_id: str, expected: str, status: str, updated_at: str) -> bool:
         """Move the run from `expected` to `status` (dropping a pending approval); False if it was not in `expected`."""
@@ -164,7 +145,7 @@ class SpacesStore:
             )
             return cursor.rowcount == 1
 
-        return await self._run(write)
+        return await self._db.run(write)
 
     async def save_segment(
         self,
@@ -178,7 +159,7 @@ class SpacesStore:
         """Record how an execution segment ended and its events, numbered from `first_seq`, at once."""
 
         def write(db: sqlite3.Connection) -> None:
-            with _transaction(db):
+            with transaction(db):
                 db.executemany(
                     "INSERT INTO events (run_id, seq, data) VALUES (?, ?, ?)",
                     ((run_id, seq, json.dumps(event)) for seq, event in enumerate(events, first_seq)),
@@ -194,13 +175,13 @@ class SpacesStore:
                     ),
                 )
 
-        await self._run(write)
+        await self._db.run(write)
 
     async def fail_running(self, event: dict[str, Any], updated_at: str) -> int:
         """Mark runs left `running` by a process that stopped as `error`, adding `event` to each."""
 
         def write(db: sqlite3.Connection) -> int:
-            with _transaction(db):
+            with transaction(db):
                 rows = db.execute("SELECT id, event_count FROM runs WHERE status = 'running'").fetchall()
                 data = json.dumps(event)
                 db.executemany(
@@ -214,16 +195,4 @@ class SpacesStore:
                 )
             return len(rows)
 
-        return await self._run(write)
-
-
-@contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[None]:
-    """BEGIN ... COMMIT, or ROLLBACK when the body raises."""
-    db.execute("BEGIN")
-    try:
-        yield
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
+        return await self._db.run(write)

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from a3s_agent.core.models import SessionConfig
-from a3s_agent.core.sqlite_store import MIGRATIONS, connect
+from a3s_agent.core.sqlite import connect
+from a3s_agent.core.sqlite_store import MIGRATIONS
 
 CREATED_AT = 1_700_000_000_000
 

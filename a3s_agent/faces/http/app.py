@@ -20,7 +20,7 @@ Routes (bodies and replies are the proto messages' JSON forms, see bridge.py):
     GET    /ws                               the WebSocket JSON form of every RPC (ws.py)
 
 Errors are `{"error": {"code": "NOT_FOUND", "message": ..., "details": object|null}}` with the
-HTTP status of bridge.HTTP_STATUS; a body over MAX_BODY_BYTES is 413. Before any route, guard.py
+HTTP status of bridge.HTTP_STATUS; a body over MAX_BODY_BYTES (body.py) is 413. Before any route, guard.py
 refuses a foreign Host (421), a foreign browser Origin (403) and a body that is not JSON (415);
 probes.py refuses new work with 503 UNAVAILABLE while the server starts or stops; listener.py binds the address behind the connection cap and the header timeout (connections.py).
 
@@ -48,14 +48,14 @@ from ..auth import http_middleware
 from ..grpc.service import CodeAgentService
 from ..readiness import Phase, Readiness
 from ..refusals import RefusalLog
-from .bridge import Bridge, CallError, as_json, find_method, json_text, load_json, parse
+from .body import MAX_BODY_BYTES, json_body
+from .bridge import Bridge, CallError, as_json, find_method, json_text, parse
 from .guard import RequestGuard
 from .probes import Probes
 from .ws import WebSocketFace
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 16 * 1024 * 1024
 KEEPALIVE_S = 15.0
 """How often a stream sends an SSE comment, so that proxies keep a quiet stream open."""
 
@@ -102,14 +102,6 @@ async def _errors(
     except Exception as exc:
         log.error("%s %s failed unexpectedly", request.method, request.path, exc_info=exc)
         return _error_response(CallError(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"))
-
-
-async def _json_body(request: web.Request) -> Any:
-    """The parsed body; an empty body is `{}`."""
-    raw = await request.read()
-    if not raw.strip():
-        return {}
-    return load_json(raw, "the request body")
 
 
 def _json(value: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -226,7 +218,7 @@ class RestApi:
         return _json(await self._bridge.call("GetCapabilities", {}))
 
     async def create_session(self, request: web.Request) -> web.Response:
-        reply = await self._bridge.call("CreateSession", await _json_body(request))
+        reply = await self._bridge.call("CreateSession", await json_body(request))
         return _json(reply, 201, {"Location": f"/sessions/{reply['session_id']}"})
 
     async def list_sessions(self, request: web.Request) -> web.Response:
@@ -239,11 +231,11 @@ class RestApi:
         return _json(await self._bridge.call("DestroySession", {}, session_id=request.match_info["id"]))
 
     async def generate(self, request: web.Request) -> web.Response:
-        body = await _json_body(request)
+        body = await json_body(request)
         return _json(await self._bridge.call("Generate", body, session_id=request.match_info["id"]))
 
     async def stream_generate(self, request: web.Request) -> web.StreamResponse:
-        message = parse(_STREAM_GENERATE, await _json_body(request), session_id=request.match_info["id"])
+        message = parse(_STREAM_GENERATE, await json_body(request), session_id=request.match_info["id"])
         return await _sse(request, self._bridge.stream(_STREAM_GENERATE, message), self._readiness)
 
     async def stream_generate_get(self, request: web.Request) -> web.StreamResponse:
@@ -263,7 +255,7 @@ class RestApi:
         return await _sse(request, self._bridge.stream(_STREAM_GENERATE, message), self._readiness)
 
     async def execute_tool(self, request: web.Request) -> web.Response:
-        arguments = await _json_body(request)
+        arguments = await json_body(request)
         if not isinstance(arguments, dict):
             raise CallError(
                 grpc.StatusCode.INVALID_ARGUMENT, "the body must be the tool's arguments as a JSON object"
@@ -277,7 +269,7 @@ class RestApi:
 
     async def rpc(self, request: web.Request) -> web.StreamResponse:
         method = find_method(request.match_info["method"])
-        message = parse(method, await _json_body(request))
+        message = parse(method, await json_body(request))
         if method.streaming:
             return await _sse(request, self._bridge.stream(method, message), self._readiness)
         return _json(as_json(await self._bridge.unary(method, message)))

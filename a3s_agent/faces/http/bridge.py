@@ -17,8 +17,6 @@ import grpc
 from google.protobuf import json_format, message_factory
 from google.protobuf.message import Message
 
-from ...core.errors import InvalidArgument
-from ...core.jsontext import parse_json
 from ...proto import code_agent_pb2 as pb
 from ..grpc.service import CodeAgentService
 
@@ -139,19 +137,6 @@ def parse(method: Method, params: object, **fields: str) -> Message:
             )
         setattr(request, name, value)
     return request
-
-
-def load_json(raw: bytes | str, what: str) -> Any:
-    """JSON from a client (UTF-8 text), or CallError INVALID_ARGUMENT naming `what` and the fault:
-    not UTF-8, not JSON, nested too deeply, a lone surrogate."""
-    try:
-        return parse_json(raw.decode("utf-8") if isinstance(raw, bytes) else raw, what)
-    except UnicodeDecodeError as exc:
-        raise CallError(
-            Code.INVALID_ARGUMENT, f"{what}: not valid UTF-8: {exc.reason} at byte {exc.start}"
-        ) from None
-    except InvalidArgument as exc:
-        raise CallError(Code.INVALID_ARGUMENT, str(exc)) from None
 
 
 def as_json(message: Message) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
@@ -20,14 +19,10 @@ from ...core.errors import AgentError
 from ...runtime import Runtime
 from ...spaces import Spaces
 from ..grpc.errors import status_for
-from .bridge import CallError, load_json
+from .body import json_body
+from .bridge import CallError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-async def _body(request: web.Request) -> Any:
-    raw = await request.read()
-    return load_json(raw, "the body") if raw.strip() else {}  # 400 for deep nesting, lone surrogates too
 
 
 def _domain(handler: Handler) -> Handler:
@@ -48,7 +43,7 @@ def spaces_routes(runtime: Runtime, spaces: Spaces) -> web.RouteTableDef:
     @routes.post("/v1/spaces")
     @_domain
     async def create_space(request: web.Request) -> web.StreamResponse:
-        body = await _body(request)
+        body = await json_body(request)
         if not isinstance(body, dict):
             raise AgentError("the body must be a JSON object")
         workspace = None
@@ -67,7 +62,7 @@ def spaces_routes(runtime: Runtime, spaces: Spaces) -> web.RouteTableDef:
     @routes.post("/v1/spaces/{space}/runs")
     @_domain
     async def start_run(request: web.Request) -> web.StreamResponse:
-        result = await spaces.start_run(request.match_info["space"], await _body(request))
+        result = await spaces.start_run(request.match_info["space"], await json_body(request))
         return web.json_response(result)
 
     @routes.get("/v1/spaces/{space}/runs/{run}")
@@ -78,7 +73,7 @@ def spaces_routes(runtime: Runtime, spaces: Spaces) -> web.RouteTableDef:
     @routes.post("/v1/spaces/{space}/runs/{run}/resume")
     @_domain
     async def resume_run(request: web.Request) -> web.StreamResponse:
-        body = await _body(request)
+        body = await json_body(request)
         approval = body.get("approval", body) if isinstance(body, dict) else body
         result = await spaces.resume_run(request.match_info["space"], request.match_info["run"], approval)
         return web.json_response(result)

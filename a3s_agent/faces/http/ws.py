@@ -16,7 +16,8 @@ import grpc
 from aiohttp import WSCloseCode, WSMsgType, web
 from google.protobuf.message import Message
 
-from .bridge import Bridge, CallError, Method, as_json, find_method, json_text, load_json, parse
+from .body import load_json
+from .bridge import Bridge, CallError, Method, as_json, find_method, json_text, parse
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,39 @@
+"""JSON from HTTP clients, read one way: request bodies (REST, RPC, Agent Spaces) and WebSocket
+messages.
+
+By the time a handler reads a body the guard (guard.py) has checked its content type (415) and
+aiohttp its size (`client_max_size`, MAX_BODY_BYTES: 413); what is left is turning the bytes into
+JSON, or a CallError INVALID_ARGUMENT (400) naming what and the fault.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from ...core.errors import InvalidArgument
+from ...core.jsontext import parse_json
+from .bridge import CallError, Code
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+"""The largest request body, and the largest WebSocket message."""
+
+
+def load_json(raw: bytes | str, what: str) -> Any:
+    """JSON from a client (UTF-8 text), or CallError INVALID_ARGUMENT naming `what` and the fault:
+    not UTF-8, not JSON, nested too deeply, a lone surrogate."""
+    try:
+        return parse_json(raw.decode("utf-8") if isinstance(raw, bytes) else raw, what)
+    except UnicodeDecodeError as exc:
+        raise CallError(
+            Code.INVALID_ARGUMENT, f"{what}: not valid UTF-8: {exc.reason} at byte {exc.start}"
+        ) from None
+    except InvalidArgument as exc:
+        raise CallError(Code.INVALID_ARGUMENT, str(exc)) from None
+
+
+async def json_body(request: web.Request) -> Any:
+    """The request's body as JSON; an empty (or blank) body is `{}`."""
+    raw = await request.read()
+    return load_json(raw, "the request body") if raw.strip() else {}
