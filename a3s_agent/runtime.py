@@ -24,7 +24,7 @@ from .core.store import Store
 from .core.tool_runner import ToolRunner
 from .datadir import make_data_dir
 from .initialization import Initialization, withheld_names
-from .llm.factory import ProviderCache
+from .llm.factory import ProviderCache, ProviderFactory
 from .llm.messages import tool_schema
 from .llm.modes import speaks_text_protocol
 from .tools import containment
@@ -44,7 +44,13 @@ class AgentInfo:
 
 
 class Runtime:
-    def __init__(self, settings: Settings, store: Store | None = None, registry: ToolRegistry | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store | None = None,
+        registry: ToolRegistry | None = None,
+        connect: ProviderFactory | None = None,
+    ):
         self.settings = settings
         self.info = AgentInfo()
         self.workspace: Path = settings.workspace.resolve()
@@ -79,6 +85,7 @@ class Runtime:
             max_retries=settings.llm_retries,
             tool_mode=settings.llm_tool_mode,
             relay_dir=settings.relay_dir,
+            connect=connect,  # None: the OpenAI-compatible HTTP provider; tests plug in a scripted one
         )
         self.context = ContextManager(
             self.sessions,
@@ -232,22 +239,14 @@ class Runtime:
         return models
 
     def session_tools(self, session: Session | None) -> list[Tool]:
-        """What a session's model may call: the enabled built-in tools, skill tools, client tools,
-        and edit_lines (EDIT_FILE) for a model speaking the text protocol."""
+        """What a session's model may call: the built-in tools the registry offers its model, skill
+        tools and client tools."""
+        provider = self.effective_llm(session).provider
         return [
-            *self.registry.list(),
+            *self.registry.offered(text_protocol=speaks_text_protocol(provider, self.settings.llm_tool_mode)),
             *self.skills.tools_for(session),
             *self.client_tools.for_session(session),
-            *self._text_protocol_tools(session),
         ]
-
-    def _text_protocol_tools(self, session: Session | None) -> list[Tool]:
-        """edit_lines, for a model speaking the CodingAgent text protocol (its EDIT_FILE)."""
-        if not speaks_text_protocol(self.effective_llm(session).provider, self.settings.llm_tool_mode):
-            return []
-        from .llm.text_tools import EDIT_LINES_TOOL
-
-        return [EDIT_LINES_TOOL]
 
     def system_prompt(self, session: Session) -> str:
         workspace = session.config.workspace or str(self.workspace)

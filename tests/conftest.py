@@ -1,22 +1,27 @@
-"""Shared fixtures: an in-process server on port 0 with a real client, and a subprocess server."""
+"""Shared fixtures: an in-process server on port 0 with a real client (against the real-HTTP fake LLM
+or the in-process scripted model), a subprocess server, and `eventually`, the one polling helper."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 import pytest
 
 from a3s_agent.config import Settings
+from a3s_agent.llm.factory import ProviderFactory
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.runtime import Runtime
@@ -24,6 +29,28 @@ from a3s_agent.server import AgentServer
 from a3s_agent.tools.builtin import builtin_registry
 
 from .fake_llm import FakeLLM
+from .scripted_model import ScriptedProvider
+
+T = TypeVar("T")
+WITHIN_S = 10.0
+
+
+async def eventually(
+    check: Callable[[], T | Awaitable[T]], what: str = "the condition", within_s: float = WITHIN_S
+) -> T:
+    """Poll `check` (sync or async) until it returns something true, and return that; fail naming
+    `what` after `within_s`. The one way tests wait for something to happen: no sleep-then-assert."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        if loop.time() > deadline:
+            raise AssertionError(f"not within {within_s:g} s: {what}")
+        await asyncio.sleep(0.02)
 
 
 @dataclass
@@ -44,9 +71,10 @@ def workspace(tmp_path: Path) -> Path:
 
 
 @asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[LiveServer]:
-    """The real server in this process on a free port, and a real client channel to it."""
-    runtime = Runtime(settings, registry=builtin_registry())
+async def running(settings: Settings, connect: ProviderFactory | None = None) -> AsyncIterator[LiveServer]:
+    """The real server in this process on a free port, and a real client channel to it; `connect`
+    replaces the HTTP provider (e.g. with `ScriptedProvider.connect`)."""
+    runtime = Runtime(settings, registry=builtin_registry(), connect=connect)
     server = AgentServer(runtime)
     port = server.bind("127.0.0.1:0")
     await runtime.start()
@@ -68,6 +96,13 @@ async def live(workspace: Path, tmp_path: Path) -> AsyncIterator[LiveServer]:
         Settings(listen="127.0.0.1:0", workspace=workspace, data_dir=tmp_path / "data")
     ) as server:
         yield server
+
+
+async def subscribed(server: LiveServer, count: int = 1) -> None:
+    """Wait until `count` event subscriptions are in place (before publishing what they must see)."""
+    await eventually(
+        lambda: server.runtime.events.subscriber_count >= count, f"{count} event subscription(s) in place"
+    )
 
 
 def free_port() -> int:
@@ -172,14 +207,30 @@ async def agent(workspace: Path, tmp_path: Path, fake: FakeLLM) -> AsyncIterator
         yield server
 
 
-async def initialize(server: LiveServer, fake: FakeLLM) -> None:
+async def initialize(server: LiveServer, fake: FakeLLM | None = None) -> None:
+    """Initialize with the fake model: at the fake server's URL, or (None) the scripted model's."""
+    base_url = fake.base_url if fake is not None else ""
     await server.stub.Initialize(
         pb.InitializeRequest(
-            config=pb.AgentConfig(
-                llm=pb.LLMConfig(provider="openai", model="fake-model", base_url=fake.base_url)
-            )
+            config=pb.AgentConfig(llm=pb.LLMConfig(provider="openai", model="fake-model", base_url=base_url))
         )
     )
+
+
+@pytest.fixture
+def scripted() -> ScriptedProvider:
+    """The in-process scripted model: script turns, read `requests` (see tests/scripted_model.py)."""
+    return ScriptedProvider()
+
+
+@pytest.fixture
+async def scripted_agent(
+    workspace: Path, tmp_path: Path, scripted: ScriptedProvider
+) -> AsyncIterator[LiveServer]:
+    """A server whose model is the scripted one, in process: loop, context and control tests need no HTTP."""
+    async with running(agent_settings(workspace, tmp_path / "data"), connect=scripted.connect) as server:
+        await initialize(server)
+        yield server
 
 
 async def new_session(server: LiveServer, **config: object) -> str:

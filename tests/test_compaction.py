@@ -1,6 +1,7 @@
-"""Compaction to a token budget, through the real server and the fake LLM: what the model receives
-stays within the window, overflow errors are recovered, a failed summary falls back, pinned
-messages survive, and the per-session settings travel in request metadata."""
+"""Compaction to a token budget, through the real server and the in-process scripted model: what the
+model receives stays within the window, overflow errors are recovered, a failed summary falls back,
+pinned messages survive, and the per-session settings travel in request metadata. How providers say
+"too long" on the wire is tested against the real-HTTP fake LLM."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from typing import Any
 import grpc
 import pytest
 
+from a3s_agent.core.errors import Unavailable
 from a3s_agent.faces.grpc.convert import message_from_pb
 from a3s_agent.llm.tokens import TokenCounter
 from a3s_agent.proto import code_agent_pb2 as pb
 
 from .conftest import LiveServer, user
-from .fake_llm import Error, FakeLLM, Reply, error, text, tool_call
+from .fake_llm import Error, FakeLLM, error, text, tool_call
+from .scripted_model import ScriptedProvider, ScriptedTurn, overflow
 
 ROLE = pb.Message
 WINDOW = 32_000
@@ -28,8 +31,8 @@ def is_summary_request(body: dict[str, Any]) -> bool:
     return str(body["messages"][0].get("content", "")).startswith("Summarise the conversation")
 
 
-def summaries(answer: Reply | Error, main: Callable[[dict[str, Any]], Reply | Error]) -> Callable:
-    """A turn for the fake's fallback: `answer` to every summary request, `main` to the others."""
+def summaries(answer: ScriptedTurn, main: Callable[[dict[str, Any]], ScriptedTurn]) -> Callable:
+    """A turn for the model's fallback: `answer` to every summary request, `main` to the others."""
     return lambda body: answer if is_summary_request(body) else main(body)
 
 
@@ -38,8 +41,8 @@ def sent_tokens(body: dict[str, Any]) -> int:
     return COUNTER.count_messages(body["messages"]) + COUNTER.count_tools(body.get("tools") or [])
 
 
-def main_requests(fake: FakeLLM) -> list[dict[str, Any]]:
-    return [r.body for r in fake.requests if not is_summary_request(r.body)]
+def main_requests(model: ScriptedProvider) -> list[dict[str, Any]]:
+    return [r.body for r in model.requests if not is_summary_request(r.body)]
 
 
 def _words(tag: str, count: int) -> str:
@@ -85,10 +88,12 @@ def _compactions(chunks: list[pb.GenerateChunk]) -> list[dict[str, str]]:
     return [dict(c.metadata) for c in chunks if c.metadata.get("type") == "context_compacted"]
 
 
-async def test_sixty_large_tool_turns_stay_within_the_window(agent: LiveServer, fake: FakeLLM) -> None:
+async def test_sixty_large_tool_turns_stay_within_the_window(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
     for n in range(60):
         words = _words(f"f{n}", 500).split()
-        (agent.workspace / f"out{n}.txt").write_text(
+        (scripted_agent.workspace / f"out{n}.txt").write_text(
             "".join(" ".join(words[i : i + 10]) + "\n" for i in range(0, 500, 10))
         )
     tool_outputs = sum(COUNTER.count_text(_words(f"f{n}", 500)) for n in range(60))
@@ -96,17 +101,17 @@ async def test_sixty_large_tool_turns_stay_within_the_window(agent: LiveServer, 
     turns = iter(
         [tool_call("read_file", {"path": f"out{n}.txt"}, id=f"call_{n}") for n in range(60)] + [text("done")]
     )
-    fake.fallback = summaries(
+    scripted.fallback = summaries(
         text("Goal: refactor the parser. Next step: read more files."), lambda _: next(turns)
     )
-    session_id = await _session(agent, auto_compact=True)
-    chunks = await _stream(agent, session_id, "read every file", max_tool_calls=100)
+    session_id = await _session(scripted_agent, auto_compact=True)
+    chunks = await _stream(scripted_agent, session_id, "read every file", max_tool_calls=100)
 
     assert chunks[-1].type == pb.GenerateChunk.CHUNK_TYPE_DONE
     compactions = _compactions(chunks)
     assert compactions and all(c["summarized_by"] == "llm" for c in compactions)
     assert all("refactor the parser" in c["summary"] for c in compactions)
-    bodies = main_requests(fake)
+    bodies = main_requests(scripted)
     assert len(bodies) == 61
     for number, body in enumerate(bodies):
         assert sent_tokens(body) < WINDOW, f"request {number} overflowed the window"
@@ -116,45 +121,45 @@ async def test_sixty_large_tool_turns_stay_within_the_window(agent: LiveServer, 
             assert body["messages"][-1]["tool_call_id"] == f"call_{number - 1}"
             assert f"f{number - 1}w499" in body["messages"][-1]["content"]
     # The summariser's own requests fit the window too.
-    assert all(sent_tokens(r.body) < WINDOW for r in fake.requests if is_summary_request(r.body))
+    assert all(sent_tokens(r.body) < WINDOW for r in scripted.requests if is_summary_request(r.body))
     # Every compaction brought the whole prompt to the target share (50%) of the window.
     assert all(int(c["after_tokens"]) <= WINDOW // 2 for c in compactions)
 
 
 async def test_a_provider_overflow_is_recovered_by_one_compaction_and_a_retry(
-    agent: LiveServer, fake: FakeLLM
+    scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:
-    overflow = error(
-        400,
-        "This model's maximum context length is 16384 tokens. However, your messages resulted in 60000 tokens.",
-        code="context_length_exceeded",
+    refusal = overflow(
+        "This model's maximum context length is 16384 tokens. However, your messages resulted in 60000"
     )
-    answers = iter([overflow, text("carried on")])
-    fake.fallback = summaries(text("Goal: refactor the parser."), lambda _: next(answers))
+    answers = iter([refusal, text("carried on")])
+    scripted.fallback = summaries(text("Goal: refactor the parser."), lambda _: next(answers))
     # 200,000 tokens (A3S's default window) is accepted; the history is far under its threshold.
-    session_id = await _session(agent, auto_compact=True, window=200_000, count=40)
-    chunks = await _stream(agent, session_id, "go on")
+    session_id = await _session(scripted_agent, auto_compact=True, window=200_000, count=40)
+    chunks = await _stream(scripted_agent, session_id, "go on")
 
     assert chunks[-1].type == pb.GenerateChunk.CHUNK_TYPE_DONE
     assert "carried on" in "".join(c.content for c in chunks)
     [compaction] = _compactions(chunks)
     assert compaction["summarized_by"] == "llm"
-    refused, retried = main_requests(fake)
+    refused, retried = main_requests(scripted)
     assert sent_tokens(retried) <= sent_tokens(refused) // 2
     assert retried["messages"][1]["content"] == TASK and retried["messages"][-1]["content"] == "go on"
 
 
 async def test_an_overflow_refused_again_after_compacting_is_failed_precondition(
-    agent: LiveServer, fake: FakeLLM
+    scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:
-    overflow = error(400, "prompt is too long: 210000 tokens > 200000 maximum", type="invalid_request_error")
-    fake.fallback = summaries(text("summary"), lambda _: overflow)
-    session_id = await _session(agent, auto_compact=True, window=200_000, count=40)
+    refusal = overflow("prompt is too long: 210000 tokens > 200000 maximum")
+    scripted.fallback = summaries(text("summary"), lambda _: refusal)
+    session_id = await _session(scripted_agent, auto_compact=True, window=200_000, count=40)
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("go on")]))
+        await scripted_agent.stub.Generate(
+            pb.GenerateRequest(session_id=session_id, messages=[user("go on")])
+        )
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "refused again after compacting" in err.value.details()
-    assert len(main_requests(fake)) == 2  # one retry, no more
+    assert len(main_requests(scripted)) == 2  # one retry, no more
 
 
 @pytest.mark.parametrize(
@@ -186,90 +191,95 @@ async def test_an_overflow_without_auto_compact_names_it_and_compact_context(
 
 
 async def test_a_failing_summary_falls_back_and_leaves_the_session_whole(
-    agent: LiveServer, fake: FakeLLM
+    scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:
     pair = [
         pb.Message(role=ROLE.ROLE_USER, content="look at the notes"),
     ]
-    fake.fallback = summaries(error(500, "summariser down", should_retry=False), lambda _: text("carried on"))
-    session_id = await _session(agent, auto_compact=True, count=60, extra=pair)
-    (agent.workspace / "notes.txt").write_text("tool output " * 200)
-    await agent.stub.ExecuteTool(
+    down = Unavailable("the LLM provider failed (HTTP 500): summariser down")
+    scripted.fallback = summaries(down, lambda _: text("carried on"))
+    session_id = await _session(scripted_agent, auto_compact=True, count=60, extra=pair)
+    (scripted_agent.workspace / "notes.txt").write_text("tool output " * 200)
+    await scripted_agent.stub.ExecuteTool(
         pb.ExecuteToolRequest(
             session_id=session_id, tool_name="read_file", arguments=json.dumps({"path": "notes.txt"})
         )
     )
-    before = await agent.runtime.sessions.history(session_id)
-    chunks = await _stream(agent, session_id, "go on")
+    before = await scripted_agent.runtime.sessions.history(session_id)
+    chunks = await _stream(scripted_agent, session_id, "go on")
 
     assert chunks[-1].type == pb.GenerateChunk.CHUNK_TYPE_DONE
     [compaction] = _compactions(chunks)
     assert (
         compaction["summarized_by"] == "fallback" and "earlier messages were removed" in compaction["summary"]
     )
-    [body] = main_requests(fake)
+    [body] = main_requests(scripted)
     assert sent_tokens(body) <= WINDOW // 2 + 200  # the target, plus the turn's new reply budget
     assert body["messages"][1]["content"] == TASK and body["messages"][-1]["content"] == "go on"
-    history = await agent.runtime.sessions.history(session_id)
+    history = await scripted_agent.runtime.sessions.history(session_id)
     assert [m.metadata.get("compaction") for m in history].count("note") == 1
     calls = [c.id for m in history if m.role == "assistant" for c in m.tool_calls]
     assert calls == [m.tool_call_id for m in history if m.role == "tool"]  # no call without its result
     # The store holds exactly the compacted history; the originals stay readable as archived rows.
-    assert await agent.runtime.store.load_messages(session_id) == history
-    archived = await agent.runtime.sessions.archived(session_id)
+    assert await scripted_agent.runtime.store.load_messages(session_id) == history
+    archived = await scripted_agent.runtime.sessions.archived(session_id)
     assert [m.content for m in archived] == [m.content for m in before] + ["go on"]
 
 
-async def test_pinned_messages_and_the_summary_survive_compaction(agent: LiveServer, fake: FakeLLM) -> None:
+async def test_pinned_messages_and_the_summary_survive_compaction(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
     pinned = pb.Message(
         role=ROLE.ROLE_USER, content="PINNED: never touch vendor/", metadata={"pinned": "true"}
     )
-    fake.fallback = summaries(text("Goal: refactor the parser."), lambda _: text("ok"))
+    scripted.fallback = summaries(text("Goal: refactor the parser."), lambda _: text("ok"))
     later = [
         pb.Message(role=ROLE.ROLE_ASSISTANT if i % 2 else ROLE.ROLE_USER, content=_words(f"late{i}", 600))
         for i in range(30)
     ]
-    session_id = await _session(agent, auto_compact=False, count=30, extra=[pinned, *later])
-    reply = await agent.stub.CompactContext(pb.CompactContextRequest(session_id=session_id))
+    session_id = await _session(scripted_agent, auto_compact=False, count=30, extra=[pinned, *later])
+    reply = await scripted_agent.stub.CompactContext(pb.CompactContextRequest(session_id=session_id))
     assert reply.after.total_tokens <= WINDOW // 2 < reply.before.total_tokens
-    history = await agent.runtime.sessions.history(session_id)
+    history = await scripted_agent.runtime.sessions.history(session_id)
     assert history[0].content == TASK
     assert any(m.content == "PINNED: never touch vendor/" and m.metadata["pinned"] == "true" for m in history)
     [summary] = [m for m in history if m.metadata.get("compaction") == "summary"]
     assert "refactor the parser" in summary.content
     # A second compaction keeps the pin too, and folds the first summary into the new one.
-    await agent.runtime.sessions.append_messages(session_id, [message_from_pb(m, "later") for m in later])
-    first = len(fake.requests)
-    await agent.stub.CompactContext(pb.CompactContextRequest(session_id=session_id))
-    history = await agent.runtime.sessions.history(session_id)
+    await scripted_agent.runtime.sessions.append_messages(
+        session_id, [message_from_pb(m, "later") for m in later]
+    )
+    first = len(scripted.requests)
+    await scripted_agent.stub.CompactContext(pb.CompactContextRequest(session_id=session_id))
+    history = await scripted_agent.runtime.sessions.history(session_id)
     assert any(m.content == "PINNED: never touch vendor/" for m in history)
     assert [m.metadata.get("compaction") for m in history].count("summary") == 1
-    read = [r.messages[1]["content"] for r in fake.requests[first:] if is_summary_request(r.body)]
+    read = [r.messages[1]["content"] for r in scripted.requests[first:] if is_summary_request(r.body)]
     assert read[0].startswith("user: [Summary of ") and "refactor the parser" in read[0]
 
 
-async def test_pinned_content_over_the_budget_is_failed_precondition(agent: LiveServer) -> None:
+async def test_pinned_content_over_the_budget_is_failed_precondition(scripted_agent: LiveServer) -> None:
     huge_task = pb.Message(role=ROLE.ROLE_USER, content=_words("task", 4_000))
-    reply = await agent.stub.CreateSession(
+    reply = await scripted_agent.stub.CreateSession(
         pb.CreateSessionRequest(
             config=pb.SessionConfig(max_context_length=8_000),
             initial_context=[huge_task, *(user(_words(f"x{i}", 100)) for i in range(5))],
         )
     )
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await agent.stub.CompactContext(pb.CompactContextRequest(session_id=reply.session_id))
+        await scripted_agent.stub.CompactContext(pb.CompactContextRequest(session_id=reply.session_id))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "pinned content does not fit" in err.value.details()
-    assert len(await agent.runtime.sessions.history(reply.session_id)) == 6  # untouched
+    assert len(await scripted_agent.runtime.sessions.history(reply.session_id)) == 6  # untouched
 
 
 async def test_auto_compact_is_switched_off_through_the_metadata_channel(
-    agent: LiveServer, fake: FakeLLM
+    scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:
-    fake.script(text("no compaction"))
-    session_id = await _session(agent, auto_compact=True, count=40)
+    scripted.script(text("no compaction"))
+    session_id = await _session(scripted_agent, auto_compact=True, count=40)
     # proto3 cannot send a false auto_compact in a merge: replace mode takes the config as sent.
-    call = agent.stub.ConfigureSession(
+    call = scripted_agent.stub.ConfigureSession(
         pb.ConfigureSessionRequest(
             session_id=session_id, config=pb.SessionConfig(auto_compact=False, max_context_length=200_000)
         ),
@@ -279,12 +289,12 @@ async def test_auto_compact_is_switched_off_through_the_metadata_channel(
     assert not reply.session.config.auto_compact and reply.session.config.max_context_length == 200_000
     trailing = dict(await call.trailing_metadata())
     assert trailing["a3s-compact-threshold"] == "0.7" and trailing["a3s-compact-target"] == "0.5"
-    await agent.stub.ConfigureSession(
+    await scripted_agent.stub.ConfigureSession(
         pb.ConfigureSessionRequest(session_id=session_id, config=pb.SessionConfig(max_context_length=WINDOW))
     )  # a merge keeps auto_compact off
-    chunks = await _stream(agent, session_id, "go on")
+    chunks = await _stream(scripted_agent, session_id, "go on")
     assert not _compactions(chunks)
-    [body] = main_requests(fake)
+    [body] = main_requests(scripted)
     assert len(body["messages"]) == 1 + 41 + 1  # everything was sent: the server compacted nothing
     assert sent_tokens(body) > 0.7 * WINDOW
 
@@ -299,29 +309,29 @@ async def test_auto_compact_is_switched_off_through_the_metadata_channel(
     ],
 )
 async def test_bad_compaction_metadata_is_refused(
-    agent: LiveServer, metadata: tuple[tuple[str, str], ...], problem: str
+    scripted_agent: LiveServer, metadata: tuple[tuple[str, str], ...], problem: str
 ) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await agent.stub.CreateSession(pb.CreateSessionRequest(), metadata=metadata)
+        await scripted_agent.stub.CreateSession(pb.CreateSessionRequest(), metadata=metadata)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and problem in err.value.details()
 
 
 async def test_per_session_threshold_decides_when_auto_compaction_runs(
-    agent: LiveServer, fake: FakeLLM
+    scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:
-    fake.fallback = summaries(text("Goal: refactor the parser."), lambda _: text("ok"))
+    scripted.fallback = summaries(text("Goal: refactor the parser."), lambda _: text("ok"))
     # About 55% of the window: under the default threshold (80%), over this session's 50%.
     session_id = await _session(
-        agent,
+        scripted_agent,
         auto_compact=True,
         count=4,
         metadata=(("a3s-compact-threshold", "0.5"), ("a3s-compact-target", "0.35")),
     )
-    call = agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))
+    call = scripted_agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))
     reply = await call
     assert 0.5 * WINDOW < reply.session.context_usage.total_tokens < 0.8 * WINDOW
     assert dict(await call.trailing_metadata())["a3s-compact-target"] == "0.35"
-    [compaction] = _compactions(await _stream(agent, session_id, "go on"))
+    [compaction] = _compactions(await _stream(scripted_agent, session_id, "go on"))
     assert int(compaction["after_tokens"]) <= 0.35 * WINDOW
 
 

@@ -83,6 +83,7 @@ def test_box_config_matches_what_the_server_reads() -> None:
     assert Path(config["skills_dir"]) == BOX_SKILLS_DIR
 
 
+@pytest.mark.slow  # a fresh venv and a pip install: skipped by a quick `pytest -m "not slow"`, run by CI
 def test_the_environment_the_dockerfile_describes_serves(tmp_path: Path) -> None:
     """pip install -c constraints.txt . into a fresh venv, as the image does, then serve from it."""
     env_dir = tmp_path / "venv"

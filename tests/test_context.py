@@ -1,4 +1,4 @@
-"""Context accounting and compaction through the real server and the fake LLM."""
+"""Context accounting and compaction through the real server and the in-process scripted model."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from pathlib import Path
 import grpc
 import pytest
 
+from a3s_agent.core.errors import Unavailable
 from a3s_agent.llm.messages import to_openai, tool_schema
 from a3s_agent.llm.tokens import TokenCounter
 from a3s_agent.proto import code_agent_pb2 as pb
 
 from .conftest import LiveServer, new_session, user
-from .fake_llm import FakeLLM, error, text
+from .fake_llm import text
+from .scripted_model import ScriptedProvider
 from .test_compaction import is_summary_request, summaries
 
 ROLE = pb.Message
@@ -47,15 +49,20 @@ async def _big_session(
     return reply.session_id
 
 
-async def test_usage_counts_the_conversation_as_it_will_be_sent(agent: LiveServer) -> None:
-    session_id = await new_session(agent, system_prompt="Be exact.")
-    await agent.stub.ExecuteTool(
+async def test_usage_counts_the_conversation_as_it_will_be_sent(scripted_agent: LiveServer) -> None:
+    session_id = await new_session(scripted_agent, system_prompt="Be exact.")
+    await scripted_agent.stub.ExecuteTool(
         pb.ExecuteToolRequest(session_id=session_id, tool_name="list_files", arguments="{}")
     )
-    usage = (await agent.stub.GetContextUsage(pb.GetContextUsageRequest(session_id=session_id))).usage
-    history = await agent.runtime.sessions.history(session_id)
-    counter = TokenCounter("fake-model")
-    tools = [tool_schema(t) for t in agent.runtime.session_tools(agent.runtime.sessions.get(session_id))]
+    usage = (
+        await scripted_agent.stub.GetContextUsage(pb.GetContextUsageRequest(session_id=session_id))
+    ).usage
+    history = await scripted_agent.runtime.sessions.history(session_id)
+    counter = TokenCounter("scripted-model")
+    tools = [
+        tool_schema(t)
+        for t in scripted_agent.runtime.session_tools(scripted_agent.runtime.sessions.get(session_id))
+    ]
     read = [
         {"role": "system", "content": "Be exact."},
         *(to_openai(m) for m in history if m.role != "assistant"),
@@ -65,30 +72,32 @@ async def test_usage_counts_the_conversation_as_it_will_be_sent(agent: LiveServe
     assert usage.completion_tokens == counter.count_messages(written)
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
     assert usage.message_count == 2
-    session = (await agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
+    session = (await scripted_agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
     assert session.context_usage == usage
 
 
 async def test_a_long_session_is_compacted_automatically_and_carries_on(
-    agent: LiveServer, fake: FakeLLM
+    scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:
     summary = text("Goal: refactor the parser. Decisions: keep the API. Next step: tests.")
-    fake.fallback = summaries(summary, lambda _: text("continuing"))
-    session_id = await _big_session(agent, auto_compact=True)
-    before = (await agent.stub.GetContextUsage(pb.GetContextUsageRequest(session_id=session_id))).usage
+    scripted.fallback = summaries(summary, lambda _: text("continuing"))
+    session_id = await _big_session(scripted_agent, auto_compact=True)
+    before = (
+        await scripted_agent.stub.GetContextUsage(pb.GetContextUsageRequest(session_id=session_id))
+    ).usage
     assert before.total_tokens > 0.8 * 30_000
     chunks = [
         c
-        async for c in agent.stub.StreamGenerate(
+        async for c in scripted_agent.stub.StreamGenerate(
             pb.GenerateRequest(session_id=session_id, messages=[user("go on")])
         )
     ]
     notice = next(c for c in chunks if c.metadata.get("type") == "context_compacted")
     assert int(notice.metadata["after_tokens"]) < int(notice.metadata["before_tokens"])
     assert notice.metadata["summarized_by"] == "llm"
-    *summary_requests, turn = fake.requests
+    *summary_requests, turn = scripted.requests
     assert summary_requests and all(is_summary_request(r.body) for r in summary_requests)
-    assert all("tools" not in r.body for r in summary_requests)
+    assert all(not r.tools for r in summary_requests)
     sent = turn.messages
     assert sent[1] == {"role": "user", "content": "THE TASK: refactor the parser"}  # the task stays
     assert sent[2]["content"].startswith("[Summary of") and "keep the API" in sent[2]["content"]
@@ -96,39 +105,47 @@ async def test_a_long_session_is_compacted_automatically_and_carries_on(
     # The recent tail keeps each tool call with its result.
     calls = [c["id"] for m in sent if m["role"] == "assistant" for c in m.get("tool_calls") or []]
     assert [m["tool_call_id"] for m in sent if m["role"] == "tool"] == calls
-    after = (await agent.stub.GetContextUsage(pb.GetContextUsageRequest(session_id=session_id))).usage
+    after = (
+        await scripted_agent.stub.GetContextUsage(pb.GetContextUsageRequest(session_id=session_id))
+    ).usage
     assert after.total_tokens < before.total_tokens and after.message_count < before.message_count
 
 
-async def test_without_the_llm_compaction_still_shrinks_the_context(agent: LiveServer, fake: FakeLLM) -> None:
-    fake.script(error(500, "summariser down", should_retry=False))
-    session_id = await _big_session(agent, auto_compact=False, count=40)
-    reply = await agent.stub.CompactContext(pb.CompactContextRequest(session_id=session_id))
+async def test_without_the_llm_compaction_still_shrinks_the_context(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
+    scripted.script(Unavailable("the LLM provider failed (HTTP 500): summariser down"))
+    session_id = await _big_session(scripted_agent, auto_compact=False, count=40)
+    reply = await scripted_agent.stub.CompactContext(pb.CompactContextRequest(session_id=session_id))
     assert reply.success
     assert reply.after.total_tokens < reply.before.total_tokens
     assert reply.after.total_tokens <= 0.8 * 30_000 * 0.5 + 6000  # target, plus the kept head and tail
-    history = await agent.runtime.sessions.history(session_id)
+    history = await scripted_agent.runtime.sessions.history(session_id)
     assert history[0].content == "THE TASK: refactor the parser"
     assert any("earlier messages were removed" in m.content for m in history)
 
 
-async def test_compacting_a_small_session_changes_nothing(agent: LiveServer) -> None:
-    session_id = await new_session(agent)
-    reply = await agent.stub.CompactContext(pb.CompactContextRequest(session_id=session_id))
+async def test_compacting_a_small_session_changes_nothing(scripted_agent: LiveServer) -> None:
+    session_id = await new_session(scripted_agent)
+    reply = await scripted_agent.stub.CompactContext(pb.CompactContextRequest(session_id=session_id))
     assert reply.success and reply.before == reply.after
 
 
 async def test_clear_context_drops_the_history_but_keeps_the_session(
-    agent: LiveServer, fake: FakeLLM
+    scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:
-    fake.script(text("hi"), text("fresh start"))
-    session_id = await new_session(agent, name="keep", system_prompt="sys")
-    await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("remember 42")]))
-    assert (await agent.stub.ClearContext(pb.ClearContextRequest(session_id=session_id))).success
-    session = (await agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
+    scripted.script(text("hi"), text("fresh start"))
+    session_id = await new_session(scripted_agent, name="keep", system_prompt="sys")
+    await scripted_agent.stub.Generate(
+        pb.GenerateRequest(session_id=session_id, messages=[user("remember 42")])
+    )
+    assert (await scripted_agent.stub.ClearContext(pb.ClearContextRequest(session_id=session_id))).success
+    session = (await scripted_agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
     assert session.context_usage.message_count == 0 and session.config.name == "keep"
-    await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("what number?")]))
-    assert [m["content"] for m in fake.requests[-1].messages] == ["sys", "what number?"]
+    await scripted_agent.stub.Generate(
+        pb.GenerateRequest(session_id=session_id, messages=[user("what number?")])
+    )
+    assert [m["content"] for m in scripted.requests[-1].messages] == ["sys", "what number?"]
 
 
 @pytest.mark.parametrize("rpc", ["GetContextUsage", "CompactContext", "ClearContext"])

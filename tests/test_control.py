@@ -1,11 +1,10 @@
-"""The control plane through the real server and the fake LLM: events, cancel, pause/resume,
-confirmation, permissions, lanes and external tasks, client tools, ask_user."""
+"""The control plane through the real server and the in-process scripted model: events, cancel,
+pause/resume, confirmation, permissions, lanes and external tasks, client tools, ask_user."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
@@ -15,23 +14,11 @@ from a3s_agent.core.events import EventBus, EventType
 from a3s_agent.core.models import Message
 from a3s_agent.proto import code_agent_pb2 as pb
 
-from .conftest import LiveServer, agent_settings, alive, new_session, running, user
-from .fake_llm import FakeLLM, Reply, call, text, tool_call, tool_calls
+from .conftest import LiveServer, agent_settings, alive, eventually, new_session, running, subscribed, user
+from .fake_llm import Reply, call, text, tool_call, tool_calls
+from .scripted_model import ScriptedProvider, after
 
 CHUNK = pb.GenerateChunk
-
-
-async def eventually(check: Callable[[], Awaitable[bool] | bool], within_s: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within_s
-    while True:
-        result = check()
-        if isinstance(result, Awaitable):
-            result = await result
-        if result:
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 def generate(server: LiveServer, session_id: str, content: str = "go") -> asyncio.Task[pb.GenerateResponse]:
@@ -44,18 +31,18 @@ def generate(server: LiveServer, session_id: str, content: str = "go") -> asynci
 
 
 async def test_a_subscriber_sees_the_exact_sequence_of_a_multi_tool_run(
-    agent: LiveServer, fake: FakeLLM
+    scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:
-    fake.script(
+    scripted.script(
         tool_calls(
             [call("write_file", {"path": "a.txt", "content": "x"}), call("read_file", {"path": "a.txt"})]
         ),
         text("done"),
     )
-    session_id = await new_session(agent)
-    stream = agent.stub.SubscribeEvents(pb.SubscribeEventsRequest(session_id=session_id))
-    await asyncio.sleep(0.1)  # the subscription is in place
-    await generate(agent, session_id)
+    session_id = await new_session(scripted_agent)
+    stream = scripted_agent.stub.SubscribeEvents(pb.SubscribeEventsRequest(session_id=session_id))
+    await subscribed(scripted_agent)
+    await generate(scripted_agent, session_id)
     events = []
     async for event in stream:
         events.append(event)
@@ -82,7 +69,7 @@ async def test_event_type_filters_take_both_name_forms_and_refuse_unknown_ones(l
     stream = live.stub.SubscribeEvents(
         pb.SubscribeEventsRequest(event_types=["EVENT_TYPE_SESSION_DESTROYED", "session_created"])
     )
-    await asyncio.sleep(0.1)
+    await subscribed(live)
     session_id = await new_session(live)
     await live.stub.DestroySession(pb.DestroySessionRequest(session_id=session_id))
     first, second = await stream.read(), await stream.read()
@@ -109,9 +96,18 @@ async def test_a_slow_subscriber_loses_events_and_is_told_how_many() -> None:
     assert warning.type == EventType.WARNING and warning.data["dropped"] == "95"
 
 
+async def test_the_bus_counts_the_subscriptions_a_client_holds(live: LiveServer) -> None:
+    assert live.runtime.events.subscriber_count == 0
+    stream = live.stub.SubscribeEvents(pb.SubscribeEventsRequest())
+    await subscribed(live)  # what tests wait on instead of sleeping
+    assert live.runtime.events.subscriber_count == 1
+    stream.cancel()
+    await eventually(lambda: live.runtime.events.subscriber_count == 0, "the subscription closed")
+
+
 async def test_event_streams_end_cleanly_on_shutdown(live: LiveServer) -> None:
     stream = live.stub.SubscribeEvents(pb.SubscribeEventsRequest())
-    await asyncio.sleep(0.1)
+    await subscribed(live)
     await live.server.stop(5)
     assert [e async for e in stream] == []
     assert await stream.code() == grpc.StatusCode.OK
@@ -121,42 +117,46 @@ async def test_event_streams_end_cleanly_on_shutdown(live: LiveServer) -> None:
 
 
 async def test_cancel_during_a_long_bash_call_stops_it_and_its_process(
-    agent: LiveServer, fake: FakeLLM
+    scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:
-    marker = agent.workspace / "pid"
-    fake.script(tool_call("bash", {"command": f"echo $$ > {marker}; sleep 60"}), text("never reached"))
-    session_id = await new_session(agent)
-    running_generation = generate(agent, session_id)
+    marker = scripted_agent.workspace / "pid"
+    scripted.script(tool_call("bash", {"command": f"echo $$ > {marker}; sleep 60"}), text("never reached"))
+    session_id = await new_session(scripted_agent)
+    running_generation = generate(scripted_agent, session_id)
     await eventually(lambda: marker.exists() and marker.read_text().strip() != "")
     pid = int(marker.read_text())
     started = asyncio.get_running_loop().time()
-    reply = await agent.stub.Cancel(pb.CancelRequest(session_id=session_id))
+    reply = await scripted_agent.stub.Cancel(pb.CancelRequest(session_id=session_id))
     assert reply.success
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await running_generation
     assert err.value.code() == grpc.StatusCode.CANCELLED
     assert asyncio.get_running_loop().time() - started < 2
     await eventually(lambda: not alive(pid))
-    history = await agent.runtime.sessions.history(session_id)
+    history = await scripted_agent.runtime.sessions.history(session_id)
     assert "cancelled" in history[-1].content
     assert history[-2].role == "tool" and "cancelled" in history[-2].content  # the call got its answer
-    assert len(fake.requests) == 1
+    assert len(scripted.requests) == 1
     # Nothing runs now: Cancel says so without an error.
-    assert not (await agent.stub.Cancel(pb.CancelRequest(session_id=session_id))).success
+    assert not (await scripted_agent.stub.Cancel(pb.CancelRequest(session_id=session_id))).success
     # The session goes on: the history is one a strict provider accepts.
-    reply = await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("again")]))
+    reply = await scripted_agent.stub.Generate(
+        pb.GenerateRequest(session_id=session_id, messages=[user("again")])
+    )
     assert reply.message.content == "never reached"
 
 
 async def test_cancel_during_a_streaming_reply_ends_the_stream_with_cancelled(
-    agent: LiveServer, fake: FakeLLM
+    scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:
-    fake.script(Reply(content="word " * 200, chunk_delay=0.02))
-    session_id = await new_session(agent)
-    stream = agent.stub.StreamGenerate(pb.GenerateRequest(session_id=session_id, messages=[user("talk")]))
+    scripted.script(Reply(content="word " * 200, chunk_delay=0.02))
+    session_id = await new_session(scripted_agent)
+    stream = scripted_agent.stub.StreamGenerate(
+        pb.GenerateRequest(session_id=session_id, messages=[user("talk")])
+    )
     first = await stream.read()
     assert first.type == CHUNK.CHUNK_TYPE_CONTENT
-    assert (await agent.stub.Cancel(pb.CancelRequest(session_id=session_id))).success
+    assert (await scripted_agent.stub.Cancel(pb.CancelRequest(session_id=session_id))).success
     with pytest.raises(grpc.aio.AioRpcError) as err:
         while True:
             chunk = await stream.read()
@@ -164,58 +164,73 @@ async def test_cancel_during_a_streaming_reply_ends_the_stream_with_cancelled(
     assert err.value.code() == grpc.StatusCode.CANCELLED
 
 
-async def test_cancelling_one_tool_call_lets_the_run_continue(agent: LiveServer, fake: FakeLLM) -> None:
-    fake.script(tool_call("bash", {"command": "sleep 60"}, id="call_slow"), text("carried on"))
-    session_id = await new_session(agent)
-    running_generation = generate(agent, session_id)
-    await eventually(lambda: "call_slow" in agent.runtime.control.of(session_id).tool_tasks)
-    reply = await agent.stub.Cancel(pb.CancelRequest(session_id=session_id, operation_id="call_slow"))
+async def test_cancelling_one_tool_call_lets_the_run_continue(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
+    scripted.script(tool_call("bash", {"command": "sleep 60"}, id="call_slow"), text("carried on"))
+    session_id = await new_session(scripted_agent)
+    running_generation = generate(scripted_agent, session_id)
+    await eventually(lambda: "call_slow" in scripted_agent.runtime.control.of(session_id).tool_tasks)
+    reply = await scripted_agent.stub.Cancel(
+        pb.CancelRequest(session_id=session_id, operation_id="call_slow")
+    )
     assert reply.success
     result = await running_generation
     assert result.message.content == "carried on"
     assert result.tool_calls[0].result.error == "cancelled by the client"
 
 
-async def test_pause_stops_at_the_next_step_and_resume_continues(agent: LiveServer, fake: FakeLLM) -> None:
-    fake.script(
-        tool_call("write_file", {"path": "after-resume.txt", "content": "ok"}, delay=0.3),
+async def test_pause_stops_at_the_next_step_and_resume_continues(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
+    answer = asyncio.Event()
+    scripted.script(
+        after(answer, tool_call("write_file", {"path": "after-resume.txt", "content": "ok"})),
         text("finished"),
     )
-    session_id = await new_session(agent)
-    running_generation = generate(agent, session_id)
-    await asyncio.sleep(0.05)
-    assert (await agent.stub.Pause(pb.PauseRequest(session_id=session_id))).success
-    session = (await agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
+    session_id = await new_session(scripted_agent)
+    running_generation = generate(scripted_agent, session_id)
+    await eventually(lambda: scripted.requests, "the model call")
+    assert (await scripted_agent.stub.Pause(pb.PauseRequest(session_id=session_id))).success
+    session = (await scripted_agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
     assert session.state == pb.SESSION_STATE_PAUSED
-    await asyncio.sleep(0.6)  # the model answered; the tool call waits at the step boundary
-    assert not (agent.workspace / "after-resume.txt").exists()
+    answer.set()  # the model answers while paused; the tool call waits at the step boundary
+
+    async def call_stored() -> bool:
+        history = await scripted_agent.runtime.sessions.history(session_id)
+        return any(message.tool_calls for message in history)
+
+    await eventually(call_stored, "the model's tool call in the history")
+    assert not (scripted_agent.workspace / "after-resume.txt").exists()
     assert not running_generation.done()
-    other = await new_session(agent)
-    await agent.stub.Pause(pb.PauseRequest(session_id=other))
+    other = await new_session(scripted_agent)
+    await scripted_agent.stub.Pause(pb.PauseRequest(session_id=other))
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await agent.stub.Generate(pb.GenerateRequest(session_id=other, messages=[user("x")]))
+        await scripted_agent.stub.Generate(pb.GenerateRequest(session_id=other, messages=[user("x")]))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "paused" in err.value.details()
-    assert (await agent.stub.Resume(pb.ResumeRequest(session_id=session_id))).success
+    assert (await scripted_agent.stub.Resume(pb.ResumeRequest(session_id=session_id))).success
     reply = await running_generation
     assert reply.message.content == "finished"
-    assert (agent.workspace / "after-resume.txt").read_text() == "ok"
-    session = (await agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
+    assert (scripted_agent.workspace / "after-resume.txt").read_text() == "ok"
+    session = (await scripted_agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
     assert session.state == pb.SESSION_STATE_ACTIVE
 
 
 async def test_context_injected_while_running_reaches_the_next_model_call(
-    agent: LiveServer, fake: FakeLLM
+    scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:
-    fake.script(tool_call("list_files", {}, delay=0.3), text("noted"))
-    session_id = await new_session(agent)
-    running_generation = generate(agent, session_id)
-    await eventually(lambda: agent.runtime.control.of(session_id).run_task is not None)
+    answer = asyncio.Event()
+    scripted.script(after(answer, tool_call("list_files", {})), text("noted"))
+    session_id = await new_session(scripted_agent)
+    running_generation = generate(scripted_agent, session_id)
+    await eventually(lambda: scripted.requests, "the first model call")
     injected = Message(role="user", content="[context] the deadline moved to Friday")
-    assert agent.runtime.control.inject(session_id, [injected])
+    assert scripted_agent.runtime.control.inject(session_id, [injected])
+    answer.set()
     await running_generation
-    second_call = fake.requests[1].messages
+    second_call = scripted.requests[1].messages
     assert second_call[-1]["content"] == "[context] the deadline moved to Friday"
-    assert not agent.runtime.control.inject(session_id, [injected])  # nothing runs now
+    assert not scripted_agent.runtime.control.inject(session_id, [injected])  # nothing runs now
 
 
 # --- human confirmation ----------------------------------------------------------------------
@@ -244,25 +259,29 @@ async def _confirmation_chunk(stream: grpc.aio.UnaryStreamCall) -> pb.GenerateCh
 
 
 @pytest.mark.parametrize("approved", [True, False])
-async def test_confirmation_approve_and_reject(agent: LiveServer, fake: FakeLLM, approved: bool) -> None:
-    fake.script(tool_call("write_file", {"path": "c.txt", "content": "x"}), text("ok"))
-    session_id = await _confirming_session(agent)
-    stream = agent.stub.StreamGenerate(pb.GenerateRequest(session_id=session_id, messages=[user("write")]))
+async def test_confirmation_approve_and_reject(
+    scripted_agent: LiveServer, scripted: ScriptedProvider, approved: bool
+) -> None:
+    scripted.script(tool_call("write_file", {"path": "c.txt", "content": "x"}), text("ok"))
+    session_id = await _confirming_session(scripted_agent)
+    stream = scripted_agent.stub.StreamGenerate(
+        pb.GenerateRequest(session_id=session_id, messages=[user("write")])
+    )
     chunk = await _confirmation_chunk(stream)
     assert chunk.metadata["tool_name"] == "write_file"
-    assert not (agent.workspace / "c.txt").exists()
-    await agent.stub.ConfirmToolExecution(
+    assert not (scripted_agent.workspace / "c.txt").exists()
+    await scripted_agent.stub.ConfirmToolExecution(
         pb.ConfirmToolExecutionRequest(
             session_id=session_id, tool_id=chunk.metadata["tool_id"], approved=approved, reason="not today"
         )
     )
     results = [c async for c in stream if c.type == CHUNK.CHUNK_TYPE_TOOL_RESULT]
-    assert (agent.workspace / "c.txt").exists() is approved
+    assert (scripted_agent.workspace / "c.txt").exists() is approved
     if not approved:
         assert results[0].tool_result.error == "rejected by user: not today"
-        assert "rejected by user" in fake.requests[1].messages[-1]["content"]
+        assert "rejected by user" in scripted.requests[1].messages[-1]["content"]
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await agent.stub.ConfirmToolExecution(
+        await scripted_agent.stub.ConfirmToolExecution(
             pb.ConfirmToolExecutionRequest(session_id=session_id, tool_id="nope")
         )
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
@@ -270,52 +289,64 @@ async def test_confirmation_approve_and_reject(agent: LiveServer, fake: FakeLLM,
 
 @pytest.mark.parametrize("auto_approve", [False, True])
 async def test_confirmation_timeout_applies_the_timeout_action(
-    agent: LiveServer, fake: FakeLLM, auto_approve: bool
+    scripted_agent: LiveServer, scripted: ScriptedProvider, auto_approve: bool
 ) -> None:
-    fake.script(tool_call("write_file", {"path": "t.txt", "content": "x"}), text("ok"))
-    session_id = await _confirming_session(agent, timeout_ms=200, auto_approve=auto_approve)
-    events = agent.stub.SubscribeEvents(
+    scripted.script(tool_call("write_file", {"path": "t.txt", "content": "x"}), text("ok"))
+    session_id = await _confirming_session(scripted_agent, timeout_ms=200, auto_approve=auto_approve)
+    events = scripted_agent.stub.SubscribeEvents(
         pb.SubscribeEventsRequest(session_id=session_id, event_types=["confirmation_timeout"])
     )
-    await asyncio.sleep(0.1)
-    reply = await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("write")]))
+    await subscribed(scripted_agent)
+    reply = await scripted_agent.stub.Generate(
+        pb.GenerateRequest(session_id=session_id, messages=[user("write")])
+    )
     timeout_event = await events.read()
     events.cancel()
     assert timeout_event.data["action"] == ("approved" if auto_approve else "rejected")
-    assert (agent.workspace / "t.txt").exists() is auto_approve
+    assert (scripted_agent.workspace / "t.txt").exists() is auto_approve
     assert reply.tool_calls[0].result.success is auto_approve
 
 
 # --- permissions -----------------------------------------------------------------------------
 
 
-async def test_deny_rules_stop_a_call_and_tell_the_model(agent: LiveServer, fake: FakeLLM) -> None:
-    fake.script(tool_call("bash", {"command": "rm -rf build"}), text("understood"))
-    session_id = await new_session(agent)
+async def test_deny_rules_stop_a_call_and_tell_the_model(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
+    scripted.script(tool_call("bash", {"command": "rm -rf build"}), text("understood"))
+    session_id = await new_session(scripted_agent)
     policy = pb.PermissionPolicy(enabled=True, deny=[pb.PermissionRule(rule="Bash(rm:*)")])
-    await agent.stub.SetPermissionPolicy(pb.SetPermissionPolicyRequest(session_id=session_id, policy=policy))
-    (agent.workspace / "build").mkdir()
-    denied = agent.stub.SubscribeEvents(
+    await scripted_agent.stub.SetPermissionPolicy(
+        pb.SetPermissionPolicyRequest(session_id=session_id, policy=policy)
+    )
+    (scripted_agent.workspace / "build").mkdir()
+    denied = scripted_agent.stub.SubscribeEvents(
         pb.SubscribeEventsRequest(session_id=session_id, event_types=["permission_denied"])
     )
-    await asyncio.sleep(0.1)
-    reply = await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("clean")]))
+    await subscribed(scripted_agent)
+    reply = await scripted_agent.stub.Generate(
+        pb.GenerateRequest(session_id=session_id, messages=[user("clean")])
+    )
     event = await denied.read()
     denied.cancel()
-    assert (agent.workspace / "build").exists()
+    assert (scripted_agent.workspace / "build").exists()
     assert reply.tool_calls[0].result.error == "denied by policy: Bash(rm:*)"
     assert event.data["tool_name"] == "bash"
 
 
 async def test_ask_rules_without_confirmation_fall_back_to_the_timeout_action(
-    agent: LiveServer, fake: FakeLLM
+    scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:
-    fake.script(tool_call("write_file", {"path": "w.txt", "content": "x"}), text("ok"))
-    session_id = await new_session(agent)
+    scripted.script(tool_call("write_file", {"path": "w.txt", "content": "x"}), text("ok"))
+    session_id = await new_session(scripted_agent)
     policy = pb.PermissionPolicy(enabled=True, ask=[pb.PermissionRule(rule="Write")])
-    await agent.stub.SetPermissionPolicy(pb.SetPermissionPolicyRequest(session_id=session_id, policy=policy))
-    reply = await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("write")]))
-    assert not (agent.workspace / "w.txt").exists()
+    await scripted_agent.stub.SetPermissionPolicy(
+        pb.SetPermissionPolicyRequest(session_id=session_id, policy=policy)
+    )
+    reply = await scripted_agent.stub.Generate(
+        pb.GenerateRequest(session_id=session_id, messages=[user("write")])
+    )
+    assert not (scripted_agent.workspace / "w.txt").exists()
     assert reply.tool_calls[0].result.error.startswith("rejected by user")
 
 
@@ -376,54 +407,58 @@ async def _pending_task(server: LiveServer, session_id: str) -> pb.ExternalTask:
     return tasks[0]
 
 
-async def test_an_external_lane_hands_calls_to_the_host(agent: LiveServer, fake: FakeLLM) -> None:
-    fake.script(tool_call("bash", {"command": "make deploy"}), text("deployed"))
-    session_id = await new_session(agent)
+async def test_an_external_lane_hands_calls_to_the_host(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
+    scripted.script(tool_call("bash", {"command": "make deploy"}), text("deployed"))
+    session_id = await new_session(scripted_agent)
     config = pb.LaneHandlerConfig(mode=pb.TASK_HANDLER_MODE_EXTERNAL, timeout_ms=5000)
-    await agent.stub.SetLaneHandler(
+    await scripted_agent.stub.SetLaneHandler(
         pb.SetLaneHandlerRequest(session_id=session_id, lane=pb.SESSION_LANE_EXECUTE, config=config)
     )
-    got = await agent.stub.GetLaneHandler(
+    got = await scripted_agent.stub.GetLaneHandler(
         pb.GetLaneHandlerRequest(session_id=session_id, lane=pb.SESSION_LANE_EXECUTE)
     )
     assert got.config == config
-    running_generation = generate(agent, session_id)
-    task = await _pending_task(agent, session_id)
+    running_generation = generate(scripted_agent, session_id)
+    task = await _pending_task(scripted_agent, session_id)
     assert task.command_type == "bash" and json.loads(task.payload) == {"command": "make deploy"}
     assert task.lane == pb.SESSION_LANE_EXECUTE and 0 < task.remaining_ms <= 5000
-    await agent.stub.CompleteExternalTask(
+    await scripted_agent.stub.CompleteExternalTask(
         pb.CompleteExternalTaskRequest(
             session_id=session_id, task_id=task.task_id, success=True, result="deployed v2"
         )
     )
     reply = await running_generation
     assert reply.tool_calls[0].result.output == "deployed v2"
-    assert fake.requests[1].messages[-1]["content"] == "deployed v2"
+    assert scripted.requests[1].messages[-1]["content"] == "deployed v2"
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await agent.stub.CompleteExternalTask(
+        await scripted_agent.stub.CompleteExternalTask(
             pb.CompleteExternalTaskRequest(session_id=session_id, task_id=task.task_id)
         )
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-async def test_an_external_task_times_out(agent: LiveServer, fake: FakeLLM) -> None:
-    fake.script(tool_call("bash", {"command": "true"}), text("ok"))
-    session_id = await new_session(agent)
+async def test_an_external_task_times_out(scripted_agent: LiveServer, scripted: ScriptedProvider) -> None:
+    scripted.script(tool_call("bash", {"command": "true"}), text("ok"))
+    session_id = await new_session(scripted_agent)
     config = pb.LaneHandlerConfig(mode=pb.TASK_HANDLER_MODE_EXTERNAL, timeout_ms=200)
-    await agent.stub.SetLaneHandler(
+    await scripted_agent.stub.SetLaneHandler(
         pb.SetLaneHandlerRequest(session_id=session_id, lane=pb.SESSION_LANE_EXECUTE, config=config)
     )
-    reply = await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("x")]))
+    reply = await scripted_agent.stub.Generate(
+        pb.GenerateRequest(session_id=session_id, messages=[user("x")])
+    )
     assert "did not complete bash within 200 ms" in reply.tool_calls[0].result.error
 
 
 async def test_a_registered_client_tool_is_called_by_the_model_and_answered_by_the_host(
-    agent: LiveServer, fake: FakeLLM
+    scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:
-    fake.script(tool_call("lookup_ticket", {"ticket": "OPS-7"}), text("the ticket is closed"))
-    session_id = await new_session(agent)
+    scripted.script(tool_call("lookup_ticket", {"ticket": "OPS-7"}), text("the ticket is closed"))
+    session_id = await new_session(scripted_agent)
     schema = {"type": "object", "properties": {"ticket": {"type": "string"}}, "required": ["ticket"]}
-    await agent.stub.RegisterTool(
+    await scripted_agent.stub.RegisterTool(
         pb.RegisterToolRequest(
             session_id=session_id,
             tool=pb.Tool(
@@ -431,17 +466,17 @@ async def test_a_registered_client_tool_is_called_by_the_model_and_answered_by_t
             ),
         )
     )
-    running_generation = generate(agent, session_id)
-    task = await _pending_task(agent, session_id)
+    running_generation = generate(scripted_agent, session_id)
+    task = await _pending_task(scripted_agent, session_id)
     assert task.command_type == "lookup_ticket"
-    await agent.stub.CompleteExternalTask(
+    await scripted_agent.stub.CompleteExternalTask(
         pb.CompleteExternalTaskRequest(
             session_id=session_id, task_id=task.task_id, success=True, result="closed"
         )
     )
     reply = await running_generation
     assert reply.tool_calls[0].result.output == "closed"
-    offered = {t["function"]["name"]: t["function"] for t in fake.requests[0].tools}
+    offered = {t["function"]["name"]: t["function"] for t in scripted.requests[0].tools}
     assert offered["lookup_ticket"]["parameters"] == schema
     for bad in (
         pb.Tool(name="bash", parameters_schema="{}"),
@@ -449,17 +484,21 @@ async def test_a_registered_client_tool_is_called_by_the_model_and_answered_by_t
         pb.Tool(name="has space"),
     ):
         with pytest.raises(grpc.aio.AioRpcError) as err:
-            await agent.stub.RegisterTool(pb.RegisterToolRequest(session_id=session_id, tool=bad))
+            await scripted_agent.stub.RegisterTool(pb.RegisterToolRequest(session_id=session_id, tool=bad))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-async def test_ask_user_is_answered_by_the_host(agent: LiveServer, fake: FakeLLM) -> None:
-    fake.script(tool_call("ask_user", {"question": "Ship it?", "options": ["yes", "no"]}), text("shipping"))
-    session_id = await new_session(agent)
-    running_generation = generate(agent, session_id)
-    task = await _pending_task(agent, session_id)
+async def test_ask_user_is_answered_by_the_host(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
+    scripted.script(
+        tool_call("ask_user", {"question": "Ship it?", "options": ["yes", "no"]}), text("shipping")
+    )
+    session_id = await new_session(scripted_agent)
+    running_generation = generate(scripted_agent, session_id)
+    task = await _pending_task(scripted_agent, session_id)
     assert task.command_type == "ask_user" and json.loads(task.payload)["question"] == "Ship it?"
-    await agent.stub.CompleteExternalTask(
+    await scripted_agent.stub.CompleteExternalTask(
         pb.CompleteExternalTaskRequest(
             session_id=session_id, task_id=task.task_id, success=True, result="yes"
         )

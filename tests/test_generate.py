@@ -11,8 +11,9 @@ import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
 
-from .conftest import LiveServer, agent_settings, alive, initialize, new_session, running, user
+from .conftest import LiveServer, agent_settings, alive, eventually, initialize, new_session, running, user
 from .fake_llm import FakeLLM, broken_stream, call, error, hang, text, tool_call, tool_calls
+from .scripted_model import ScriptedProvider, after
 
 
 async def test_multi_step_tool_use_edits_files_and_runs_bash(agent: LiveServer, fake: FakeLLM) -> None:
@@ -309,16 +310,16 @@ async def test_request_errors(live: LiveServer, agent: LiveServer) -> None:
 
 
 async def test_a_busy_session_serves_generations_one_after_the_other(
-    agent: LiveServer, fake: FakeLLM
+    scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:
-    fake.script(text("first answer", delay=0.3), text("second answer"))
-    session_id = await new_session(agent)
-    first = agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("one")]))
-    await asyncio.sleep(0.05)
-    second = agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("two")]))
+    scripted.script(text("first answer", delay=0.3), text("second answer"))  # a slow model
+    session_id = await new_session(scripted_agent)
+    first = scripted_agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("one")]))
+    await eventually(lambda: scripted.requests, "the first generation's model call")
+    second = scripted_agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("two")]))
     replies = await asyncio.gather(first, second)
     assert [r.message.content for r in replies] == ["first answer", "second answer"]
-    assert [m["content"] for m in fake.requests[1].messages[1:]] == ["one", "first answer", "two"]
+    assert [m["content"] for m in scripted.requests[1].messages[1:]] == ["one", "first answer", "two"]
 
 
 async def test_intermediate_steps_on_request(agent: LiveServer, fake: FakeLLM) -> None:
@@ -335,44 +336,42 @@ async def test_intermediate_steps_on_request(agent: LiveServer, fake: FakeLLM) -
     assert steps[0]["content"] == "Looking around." and steps[0]["tool_calls"][0]["name"] == "list_files"
 
 
-async def test_client_disconnect_cancels_the_run_and_its_process(agent: LiveServer, fake: FakeLLM) -> None:
-    marker = agent.workspace / "pid"
-    fake.script(tool_call("bash", {"command": f"echo $$ > {marker}; sleep 30"}), text("never"))
-    session_id = await new_session(agent)
-    stream = agent.stub.StreamGenerate(pb.GenerateRequest(session_id=session_id, messages=[user("x")]))
+async def test_client_disconnect_cancels_the_run_and_its_process(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
+    marker = scripted_agent.workspace / "pid"
+    scripted.script(tool_call("bash", {"command": f"echo $$ > {marker}; sleep 30"}), text("never"))
+    session_id = await new_session(scripted_agent)
+    stream = scripted_agent.stub.StreamGenerate(
+        pb.GenerateRequest(session_id=session_id, messages=[user("x")])
+    )
     async for chunk in stream:
         if chunk.type == pb.GenerateChunk.CHUNK_TYPE_TOOL_CALL:
             break
-    for _ in range(100):
-        if marker.exists() and marker.read_text().strip():
-            break
-        await asyncio.sleep(0.02)
-    pid = int(marker.read_text())
+    pid = int(await eventually(lambda: marker.exists() and marker.read_text().strip(), "bash runs"))
     stream.cancel()
-    for _ in range(100):
-        if not alive(pid):
-            break
-        await asyncio.sleep(0.02)
-    assert not alive(pid)
-    assert len(fake.requests) == 1  # the run stopped; the model was not called again
+    await eventually(lambda: not alive(pid), "bash is gone")
+    assert len(scripted.requests) == 1  # the run stopped; the model was not called again
 
 
 async def test_generations_beyond_the_server_limit_are_resource_exhausted(
-    workspace: Path, tmp_path: Path, fake: FakeLLM
+    workspace: Path, tmp_path: Path, scripted: ScriptedProvider
 ) -> None:
     settings = agent_settings(workspace, tmp_path / "data")
     settings.max_generations = 1
-    fake.script(text("slow", delay=0.5), text("second"))
-    async with running(settings) as server:
-        await initialize(server, fake)
+    answer = asyncio.Event()
+    scripted.script(after(answer, "slow"), text("second"))
+    async with running(settings, connect=scripted.connect) as server:
+        await initialize(server)
         first_session, second_session = await new_session(server), await new_session(server)
         first = asyncio.ensure_future(
             server.stub.Generate(pb.GenerateRequest(session_id=first_session, messages=[user("a")]))
         )
-        await asyncio.sleep(0.1)
+        await eventually(lambda: scripted.requests, "the first generation's model call")
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await server.stub.Generate(pb.GenerateRequest(session_id=second_session, messages=[user("b")]))
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        answer.set()
         assert (await first).message.content == "slow"
         reply = await server.stub.Generate(
             pb.GenerateRequest(session_id=second_session, messages=[user("b")])

@@ -126,6 +126,11 @@ class EventBus:
         self._subscriptions.add(subscription)
         return subscription
 
+    @property
+    def subscriber_count(self) -> int:
+        """Subscriptions open now: a client's subscription is in place once this counts it."""
+        return len(self._subscriptions)
+
     def publish(
         self, type: EventType, session_id: str | None, message: str, data: Mapping[str, object] | None = None
     ) -> None:

@@ -2,22 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..core.models import LLMConfig
 from .modes import RELAY_PROVIDER, ToolMode, tool_mode
 from .openai_compat import OpenAICompatibleProvider
 from .provider import Provider
+
+ProviderFactory = Callable[[LLMConfig], Provider]
+"""Builds the provider that talks to an LLM endpoint, given its configuration."""
 
 
 class ProviderCache:
     """One provider (and so one HTTP connection pool) per endpoint and key."""
 
     def __init__(
-        self, *, timeout_s: float, max_retries: int, tool_mode: ToolMode = "native", relay_dir: str = ""
+        self,
+        *,
+        timeout_s: float,
+        max_retries: int,
+        tool_mode: ToolMode = "native",
+        relay_dir: str = "",
+        connect: ProviderFactory | None = None,
     ) -> None:
+        """`connect` replaces the OpenAI-compatible HTTP provider (the relay and the text tool mode
+        still apply on top of it): the seam through which tests plug in an in-process model."""
         self._timeout_s = timeout_s
         self._max_retries = max_retries
         self._tool_mode: ToolMode = tool_mode
         self._relay_dir = relay_dir
+        self._connect = connect or self._openai_compatible
         self._providers: dict[tuple[str, str, str], Provider] = {}
 
     def get(self, llm: LLMConfig) -> Provider:
@@ -32,15 +46,18 @@ class ProviderCache:
         protocol, with tools as CodingAgent text commands in text tool mode (`openai+text`)."""
         name, mode = tool_mode(llm.provider, self._tool_mode)
         if name == RELAY_PROVIDER:
-            from .relay import RelayProvider, relay_dir_of  # text-protocol code loads only when used
+            from ..text_protocol.relay import RelayProvider, relay_dir_of  # loads only when used
 
             return RelayProvider(relay_dir_of(llm.base_url, self._relay_dir))
-        inner = OpenAICompatibleProvider(llm, timeout_s=self._timeout_s, max_retries=self._max_retries)
+        inner = self._connect(llm)
         if mode == "text":
-            from .text_tools import TextToolProvider
+            from ..text_protocol.tag_mode import TextToolProvider
 
             return TextToolProvider(inner)
         return inner
+
+    def _openai_compatible(self, llm: LLMConfig) -> Provider:
+        return OpenAICompatibleProvider(llm, timeout_s=self._timeout_s, max_retries=self._max_retries)
 
     async def close(self) -> None:
         for provider in self._providers.values():

@@ -24,22 +24,13 @@ import pytest
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 
-from ..conftest import LiveServer, alive, new_session, user
+from ..conftest import WITHIN_S, LiveServer, alive, eventually, new_session, subscribed, user
 from ..fake_llm import FakeLLM, text, tool_call
 from .conftest import FakeLLMProcess, LoggedServer, child_pids
 
 pytestmark = pytest.mark.fault
 
 CHUNK = pb.GenerateChunk
-WITHIN_S = 10.0
-
-
-async def eventually(check: Callable[[], bool], what: str, within_s: float = WITHIN_S) -> None:
-    deadline = asyncio.get_running_loop().time() + within_s
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"not within {within_s} s: {what}")
-        await asyncio.sleep(0.02)
 
 
 def sleeper(marker: Path) -> str:
@@ -140,7 +131,7 @@ async def subscribe_and_hang_up(agent: LiveServer) -> None:
     """A subscriber on its own channel gets an event, then its channel closes under the stream."""
     channel = grpc.aio.insecure_channel(agent.address)
     events = pb_grpc.CodeAgentServiceStub(channel).SubscribeEvents(pb.SubscribeEventsRequest())
-    await asyncio.sleep(0.1)  # the subscription is in place
+    await subscribed(agent)
     created = await new_session(agent)
     first = await asyncio.wait_for(events.read(), WITHIN_S)
     assert first.type == pb.AgentEvent.EVENT_TYPE_SESSION_CREATED and first.session_id == created
@@ -163,15 +154,15 @@ Running = Callable[[], Awaitable[None]]
 
 async def http_ready(client: aiohttp.ClientSession) -> None:
     """The HTTP face starts just after gRPC reports healthy: wait for its /healthz."""
-    for _ in range(int(WITHIN_S / 0.05)):
+
+    async def healthy() -> bool:
         try:
             async with client.get("/healthz") as response:
-                if response.status == 200:
-                    return
+                return response.status == 200
         except aiohttp.ClientConnectionError:
-            pass
-        await asyncio.sleep(0.05)
-    raise AssertionError("the HTTP face never answered /healthz")
+            return False
+
+    await eventually(healthy, "the HTTP face answers /healthz")
 
 
 async def drop_sse(server: LoggedServer, session_id: str, running: Running) -> None:

@@ -32,6 +32,7 @@ import pytest
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 
+from ..conftest import eventually
 from .conftest import FakeLLMProcess, LoggedServer, env_number, rss_kb
 
 pytestmark = pytest.mark.fault
@@ -238,7 +239,13 @@ async def run_load(server: LoggedServer, figures: Figures) -> None:
         for i in range(SUBSCRIBERS):
             subscribers.append(Subscriber(stubs[i % CHANNELS].SubscribeEvents(pb.SubscribeEventsRequest())))
             background.append(asyncio.ensure_future(subscribers[-1].consume()))
-        await asyncio.sleep(0.2)  # the subscriptions are in place before the first event
+
+        async def every_one_listens() -> bool:
+            """A session made once all subscriptions are in place is seen by all (extras only add)."""
+            await stubs[0].CreateSession(pb.CreateSessionRequest())
+            return all(s.accounted(CREATED) for s in subscribers)
+
+        await eventually(every_one_listens, "every subscription in place")
         sessions = [
             (await stubs[0].CreateSession(pb.CreateSessionRequest())).session_id for _ in range(SESSIONS)
         ]

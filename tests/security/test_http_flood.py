@@ -9,7 +9,6 @@ import os
 import re
 import resource
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -21,6 +20,7 @@ from a3s_agent.faces.refusals import LINES_PER_WINDOW, WINDOW_S
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 
+from ..conftest import eventually
 from .test_listeners import GuardedServer
 from .test_listeners import servers as servers  # the fixture that kills them
 
@@ -105,13 +105,6 @@ async def _healthz(port: int, within_s: float) -> int:
             await asyncio.sleep(0.2)
 
 
-async def _eventually(check: Callable[[], bool], within_s: float, failure: str) -> None:
-    deadline = time.monotonic() + within_s
-    while not check():
-        assert time.monotonic() < deadline, failure
-        await asyncio.sleep(0.1)
-
-
 @pytest.mark.parametrize("hard_limit_too", [False, True], ids=["soft-1024", "soft-and-hard-1024"])
 async def test_a_connection_flood_on_http_does_not_stop_grpc(
     tmp_path: Path, servers: list[GuardedServer], hard_limit_too: bool
@@ -129,11 +122,9 @@ async def test_a_connection_flood_on_http_does_not_stop_grpc(
         for i in range(FLOOD)
     ]
     try:
-        await _eventually(
-            lambda: all(c.is_set() for c in connected), 60, "the attackers never all got a connection"
-        )
-        await _eventually(
-            lambda: _open_files(server.pid) >= DEFAULT_MAX_HTTP_CONNECTIONS, 60, "the cap was never full"
+        await eventually(lambda: all(c.is_set() for c in connected), "every attacker has a connection", 60)
+        await eventually(
+            lambda: _open_files(server.pid) >= DEFAULT_MAX_HTTP_CONNECTIONS, "the cap is full", 60
         )
         for _ in range(2):
             agent, standard = await asyncio.to_thread(_grpc_answers, server)
