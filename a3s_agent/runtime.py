@@ -25,8 +25,8 @@ from .core.tool_runner import ToolRunner
 from .datadir import make_data_dir
 from .initialization import Initialization, withheld_names
 from .llm.factory import ProviderCache, ProviderFactory
-from .llm.messages import tool_schema
 from .llm.modes import speaks_text_protocol
+from .llm.provider import Provider
 from .tools import containment
 from .tools.registry import Tool, ToolContext, ToolRegistry
 
@@ -44,6 +44,8 @@ class AgentInfo:
 
 
 class Runtime:
+    """Holds the server's parts; it is the agent loop's AgentHost (core/host.py)."""
+
     def __init__(
         self,
         settings: Settings,
@@ -78,7 +80,7 @@ class Runtime:
             self.tool_context,
             settings.max_tools_per_request,
             max_calls=settings.max_tool_calls,
-            tools_for=self.session_tools,
+            tools_for=self.tools_for,
         )
         self.providers = ProviderCache(
             timeout_s=settings.llm_timeout_s,
@@ -90,20 +92,13 @@ class Runtime:
         self.context = ContextManager(
             self.sessions,
             self.events,
-            llm_for=self.effective_llm,
-            provider_for=self.providers.get,
-            tool_schemas_for=lambda session: [tool_schema(t) for t in self.session_tools(session)],
-            prompt_for=self.system_prompt,
+            host=self,
             threshold=settings.compact_threshold,
             target=settings.compact_target,
         )
         self.agent = Agent(
             self.sessions,
-            llm_for=self.effective_llm,
-            provider_for=self.providers.get,
-            context_for=self.tool_context,
-            tools_for=self.session_tools,
-            prompt_for=self.system_prompt,
+            host=self,
             control=self.control,
             events=self.events,
             context=self.context,
@@ -196,7 +191,7 @@ class Runtime:
             "restored the last Initialize: workspace=%s model=%s tools=%d%s",
             self.workspace,
             init.llm.model if init.llm is not None and init.llm.model else "(server's)",
-            len(self.registry.list()),
+            len(self.registry.enabled()),
             f"; not stored, send Initialize again to set: {', '.join(missing)}" if missing else "",
         )
 
@@ -221,7 +216,7 @@ class Runtime:
         self.registry.configure(enabled, disabled)
         init.enabled_tools, init.disabled_tools = enabled, disabled
 
-    def effective_llm(self, session: Session | None = None) -> LLMConfig:
+    def llm_for(self, session: Session | None = None) -> LLMConfig:
         """session config.llm > Initialize config.llm > server settings, field by field."""
         merged = self.settings.llm
         if self.init.llm is not None:
@@ -232,23 +227,26 @@ class Runtime:
 
     def configured_models(self) -> list[LLMConfig]:
         """The distinct models configured at server and Initialize level."""
-        models = []
-        for llm in (self.settings.llm, self.effective_llm()):
+        models: list[LLMConfig] = []
+        for llm in (self.settings.llm, self.llm_for()):
             if llm.model and all((m.provider, m.model) != (llm.provider, llm.model) for m in models):
                 models.append(llm)
         return models
 
-    def session_tools(self, session: Session | None) -> list[Tool]:
+    def provider_for(self, llm: LLMConfig) -> Provider:
+        return self.providers.get(llm)
+
+    def tools_for(self, session: Session | None) -> list[Tool]:
         """What a session's model may call: the built-in tools the registry offers its model, skill
         tools and client tools."""
-        provider = self.effective_llm(session).provider
+        provider = self.llm_for(session).provider
         return [
             *self.registry.offered(text_protocol=speaks_text_protocol(provider, self.settings.llm_tool_mode)),
             *self.skills.tools_for(session),
             *self.client_tools.for_session(session),
         ]
 
-    def system_prompt(self, session: Session) -> str:
+    def prompt_for(self, session: Session) -> str:
         workspace = session.config.workspace or str(self.workspace)
         return system_prompt(session.config.system_prompt, workspace, self.skills.instructions_for(session))
 

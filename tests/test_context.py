@@ -61,7 +61,7 @@ async def test_usage_counts_the_conversation_as_it_will_be_sent(scripted_agent: 
     counter = TokenCounter("scripted-model")
     tools = [
         tool_schema(t)
-        for t in scripted_agent.runtime.session_tools(scripted_agent.runtime.sessions.get(session_id))
+        for t in scripted_agent.runtime.tools_for(scripted_agent.runtime.sessions.get(session_id))
     ]
     read = [
         {"role": "system", "content": "Be exact."},

@@ -37,7 +37,7 @@ async def test_capabilities_describe_the_agent_and_enforced_limits(live: LiveSer
     assert {"lifecycle", "sessions", "persistent_sessions", "skills", "events", "permissions"} <= set(
         reply.features
     )
-    assert [t.name for t in reply.tools] == [t.name for t in live.runtime.registry.list()]
+    assert [t.name for t in reply.tools] == [t.name for t in live.runtime.registry.enabled()]
     assert reply.limits.max_concurrent_sessions == live.runtime.settings.max_sessions
     assert reply.limits.max_context_tokens == live.runtime.settings.max_context_tokens
     assert reply.limits.max_tools_per_request == live.runtime.settings.max_tools_per_request
@@ -72,7 +72,7 @@ async def test_initialize_sets_workspace_llm_and_env(live: LiveServer, tmp_path:
     assert created.session.config.workspace == str(other.resolve())
     caps = await live.stub.GetCapabilities(pb.GetCapabilitiesRequest())
     assert [(m.provider, m.model) for m in caps.models] == [("openai", "gpt-test")]
-    assert live.runtime.effective_llm().api_key == "sk-init-secret"
+    assert live.runtime.llm_for().api_key == "sk-init-secret"
     assert live.runtime.tool_context(None).env == {"FOO": "bar"}
     # Calling it again re-initialises.
     await live.stub.Initialize(pb.InitializeRequest(workspace=str(live.workspace)))

@@ -107,13 +107,13 @@ async def test_after_restart_the_session_key_falls_back_to_the_server_key(tmp_pa
     session = await first.sessions.create(
         "k", SessionConfig(llm=LLMConfig(model="m", api_key="sk-session")), []
     )
-    assert first.effective_llm(session).api_key == "sk-session"
+    assert first.llm_for(session).api_key == "sk-session"
     await first.close()
     second = Runtime(settings)
     await second.start()
     restored = second.sessions.get("k")
     assert restored.config.llm is not None and restored.config.llm.model == "m"
-    assert second.effective_llm(restored).api_key == "sk-server"
+    assert second.llm_for(restored).api_key == "sk-server"
     await second.close()
 
 

@@ -160,7 +160,7 @@ async def test_api_keys_are_used_but_never_returned(live: LiveServer) -> None:
     ):
         assert session.config.llm.model == "m"
         assert session.config.llm.api_key == ""
-    assert live.runtime.effective_llm(live.runtime.sessions.get(session_id)).api_key == "sk-session-secret"
+    assert live.runtime.llm_for(live.runtime.sessions.get(session_id)).api_key == "sk-session-secret"
 
 
 async def test_max_context_length_beyond_the_server_limit_is_refused(live: LiveServer) -> None:

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..llm.messages import to_openai, tool_schema
 from ..llm.provider import CompletionRequest, Provider, TextDelta, ToolCallReady, TurnEnd
-from ..tools.registry import Tool, ToolContext, ToolOutput
+from ..tools.registry import Tool, ToolOutput
 from .context import Compaction, ContextManager
 from .control import ControlPlane
 from .errors import Cancelled, ContextOverflow, FailedPrecondition, InvalidArgument, ResourceExhausted
 from .events import EventBus, EventType
+from .host import AgentHost
 from .models import LLMConfig, Message, Session, SessionState, ToolCall, Usage
 from .repair import answer_interrupted_calls
 from .sessions import SessionManager
@@ -103,22 +104,14 @@ class Agent:
         self,
         sessions: SessionManager,
         *,
-        llm_for: Callable[[Session], LLMConfig],
-        provider_for: Callable[[LLMConfig], Provider],
-        context_for: Callable[[Session], ToolContext],
-        tools_for: Callable[[Session], list[Tool]],
-        prompt_for: Callable[[Session], str],
+        host: AgentHost,
         control: ControlPlane,
         events: EventBus,
         max_generations: int,
         context: ContextManager | None = None,
     ) -> None:
         self._sessions = sessions
-        self._llm_for = llm_for
-        self._provider_for = provider_for
-        self._context_for = context_for
-        self._tools_for = tools_for
-        self._prompt_for = prompt_for
+        self._host = host
         self._control = control
         self._events = events
         self._gate = ToolGate(control, events)
@@ -128,15 +121,15 @@ class Agent:
 
     async def run(
         self, session_id: str, messages: list[Message], options: GenerateOptions
-    ) -> AsyncIterator[AgentEvent]:
+    ) -> AsyncGenerator[AgentEvent, None]:
         """Run one generation; yields events as they happen and a DoneEvent last."""
         session = self._sessions.get(session_id)
         if not messages:
             raise InvalidArgument("messages must hold at least one message")
-        llm = self._llm_for(session)
+        llm = self._host.llm_for(session)
         if not llm.model:
             raise FailedPrecondition(NO_LLM_MESSAGE)
-        run = _Run(self, session, llm, self._provider_for(llm), options)
+        run = _Run(self, session, llm, self._host.provider_for(llm), options)
         if session.state == SessionState.PAUSED:  # fail now rather than after waiting for the lock
             raise FailedPrecondition(f"session {session_id!r} is paused; Resume it first")
         if self._active >= self._max_generations:
@@ -208,7 +201,7 @@ class Agent:
     def offered_tools(self, session: Session, options: GenerateOptions) -> list[Tool]:
         if not options.enable_tools:
             return []
-        tools = self._tools_for(session)
+        tools = self._host.tools_for(session)
         if options.allowed_tools:
             allowed = set(options.allowed_tools)
             unknown = sorted(allowed - {t.name for t in tools})
@@ -233,7 +226,7 @@ class _Run:
         self.options = options
         self.tools = {t.name: t for t in agent.offered_tools(session, options)}
         self.notices: asyncio.Queue[dict[str, str]] = asyncio.Queue()
-        self.context = agent._context_for(session)
+        self.context = agent._host.tool_context(session)
         self.usage = Usage()
         self.calls: list[tuple[ToolCall, ToolOutput]] = []
         self.intermediate: list[Message] = []
@@ -249,7 +242,7 @@ class _Run:
         conversation = [
             {
                 "role": "system",
-                "content": self.agent._prompt_for(self.session),
+                "content": self.agent._host.prompt_for(self.session),
             },
             *(to_openai(m) for m in history),
             *(to_openai(m) for m in new_messages),
@@ -320,8 +313,8 @@ class _Run:
                 return
             self.intermediate.append(assistant)
             budget = limit - len(self.calls)
-            async for event in self._run_calls(requested, budget, conversation):
-                yield event
+            async for step in self._run_calls(requested, budget, conversation):
+                yield step
             if len(self.calls) >= limit:
                 note = f"Stopped after {len(self.calls)} tool calls: the max_tool_calls limit ({limit}) was reached."
                 final = Message(role="assistant", content=(assistant.content + "\n\n" + note).strip())
@@ -410,7 +403,8 @@ class _Run:
                 yield NoticeEvent(self.notices.get_nowait())
             results.extend(task.result() for task in tasks)
         finally:
-            for task in [*tasks, *([notice] if notice is not None else [])]:
+            started: list[asyncio.Future[Any]] = [*tasks, *([notice] if notice is not None else [])]
+            for task in started:
                 task.cancel()
 
     def _generation(self, message: Message, finish_reason: str, turns: int) -> Generation:

@@ -7,24 +7,16 @@ for a session are stored with it; server-wide ones (empty session id) live until
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import replace
 
 from ..tools.registry import JsonArguments, Tool, ToolContext, ToolOutput, ToolRegistry, check_json_schema
 from .errors import InvalidArgument
 from .jsontext import parse_json
 from .models import Session
+from .session_settings import ClientToolSpec as ClientToolSpec
 from .sessions import SessionManager
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-
-@dataclass
-class ClientToolSpec:
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    tags: list[str] = field(default_factory=list)
 
 
 async def _run_on_host(args: JsonArguments, ctx: ToolContext) -> ToolOutput:
@@ -59,17 +51,12 @@ class ClientTools:
         if not session_id:
             self._server_wide[spec.name] = spec
             return
-        session = self._sessions.get(session_id)
-        specs = {**session.extras.get("client_tools", {}), spec.name: spec.__dict__}
-        await self._sessions.set_extra(session_id, "client_tools", specs)
+        settings = self._sessions.get(session_id).settings
+        specs = {**settings.client_tools, spec.name: spec}
+        await self._sessions.set_settings(session_id, replace(settings, client_tools=specs))
 
     def for_session(self, session: Session | None) -> list[Tool]:
         specs = dict(self._server_wide)
         if session is not None:
-            specs.update(
-                {
-                    name: ClientToolSpec(**data)
-                    for name, data in session.extras.get("client_tools", {}).items()
-                }
-            )
+            specs.update(session.settings.client_tools)
         return [client_tool(spec) for spec in specs.values()]

@@ -19,19 +19,18 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from ..llm.messages import to_openai
-from ..llm.provider import CompletionRequest, Provider, TextDelta
+from ..llm.messages import to_openai, tool_schema
+from ..llm.provider import CompletionRequest, TextDelta
 from ..llm.tokens import REPLY_PRIMING, TokenCounter
 from .errors import AgentError, FailedPrecondition, InvalidArgument
 from .events import EventBus, EventType
-from .models import LLMConfig, Message, Session
+from .host import AgentHost
+from .models import Message, Session
 from .sessions import SessionManager
 
 DEFAULT_WINDOW = 128_000
 DEFAULT_THRESHOLD = 0.8
 DEFAULT_TARGET = 0.5
-# Where a session's own threshold and target live in its extras: {"threshold": .., "target": ..}.
-SETTINGS_KEY = "compaction"
 # Windows of well-known model families, by name prefix; anything else gets DEFAULT_WINDOW.
 KNOWN_WINDOWS: tuple[tuple[str, int], ...] = (
     ("gpt-4.1", 1_047_576),
@@ -116,28 +115,22 @@ class ContextManager:
         sessions: SessionManager,
         events: EventBus,
         *,
-        llm_for: Callable[[Session], LLMConfig],
-        provider_for: Callable[[LLMConfig], Provider],
-        tool_schemas_for: Callable[[Session], list[dict[str, Any]]],
-        prompt_for: Callable[[Session], str],
+        host: AgentHost,
         threshold: float = DEFAULT_THRESHOLD,
         target: float = DEFAULT_TARGET,
     ) -> None:
         self._sessions = sessions
         self._events = events
-        self._llm_for = llm_for
-        self._provider_for = provider_for
-        self._tool_schemas_for = tool_schemas_for
-        self._prompt_for = prompt_for
+        self._host = host
         self.threshold = threshold
         self.target = target
 
     def window(self, session: Session) -> int:
-        return session.config.max_context_length or model_window(self._llm_for(session).model)
+        return session.config.max_context_length or model_window(self._host.llm_for(session).model)
 
     def shares(self, session: Session) -> tuple[float, float]:
         """(threshold, target) of `session`: its own settings, else the server's."""
-        own = session.extras.get(SETTINGS_KEY) or {}
+        own = session.settings.compaction
         return float(own.get("threshold", self.threshold)), float(own.get("target", self.target))
 
     def checked_settings(self, current: Mapping[str, float], given: Mapping[str, float]) -> dict[str, float]:
@@ -152,7 +145,7 @@ class ContextManager:
         return merged
 
     def counter(self, session: Session) -> TokenCounter:
-        return TokenCounter(self._llm_for(session).model)
+        return TokenCounter(self._host.llm_for(session).model)
 
     async def usage(self, session_id: str) -> ContextUsage:
         session = self._sessions.get(session_id)
@@ -162,7 +155,10 @@ class ContextManager:
         """What measures a history of `session`, safe to call off the event loop (the system
         prompt and tool schemas are taken now, on it)."""
         return partial(
-            _count, self.counter(session), self._prompt_for(session), self._tool_schemas_for(session)
+            _count,
+            self.counter(session),
+            self._host.prompt_for(session),
+            [tool_schema(t) for t in self._host.tools_for(session)],
         )
 
     async def measure(self, session: Session, history: list[Message]) -> ContextUsage:
@@ -224,7 +220,7 @@ class ContextManager:
     ) -> str:
         """The LLM's summary of `middle`, read in parts that each fit the window (each part's
         summary carries the one before)."""
-        llm = self._llm_for(session)
+        llm = self._host.llm_for(session)
         if not llm.model:
             raise AgentError("no LLM is configured")
         if reserve <= 0:
@@ -243,7 +239,7 @@ class ContextManager:
                 max_tokens=reserve,
             )
             pieces = [
-                e.text async for e in self._provider_for(llm).stream(request) if isinstance(e, TextDelta)
+                e.text async for e in self._host.provider_for(llm).stream(request) if isinstance(e, TextDelta)
             ]
             summary = "".join(pieces).strip()
             if not summary:

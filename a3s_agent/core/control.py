@@ -7,16 +7,19 @@ import asyncio
 import enum
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import InvalidArgument, NotFound
 from .events import EventBus, EventType
 from .models import Message, SessionState
+from .session_settings import DEFAULT_CONFIRMATION_TIMEOUT_MS as DEFAULT_CONFIRMATION_TIMEOUT_MS
+from .session_settings import DEFAULT_EXTERNAL_TIMEOUT_MS as DEFAULT_EXTERNAL_TIMEOUT_MS
+from .session_settings import ConfirmationPolicy as ConfirmationPolicy
+from .session_settings import HandlerMode as HandlerMode
+from .session_settings import LaneHandler as LaneHandler
 from .sessions import SessionManager
 
-DEFAULT_CONFIRMATION_TIMEOUT_MS = 30_000
-DEFAULT_EXTERNAL_TIMEOUT_MS = 60_000
 MAX_WAIT_MS = 3_600_000
 
 
@@ -29,42 +32,8 @@ class Lane(enum.IntEnum):
     GENERATE = 4
 
 
-class HandlerMode(enum.IntEnum):
-    """Numbers match the wire enum TaskHandlerMode."""
-
-    INTERNAL = 1
-    EXTERNAL = 2
-    HYBRID = 3
-
-
 # How many operations of one session may run at once in each lane.
 LANE_LIMITS = {Lane.QUERY: 8, Lane.EXECUTE: 1, Lane.GENERATE: 1}
-
-
-@dataclass
-class ConfirmationPolicy:
-    enabled: bool = False
-    auto_approve_tools: list[str] = field(default_factory=list)
-    require_confirm_tools: list[str] = field(default_factory=list)
-    default_timeout_ms: int = DEFAULT_CONFIRMATION_TIMEOUT_MS
-    auto_approve_on_timeout: bool = False
-    yolo_lanes: list[int] = field(default_factory=list)
-
-    def needs_confirmation(self, tool: str, lane: Lane) -> bool:
-        """Enabled, not auto-approved, not in a yolo lane, and (when a list is given) listed."""
-        if not self.enabled or tool in self.auto_approve_tools or int(lane) in self.yolo_lanes:
-            return False
-        return not self.require_confirm_tools or tool in self.require_confirm_tools
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> ConfirmationPolicy:
-        return cls(**data) if data else cls()
-
-
-@dataclass
-class LaneHandler:
-    mode: HandlerMode = HandlerMode.INTERNAL
-    timeout_ms: int = DEFAULT_EXTERNAL_TIMEOUT_MS
 
 
 @dataclass
@@ -156,8 +125,8 @@ class ControlPlane:
         control.cancel_requested = True
         for waiter in control.confirmations.values():
             waiter.cancel()
-        for task in control.external.values():
-            task.future.cancel()
+        for external in control.external.values():
+            external.future.cancel()
         control.running.set()  # a paused run must wake up to stop
         control.run_task.cancel()
         return True
@@ -190,13 +159,14 @@ class ControlPlane:
     # --- human confirmation ---------------------------------------------------------------
 
     def confirmation_policy(self, session_id: str) -> ConfirmationPolicy:
-        return ConfirmationPolicy.from_json(self._sessions.get(session_id).extras.get("confirmation"))
+        return self._sessions.get(session_id).settings.confirmation_policy
 
     async def set_confirmation_policy(
         self, session_id: str, policy: ConfirmationPolicy
     ) -> ConfirmationPolicy:
         policy.default_timeout_ms = _bounded_ms(policy.default_timeout_ms, DEFAULT_CONFIRMATION_TIMEOUT_MS)
-        await self._sessions.set_extra(session_id, "confirmation", asdict(policy))
+        settings = self._sessions.get(session_id).settings
+        await self._sessions.set_settings(session_id, replace(settings, confirmation=policy))
         return policy
 
     async def wait_for_confirmation(
@@ -241,14 +211,13 @@ class ControlPlane:
     def lane_handler(self, session_id: str, lane: Lane) -> LaneHandler:
         if lane not in Lane.__members__.values():
             raise InvalidArgument("lane must be one of CONTROL, QUERY, EXECUTE, GENERATE")
-        stored = self._sessions.get(session_id).extras.get("lanes", {}).get(str(int(lane)))
-        return LaneHandler(HandlerMode(stored["mode"]), stored["timeout_ms"]) if stored else LaneHandler()
+        return self._sessions.get(session_id).settings.lanes.get(int(lane)) or LaneHandler()
 
     async def set_lane_handler(self, session_id: str, lane: Lane, handler: LaneHandler) -> LaneHandler:
         handler.timeout_ms = _bounded_ms(handler.timeout_ms, DEFAULT_EXTERNAL_TIMEOUT_MS)
-        lanes = dict(self._sessions.get(session_id).extras.get("lanes", {}))
-        lanes[str(int(lane))] = {"mode": int(handler.mode), "timeout_ms": handler.timeout_ms}
-        await self._sessions.set_extra(session_id, "lanes", lanes)
+        settings = self._sessions.get(session_id).settings
+        lanes = {**settings.lanes, int(lane): handler}
+        await self._sessions.set_settings(session_id, replace(settings, lanes=lanes))
         return handler
 
     async def run_external(

@@ -7,6 +7,8 @@ import enum
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from .session_settings import SessionSettings
+
 
 class SessionState(enum.IntEnum):
     """Numbers match the wire enum SessionState."""
@@ -169,5 +171,5 @@ class Session:
     updated_at: int = 0
     message_count: int = 0
     usage: Usage = field(default_factory=Usage)
-    # Settings kept with the session besides its config (policies, lane handlers, skills), JSON-ready.
-    extras: dict[str, Any] = field(default_factory=dict)
+    # What the session keeps besides its config: policies, lane handlers, skills, client tools.
+    settings: SessionSettings = field(default_factory=SessionSettings)

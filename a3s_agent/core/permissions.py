@@ -574,7 +574,6 @@ def add_rule(policy: PermissionPolicy, rule_type: str, rule: str) -> PermissionP
     kind = rule_type.strip().lower() if isinstance(rule_type, str) else rule_type
     if kind not in RULE_TYPES:
         raise InvalidArgument(f"rule_type must be one of {', '.join(RULE_TYPES)}, not {rule_type!r}")
-    kind = cast(RuleType, kind)
     parse_rule(rule)
     lists = {name: list(policy.rules(name)) for name in RULE_TYPES}
     if rule not in lists[kind]:

@@ -11,11 +11,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from .errors import InvalidArgument, NotFound, ResourceExhausted
 from .events import EventBus, EventType
 from .models import Message, Session, SessionConfig, SessionState, Usage
+from .session_settings import SessionSettings
 from .store import Store
 
 SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -117,7 +117,7 @@ class SessionManager:
         session_id: str | None,
         config: SessionConfig,
         initial_context: list[Message],
-        extras: dict[str, Any] | None = None,
+        settings: SessionSettings | None = None,
     ) -> Session:
         if session_id is None or session_id == "":
             session_id = uuid.uuid4().hex
@@ -138,7 +138,7 @@ class SessionManager:
             created_at=stamp,
             updated_at=stamp,
             message_count=len(initial_context),
-            extras=dict(extras or {}),
+            settings=settings or SessionSettings(),
         )
         await self._store.create_session(session, initial_context)
         self._sessions[session_id] = session
@@ -160,11 +160,11 @@ class SessionManager:
         patch: SessionConfig,
         *,
         replace_all: bool = False,
-        extras: dict[str, Any] | None = None,
+        settings: SessionSettings | None = None,
     ) -> Session:
         """Merge `patch` into the session's config (empty fields keep their old values), or with
         `replace_all` make it the config (empty fields take their defaults: the only way to turn a
-        flag off). `extras` replace those extra settings, in the same write."""
+        flag off). `settings`, when given, replace the session's settings in the same write."""
         session = self.get(session_id)
         old = SessionConfig() if replace_all else session.config
         llm = old.llm
@@ -182,7 +182,7 @@ class SessionManager:
         updated = replace(
             session,
             config=validated,
-            extras={**session.extras, **(extras or {})},
+            settings=settings or session.settings,
             updated_at=self._next_stamp(session),
         )
         await self._store.update_session(updated)
@@ -210,11 +210,10 @@ class SessionManager:
             session.usage = totals
         return session
 
-    async def set_extra(self, session_id: str, key: str, value: Any) -> Session:
-        """Persist one of the session's extra settings (a JSON-ready value)."""
+    async def set_settings(self, session_id: str, settings: SessionSettings) -> Session:
+        """Make `settings` the session's (one store transaction)."""
         session = self.get(session_id)
-        extras = {**session.extras, key: value}
-        updated = replace(session, extras=extras, updated_at=self._next_stamp(session))
+        updated = replace(session, settings=settings, updated_at=self._next_stamp(session))
         await self._store.update_session(updated)
         self._sessions[session_id] = updated
         return updated

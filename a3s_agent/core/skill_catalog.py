@@ -18,15 +18,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from ..config import BOX_SKILLS_DIR
 from ..tools.registry import Tool
 from .errors import InvalidArgument, NotFound
 from .models import Session
-from .permissions import PermissionPolicy, parse_rule
+from .permissions import parse_rule
+from .session_settings import SessionSettings, StoredSkill
 from .sessions import SessionManager
 
 if TYPE_CHECKING:
@@ -71,10 +72,12 @@ class Listed:
     metadata: dict[str, str]
 
 
-def _stored_origin(entry: dict[str, Any]) -> Origin:
+def _stored_origin(entry: StoredSkill) -> Origin:
     """Where a session's stored skill came from; sessions stored before origins were kept count
     a file's skill as the workspace's (the cautious choice: its allowed-tools need trust)."""
-    return entry.get("origin") or ("client" if entry["source"] == "client" else "workspace")
+    if entry.origin:
+        return cast(Origin, entry.origin)
+    return "client" if entry.source == "client" else "workspace"
 
 
 class SkillCatalog:
@@ -128,14 +131,14 @@ class SkillCatalog:
             name: Found(skill, "workspace") for name, skill in workspaces.items() if name in operators
         }
 
-    def _loaded(self, entry: dict[str, Any]) -> LoadedSkill | None:
+    def _loaded(self, entry: StoredSkill) -> LoadedSkill | None:
         """A session's stored skill, parsed once; None (with a warning) when it no longer parses."""
         origin = _stored_origin(entry)
-        key = (origin, entry["text"])
+        key = (origin, entry.text)
         if key not in self._parsed:
             try:
                 skill = parse_skill(
-                    entry["text"], source=entry["source"], secret_names=self._settings.secret_env_names
+                    entry.text, source=entry.source, secret_names=self._settings.secret_env_names
                 )
             except InvalidArgument as exc:
                 log.warning("leaving out a stored skill that no longer loads: %s", exc)
@@ -145,9 +148,13 @@ class SkillCatalog:
         return self._parsed[key]
 
     def loaded_for(self, session: Session | None) -> list[LoadedSkill]:
+        return self._loaded_with(session.settings if session is not None else None)
+
+    def _loaded_with(self, settings: SessionSettings | None) -> list[LoadedSkill]:
+        """The server-wide skills and those `settings` (a session's) hold."""
         loaded = list(self._server_wide.values())
-        if session is not None:
-            stored = [self._loaded(entry) for entry in session.extras.get("skills", {}).values()]
+        if settings is not None:
+            stored = [self._loaded(entry) for entry in settings.skills.values()]
             loaded += [item for item in stored if item is not None]
         return loaded
 
@@ -207,12 +214,11 @@ class SkillCatalog:
         if session is None:
             self._server_wide[skill.name] = loaded
         else:
-            skills = {
-                **session.extras.get("skills", {}),
-                skill.name: {"text": skill.text, "source": skill.source, "origin": origin},
-            }
-            await self._sessions.set_extra(session_id, "skills", skills)
-            await self._update_allow_rules(session_id)
+            settings = self._sessions.get(session_id).settings
+            skills = {**settings.skills, skill.name: StoredSkill(skill.text, skill.source, origin)}
+            await self._sessions.set_settings(
+                session_id, self._with_allow_rules(replace(settings, skills=skills))
+            )
         return skill.tool_names
 
     async def unload(self, session_id: str, name: str) -> list[str]:
@@ -221,13 +227,14 @@ class SkillCatalog:
             if loaded is None:
                 raise NotFound(f"skill {name!r} is not loaded server-wide")
             return loaded.skill.tool_names
-        session = self._sessions.get(session_id)
-        skills = dict(session.extras.get("skills", {}))
+        settings = self._sessions.get(session_id).settings
+        skills = dict(settings.skills)
         entry = skills.pop(name, None)
         if entry is None:
             raise NotFound(f"skill {name!r} is not loaded in session {session_id!r}")
-        await self._sessions.set_extra(session_id, "skills", skills)
-        await self._update_allow_rules(session_id)
+        await self._sessions.set_settings(
+            session_id, self._with_allow_rules(replace(settings, skills=skills))
+        )
         loaded = self._loaded(entry)
         return loaded.skill.tool_names if loaded is not None else []
 
@@ -244,14 +251,13 @@ class SkillCatalog:
                 f"skill {skill.name!r} defines tools that already exist: {', '.join(clashes)}"
             )
 
-    async def _update_allow_rules(self, session_id: str) -> None:
-        """The session's allow rules: its own, plus the allowed-tools of its loaded trusted skills."""
-        session = self._sessions.get(session_id)
-        stored = session.extras.get("permissions") or {}
-        policy = PermissionPolicy.from_dict(stored)
-        own = [rule for rule in policy.allow if rule not in session.extras.get("skill_rules", [])]
-        from_skills = []
-        for item in self.loaded_for(session):
+    def _with_allow_rules(self, settings: SessionSettings) -> SessionSettings:
+        """`settings` with its allow rules made its own plus the allowed-tools of its loaded
+        trusted skills."""
+        policy = replace(settings.permission_policy)
+        own = [rule for rule in policy.allow if rule not in settings.skill_rules]
+        from_skills: list[str] = []
+        for item in self._loaded_with(settings):
             if not self.trusted(item.origin):
                 continue
             for rule in item.skill.allowed_tools:
@@ -262,5 +268,4 @@ class SkillCatalog:
                 if rule not in own and rule not in from_skills:
                     from_skills.append(rule)
         policy.allow = [*own, *from_skills]
-        await self._sessions.set_extra(session_id, "permissions", policy.to_dict())
-        await self._sessions.set_extra(session_id, "skill_rules", from_skills)
+        return replace(settings, permissions=policy, skill_rules=from_skills)

@@ -483,7 +483,7 @@ class _FrontmatterLoader(yaml.SafeLoader):
     """SafeLoader without aliases: a few `*ref`s can make a tiny document expand exponentially
     once it is turned into JSON, and frontmatter has no need for them."""
 
-    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
             raise yaml.composer.ComposerError(
                 None,

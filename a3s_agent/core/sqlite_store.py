@@ -14,6 +14,7 @@ from typing import Any
 
 from .errors import AlreadyExists
 from .models import Message, Session, SessionConfig, SessionState, Usage
+from .session_settings import SessionSettings
 from .sqlite import Database, Durability, transaction
 
 # Each entry moves the schema one version up; PRAGMA user_version records where a file is.
@@ -39,7 +40,7 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX messages_by_session ON messages(session_id, archived, seq);
     """,
-    # Per-session settings that are not SessionConfig: policies, lane handlers, loaded skills.
+    # Per-session settings that are not SessionConfig (session_settings.py, in its JSON shape).
     "ALTER TABLE sessions ADD COLUMN extras TEXT NOT NULL DEFAULT '{}'",
     # The last Initialize's configuration (one row), restored at start.
     """
@@ -79,7 +80,7 @@ class SqliteStore:
                         int(session.state),
                         session.created_at,
                         session.updated_at,
-                        json.dumps(session.extras),
+                        json.dumps(session.settings.to_json()),
                     ),
                 )
                 _insert_messages(db, session.id, messages, session.created_at)
@@ -106,7 +107,7 @@ class SqliteStore:
                     created_at=row[3],
                     updated_at=row[4],
                     usage=Usage(prompt_tokens=row[5], completion_tokens=row[6]),
-                    extras=json.loads(row[7]),
+                    settings=SessionSettings.from_json(json.loads(row[7])),
                     message_count=row[8],
                 )
                 for row in db.execute(query)
@@ -121,7 +122,7 @@ class SqliteStore:
             session.updated_at,
             session.usage.prompt_tokens,
             session.usage.completion_tokens,
-            json.dumps(session.extras),
+            json.dumps(session.settings.to_json()),
             session.id,
         )
 

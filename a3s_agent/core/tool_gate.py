@@ -12,7 +12,7 @@ from .control import ControlPlane, HandlerMode, Lane, Outcome
 from .errors import AgentError
 from .events import EventBus, EventType
 from .models import Session, ToolCall
-from .permissions import PermissionPolicy, evaluate
+from .permissions import evaluate
 
 # A notice for the caller of a running generation (a METADATA chunk in streams).
 Notify = Callable[[dict[str, str]], None]
@@ -70,7 +70,7 @@ class ToolGate:
             return ToolOutput(success=False, error=str(exc))
         arguments = args.model_dump()
         lane = lane_of(tool)
-        permissions = PermissionPolicy.from_dict(session.extras.get("permissions") or {})
+        permissions = session.settings.permission_policy
         verdict = evaluate(permissions, call.name, arguments, ctx.workspace)
         if verdict.decision == "deny":
             rule = ", ".join(verdict.matching_rules) or "the default decision"
@@ -115,10 +115,10 @@ class ToolGate:
                 {"task_id": call.id, "lane": lane.name, "command_type": call.name, "payload": call.arguments},
             )  # fmt: skip
         async with self._control.of(session.id).lanes[lane]:
-            result = await tool.execute(args, ctx)  # type: ignore[arg-type]
+            output = await tool.execute(args, ctx)  # type: ignore[arg-type]
         if handler.mode == HandlerMode.HYBRID:
             self._events.publish(
                 EventType.EXTERNAL_TASK_COMPLETED, session.id, f"{call.name} finished",
-                {"task_id": call.id, "success": str(result.success).lower(), "output": result.output[:4000]},
+                {"task_id": call.id, "success": str(output.success).lower(), "output": output.output[:4000]},
             )  # fmt: skip
-        return result
+        return output

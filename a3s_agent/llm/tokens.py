@@ -40,7 +40,7 @@ import re
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ class _LRU:
         self._maxsize = maxsize
         self._lock = threading.Lock()
 
-    def get_many(self, keys: list[Hashable]) -> list[int | None]:
+    def get_many(self, keys: Sequence[Hashable]) -> list[int | None]:
         data = self._data
         with self._lock:
             values = [data.get(key) for key in keys]

@@ -361,7 +361,7 @@ def _parse_approval(approval: Any) -> _Approval:
             raise InvalidArgument(
                 f'a userMessage answering an approval must say "approved" or "denied", not {content!r}'
             )
-        return _Approval(decision, None, None, content)
+        return _Approval("approved" if decision == "approved" else "denied", None, None, content)
     operation_id, decision, reason = (
         approval.get("operationId"),
         approval.get("decision"),

@@ -362,7 +362,12 @@ def build_policy(spec: PolicySpec) -> SpacePolicy:
     for kind in RULE_TYPES:
         for text in spec.get(kind, []):
             add(kind, _engine_rule(text), _Origin("custom", text))
-    permissions = PermissionPolicy(**lists, default_decision=spec.get("defaultDecision", DEFAULT_DECISION))
+    permissions = PermissionPolicy(
+        deny=lists["deny"],
+        allow=lists["allow"],
+        ask=lists["ask"],
+        default_decision=spec.get("defaultDecision", DEFAULT_DECISION),
+    )
     permissions.validate()  # the rules as the engine spells them: `shell(:*)` becomes `Bash(:*)`
     return SpacePolicy(
         name=spec.get("preset", "custom"),

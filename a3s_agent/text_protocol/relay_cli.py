@@ -33,16 +33,27 @@ def relay_llm(relay_dir: Path) -> LLMConfig:
     return LLMConfig(provider=RELAY_PROVIDER, model="relay", base_url=f"{RELAY_SCHEME}{relay_dir.resolve()}")
 
 
+class _RelayHost:
+    """The runtime as the agent's host, but for its model: always `provider`."""
+
+    def __init__(self, runtime: Runtime, provider: Provider) -> None:
+        self._runtime = runtime
+        self._provider = provider
+        self.llm_for = runtime.llm_for
+        self.tools_for = runtime.tools_for
+        self.prompt_for = runtime.prompt_for
+        self.tool_context = runtime.tool_context
+
+    def provider_for(self, llm: LLMConfig) -> Provider:
+        return self._provider
+
+
 def text_protocol_agent(runtime: Runtime, provider: Provider) -> Agent:
     """An agent over the runtime's sessions and tools whose model is `provider`: the relay with this
     CLI's wait timing and its "paste this outbox" prompt, which the server's providers do not have."""
     return Agent(
         runtime.sessions,
-        llm_for=runtime.effective_llm,
-        provider_for=lambda _llm: provider,
-        context_for=runtime.tool_context,
-        tools_for=runtime.session_tools,
-        prompt_for=runtime.system_prompt,
+        host=_RelayHost(runtime, provider),
         control=runtime.control,
         events=runtime.events,
         max_generations=runtime.settings.max_generations,

@@ -73,6 +73,8 @@ def _openat2(dir_fd: int, path: str, flags: int) -> int:
     encoded = os.fsencode(path)
     if b"\0" in encoded:
         raise OSError(errno.EINVAL, "path contains a NUL byte", path)
+    if _SYSCALL is None:
+        raise OSError(errno.ENOSYS, "openat2 is not available on this platform", path)
     how = _OpenHow(flags | os.O_CLOEXEC, 0, _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS)
     while True:
         fd = _SYSCALL(

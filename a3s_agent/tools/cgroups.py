@@ -100,7 +100,7 @@ def _bottom_up(path: Path) -> list[Path]:
 
 
 def _all_procs(path: Path) -> list[int]:
-    pids = []
+    pids: list[int] = []
     for sub in _bottom_up(path):
         with contextlib.suppress(OSError):
             pids += map(int, (sub / "cgroup.procs").read_text().split())

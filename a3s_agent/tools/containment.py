@@ -32,6 +32,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from . import cgroups, procfs
 
@@ -322,7 +323,7 @@ class Containment:
             if cgroups.remove(path):
                 self._stale_cgroups.discard(path)
 
-    def _read_record(self) -> dict:
+    def _read_record(self) -> dict[str, Any]:
         if self.record_path is None:
             return {}
         try:

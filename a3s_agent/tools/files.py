@@ -56,10 +56,10 @@ def _regular(info: os.stat_result, shown: str) -> os.stat_result:
     return info
 
 
-def _locate(workspace: Path, raw: str, **how: bool) -> Located:
+def _locate(workspace: Path, raw: str, *, follow_final: bool = True) -> Located:
     """locate_in_workspace, its failures worded for the model."""
     try:
-        return locate_in_workspace(workspace, raw, **how)
+        return locate_in_workspace(workspace, raw, follow_final=follow_final)
     except FileNotFoundError as exc:
         raise _missing(raw) from exc
     except OSError as exc:

@@ -296,7 +296,8 @@ async def _ruff_check(
 ) -> list[dict[str, Any]]:
     argv = [*ruff, *(["--fix"] if fix else []), str(target)]
     result = await _run_checked(argv, ctx, cwd=cwd, ok_codes=(0, 1), max_output_bytes=_MAX_LINT_OUTPUT_BYTES)
-    return _parse_json(result.stdout, "ruff")
+    findings: list[dict[str, Any]] = _parse_json(result.stdout, "ruff")
+    return findings
 
 
 def _ruff_diagnostics(

@@ -90,7 +90,7 @@ def _parsed(workspace: Path, path: Path, loader: Callable[[str], Any]) -> Any:
 
 def _ruff_table(workspace: Path, path: Path) -> dict[str, Any] | None:
     """The ruff settings in a ruff.toml or pyproject.toml; None for a pyproject.toml without them."""
-    data = _parsed(workspace, path, tomllib.loads)
+    data: dict[str, Any] = _parsed(workspace, path, tomllib.loads)
     if path.name != "pyproject.toml":
         return data
     tool = data.get("tool")

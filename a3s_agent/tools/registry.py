@@ -172,7 +172,7 @@ def check_json_schema(schema: Any, field: str, *, for_arguments: bool = True) ->
     return schema
 
 
-def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+def _clean_schema(schema: Any) -> Any:
     """Drop pydantic's titles, which only add noise for an LLM."""
     if isinstance(schema, dict):
         return {
@@ -181,7 +181,7 @@ def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
             if not (key == "title" and isinstance(value, str))
         }
     if isinstance(schema, list):
-        return [_clean_schema(item) for item in schema]  # type: ignore[return-value]
+        return [_clean_schema(item) for item in schema]
     return schema
 
 
@@ -212,7 +212,7 @@ def tool(
         first = next(iter(inspect.signature(fn).parameters))
         model = hints[first]
         description = inspect.getdoc(fn) or ""
-        extra = {"truncation_hint": truncation_hint} if truncation_hint else {}
+        extra: dict[str, Any] = {"truncation_hint": truncation_hint} if truncation_hint else {}
         return Tool(
             name,
             description,
@@ -271,13 +271,13 @@ class ToolRegistry:
             and (self._enabled is None or name in self._enabled)
         )
 
-    def list(self) -> list[Tool]:
+    def enabled(self) -> list[Tool]:
         return [t for name, t in self._tools.items() if self.is_enabled(name)]
 
     def offered(self, *, text_protocol: bool) -> list[Tool]:
         """The tools offered to a model: the enabled ones, and, when it speaks the text protocol,
         those offered only to such a model."""
-        return [*self.list(), *(self._text_protocol_tools.values() if text_protocol else ())]
+        return [*self.enabled(), *(self._text_protocol_tools.values() if text_protocol else ())]
 
     def get(self, name: str) -> Tool:
         if name not in self._tools:

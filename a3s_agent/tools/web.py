@@ -80,7 +80,7 @@ def _chosen_provider(ctx: ToolContext) -> SearchProvider:
             raise ToolFailure(
                 f"A3S_SEARCH_PROVIDER is {explicit!r}; it must be one of: {', '.join(_SEARCH_PATHS)}"
             )
-        return explicit  # type: ignore[return-value]
+        return explicit
     if _setting(ctx, "A3S_SEARCH_URL"):
         return "searxng"
     for provider, variable in _KEY_VARIABLES.items():

@@ -31,7 +31,7 @@ WATCHED_EVENTS = frozenset(
 )  # fmt: skip
 
 
-def final_state(result: ToolOutput) -> pb.ToolState.ValueType:
+def final_state(result: ToolOutput) -> pb.ToolState:
     """How a finished call ended, read from the error texts the core's tool gate and tools give."""
     if result.success:
         return pb.TOOL_STATE_COMPLETED
@@ -53,7 +53,7 @@ class ToolStates:
         self._control = control
         self._session_id = session_id
         self._respond = respond
-        self._states: dict[str, pb.ToolState.ValueType] = {}
+        self._states: dict[str, pb.ToolState] = {}
         self._unanswered: set[str] = set()  # calls without a tool_result yet
         self._starting: set[str] = set()
         self._approve_all = False
@@ -151,7 +151,7 @@ class ToolStates:
         except NotFound:
             log.warning("tool call %s is no longer waiting for confirmation", tool_id)
 
-    def _set(self, tool_id: str, state: pb.ToolState.ValueType, detail: str = "") -> None:
+    def _set(self, tool_id: str, state: pb.ToolState, detail: str = "") -> None:
         current = self._states.get(tool_id)
         if current == state or current in FINAL_STATES:
             return

@@ -6,6 +6,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from ...core.agent import (
     DEFAULT_MAX_TOOL_CALLS,
@@ -151,7 +152,7 @@ def session_to_pb(session: Session, usage: ContextUsage | None) -> pb.Session:
     return pb.Session(
         session_id=session.id,
         config=session_config_to_pb(session.config),
-        state=int(session.state),
+        state=cast("pb.SessionState", int(session.state)),
         context_usage=(
             context_usage_to_pb(usage)
             if usage is not None
@@ -382,7 +383,10 @@ def event_to_chunk(session_id: str, event: AgentEvent, with_steps: bool) -> pb.G
 
 def event_to_pb(event: Event) -> pb.AgentEvent:
     out = pb.AgentEvent(
-        type=int(event.type), timestamp=event.timestamp, message=event.message, data=event.data
+        type=cast("pb.AgentEvent.EventType", int(event.type)),
+        timestamp=event.timestamp,
+        message=event.message,
+        data=event.data,
     )
     if event.session_id is not None:
         out.session_id = event.session_id
@@ -445,7 +449,7 @@ def confirmation_policy_to_pb(policy: ConfirmationPolicy) -> pb.ConfirmationPoli
         timeout_action=pb.TIMEOUT_ACTION_AUTO_APPROVE
         if policy.auto_approve_on_timeout
         else pb.TIMEOUT_ACTION_REJECT,
-        yolo_lanes=policy.yolo_lanes,
+        yolo_lanes=cast("list[pb.SessionLane]", policy.yolo_lanes),
     )
 
 
@@ -462,14 +466,16 @@ def lane_handler_from_pb(config: pb.LaneHandlerConfig) -> LaneHandler:
 
 
 def lane_handler_to_pb(handler: LaneHandler) -> pb.LaneHandlerConfig:
-    return pb.LaneHandlerConfig(mode=int(handler.mode), timeout_ms=handler.timeout_ms)
+    return pb.LaneHandlerConfig(
+        mode=cast("pb.TaskHandlerMode", int(handler.mode)), timeout_ms=handler.timeout_ms
+    )
 
 
 def external_task_to_pb(task: ExternalTask) -> pb.ExternalTask:
     return pb.ExternalTask(
         task_id=task.task_id,
         session_id=task.session_id,
-        lane=int(task.lane),
+        lane=cast("pb.SessionLane", int(task.lane)),
         command_type=task.command_type,
         payload=task.payload,
         timeout_ms=task.timeout_ms,

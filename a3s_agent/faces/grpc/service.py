@@ -5,19 +5,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import grpc
 from google.protobuf.message import Message
 
 from ...core.agent import DoneEvent, TextEvent
-from ...core.context import SETTINGS_KEY
 from ...core.errors import InvalidArgument
 from ...core.events import parse_event_types
 from ...core.jsontext import parse_json
 from ...core.models import Message as CoreMessage
 from ...core.models import Session, SessionState, ToolCall
 from ...core.permissions import PermissionPolicy, add_rule, evaluate
+from ...core.session_settings import SessionSettings
 from ...core.structured import StructuredDone, run_structured
 from ...proto import code_agent_pb2 as pb
 from ...proto import code_agent_pb2_grpc as pb_grpc
@@ -78,7 +79,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         return pb.GetCapabilitiesResponse(
             info=self._info(),
             features=FEATURES,
-            tools=[convert.tool_capability_to_pb(t) for t in rt.registry.list()],
+            tools=[convert.tool_capability_to_pb(t) for t in rt.registry.enabled()],
             models=[
                 pb.ModelCapability(provider=m.provider or "openai", model=m.model, features=["chat"])
                 for m in rt.configured_models()
@@ -122,11 +123,12 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     @rpc
     async def CreateSession(self, request: pb.CreateSessionRequest, context: Any) -> pb.CreateSessionResponse:
         given = convert.config_metadata(paging.call_metadata(context)).compaction
+        settings = SessionSettings(compaction=self.rt.context.checked_settings({}, given)) if given else None
         session = await self.rt.sessions.create(
             request.session_id if request.HasField("session_id") else None,
             convert.session_config_from_pb(request.config),
             await self._messages(request.initial_context, "initial_context"),
-            extras={SETTINGS_KEY: self.rt.context.checked_settings({}, given)} if given else None,
+            settings=settings,
         )
         self._hand_out_compaction(context, session)
         return pb.CreateSessionResponse(session_id=session.id, session=await self._session_pb(session))
@@ -161,15 +163,15 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         self, request: pb.ConfigureSessionRequest, context: Any
     ) -> pb.ConfigureSessionResponse:
         metadata = convert.config_metadata(paging.call_metadata(context))
-        current = self.rt.sessions.get(request.session_id).extras.get(SETTINGS_KEY) or {}
+        current = self.rt.sessions.get(request.session_id).settings
         settings = self.rt.context.checked_settings(
-            {} if metadata.replace_all else current, metadata.compaction
+            {} if metadata.replace_all else current.compaction, metadata.compaction
         )
         session = await self.rt.sessions.configure(
             request.session_id,
             convert.session_config_from_pb(request.config),
             replace_all=metadata.replace_all,
-            extras={SETTINGS_KEY: settings},
+            settings=replace(current, compaction=settings),
         )
         self._hand_out_compaction(context, session)
         return pb.ConfigureSessionResponse(session=await self._session_pb(session))
@@ -292,7 +294,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     @rpc
     async def ListTools(self, request: pb.ListToolsRequest, context: Any) -> pb.ListToolsResponse:
         session = self.rt.sessions.get(request.session_id) if request.session_id else None
-        return pb.ListToolsResponse(tools=[convert.tool_to_pb(t) for t in self.rt.session_tools(session)])
+        return pb.ListToolsResponse(tools=[convert.tool_to_pb(t) for t in self.rt.tools_for(session)])
 
     @rpc
     async def RegisterTool(self, request: pb.RegisterToolRequest, context: Any) -> pb.RegisterToolResponse:
@@ -429,7 +431,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     # --- permissions ----------------------------------------------------------------------
 
     def _permission_policy(self, session_id: str) -> PermissionPolicy:
-        return PermissionPolicy.from_dict(self.rt.sessions.get(session_id).extras.get("permissions") or {})
+        return self.rt.sessions.get(session_id).settings.permission_policy
 
     @rpc
     async def SetPermissionPolicy(
@@ -437,7 +439,9 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     ) -> pb.SetPermissionPolicyResponse:
         self.rt.sessions.get(request.session_id)
         policy = convert.permission_policy_from_pb(request.policy)
-        await self.rt.sessions.set_extra(request.session_id, "permissions", policy.to_dict())
+        await self.rt.sessions.set_settings(
+            request.session_id, replace(self.rt.sessions.get(request.session_id).settings, permissions=policy)
+        )
         return pb.SetPermissionPolicyResponse(success=True, policy=convert.permission_policy_to_pb(policy))
 
     @rpc
@@ -466,7 +470,9 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         self, request: pb.AddPermissionRuleRequest, context: Any
     ) -> pb.AddPermissionRuleResponse:
         policy = add_rule(self._permission_policy(request.session_id), request.rule_type, request.rule)
-        await self.rt.sessions.set_extra(request.session_id, "permissions", policy.to_dict())
+        await self.rt.sessions.set_settings(
+            request.session_id, replace(self.rt.sessions.get(request.session_id).settings, permissions=policy)
+        )
         return pb.AddPermissionRuleResponse(success=True)
 
     def _info(self) -> pb.AgentInfo:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from contextlib import suppress
 from typing import Any
 
@@ -136,7 +136,7 @@ class _EventStream:
 
 
 async def _sse(
-    request: web.Request, replies: AsyncIterator[Message], readiness: Readiness
+    request: web.Request, replies: AsyncGenerator[Message, None], readiness: Readiness
 ) -> web.StreamResponse:
     """Serve a stream of replies as server-sent events (driven from this one task). A stream the
     server's stop cancels ends with an UNAVAILABLE `event: error` saying so."""

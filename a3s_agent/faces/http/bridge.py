@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -165,7 +165,7 @@ class Bridge:
         """The reply, or CallError with the status the gRPC face would have sent."""
         return await getattr(self._service, method.name)(request, CallContext())
 
-    def stream(self, method: Method, request: Message) -> AsyncIterator[Message]:
+    def stream(self, method: Method, request: Message) -> AsyncGenerator[Message, None]:
         """The replies of a server-streaming RPC; a failure is CallError, as in `unary`.
 
         Drive it from one task throughout, as grpc.aio does: a generation remembers the task it

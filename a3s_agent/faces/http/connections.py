@@ -62,7 +62,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, gate: ConnectionGate) -> None:
         self._gate = gate
-        self._transport: asyncio.BaseTransport | None = None
+        self._transport: asyncio.Transport | None = None
         self._inner: asyncio.Protocol | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self._tail = b""

@@ -1,0 +1,32 @@
+"""What the agent loop and context accounting need from the server around them: the one
+collaborator (the Runtime implements it) instead of loose callables."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..llm.provider import Provider
+from ..tools.registry import Tool, ToolContext
+from .models import LLMConfig, Session
+
+
+class AgentHost(Protocol):
+    def llm_for(self, session: Session | None = None) -> LLMConfig:
+        """The model `session` talks to (None: the server's)."""
+        ...
+
+    def provider_for(self, llm: LLMConfig) -> Provider:
+        """The provider that calls `llm`."""
+        ...
+
+    def tools_for(self, session: Session | None) -> list[Tool]:
+        """What the session's model may call."""
+        ...
+
+    def prompt_for(self, session: Session) -> str:
+        """The session's system prompt."""
+        ...
+
+    def tool_context(self, session: Session | None) -> ToolContext:
+        """Where and with which environment the session's tools run."""
+        ...
