@@ -478,7 +478,11 @@ async def _usage_time(stub: pb_grpc.CodeAgentServiceStub, count: int) -> float:
 
 
 async def _compaction_time(stub: pb_grpc.CodeAgentServiceStub, count: int) -> float:
-    created = await stub.CreateSession(pb.CreateSessionRequest(initial_context=_conversation(count)))
+    # A 32k window: the conversation (about 50k tokens) is over the compaction target, so it compacts.
+    config = pb.SessionConfig(max_context_length=32_000)
+    created = await stub.CreateSession(
+        pb.CreateSessionRequest(config=config, initial_context=_conversation(count))
+    )
     started = time.perf_counter()
     reply = await stub.CompactContext(pb.CompactContextRequest(session_id=created.session_id))
     assert reply.after.message_count < reply.before.message_count

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...app.sessions import PageKey
 from ...core.errors import InvalidArgument
-from ...core.models import Session
-from ...core.sessions import listing_key
 
 PAGE_SIZE_KEY = "a3s-page-size"
 PAGE_TOKEN_KEY = "a3s-page-token"
 NEXT_PAGE_TOKEN_KEY = "a3s-next-page-token"
 MAX_PAGE_SIZE = 1000
 """Also the default: the default --max-sessions, so a server with default limits lists everything."""
-
-PageKey = tuple[int, str]
 
 
 def requested_page(context: Any) -> tuple[int, PageKey | None]:
@@ -37,9 +34,9 @@ def requested_page(context: Any) -> tuple[int, PageKey | None]:
     return size, parse_token(token) if token else None
 
 
-def token(session: Session) -> str:
-    """The token of the page after `session`."""
-    created_at, session_id = listing_key(session)
+def token(after: PageKey) -> str:
+    """The token of the page after the session whose listing key is `after`."""
+    created_at, session_id = after
     return f"{created_at}:{session_id}"
 
 

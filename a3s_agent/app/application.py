@@ -1,0 +1,36 @@
+"""Application: the services every face calls, built over one Runtime."""
+
+from __future__ import annotations
+
+from ..runtime import Runtime
+from .context import Context
+from .control import Control
+from .events import Events
+from .generation import Generation
+from .lifecycle import Lifecycle
+from .permissions import Permissions
+from .sessions import Sessions
+from .skills import Skills
+from .tools import Tools
+
+
+class Application:
+    """One service per group of operations. Holds no state of its own: two built over the same
+    runtime behave as one."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.lifecycle = Lifecycle(runtime)
+        self.sessions = Sessions(runtime)
+        self.context = Context(runtime)
+        self.generation = Generation(runtime)
+        self.tools = Tools(runtime)
+        self.skills = Skills(runtime)
+        self.events = Events(runtime)
+        self.control = Control(runtime)
+        self.permissions = Permissions(runtime)
+        self._runtime = runtime
+
+    @property
+    def max_request_messages(self) -> int:
+        """The most messages one request may carry (a generation's or a new session's history)."""
+        return self._runtime.settings.max_request_messages

@@ -1,0 +1,24 @@
+"""A session's context: usage, compaction, clearing."""
+
+from __future__ import annotations
+
+from ..core.context import Compaction, ContextUsage
+from ..runtime import Runtime
+
+
+class Context:
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+
+    async def usage(self, session_id: str) -> ContextUsage:
+        return await self._rt.context.usage(session_id)
+
+    async def compact(self, session_id: str) -> Compaction:
+        """Compact now, after any running generation of the session."""
+        async with self._rt.sessions.generation_lock(session_id):
+            return await self._rt.context.compact(session_id)
+
+    async def clear(self, session_id: str) -> None:
+        """Empty the history, after any running generation of the session."""
+        async with self._rt.sessions.generation_lock(session_id):
+            await self._rt.sessions.replace_history(session_id, [])

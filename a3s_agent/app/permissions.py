@@ -1,0 +1,37 @@
+"""A session's permission policy: get, set, add a rule, and check a call against it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..core.errors import InvalidArgument
+from ..core.jsontext import parse_json
+from ..core.permissions import Evaluation, PermissionPolicy, add_rule, evaluate
+from ..runtime import Runtime
+
+
+class Permissions:
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+
+    def get(self, session_id: str) -> PermissionPolicy:
+        return self._rt.sessions.get(session_id).settings.permission_policy
+
+    async def set(self, session_id: str, policy: PermissionPolicy) -> PermissionPolicy:
+        settings = self._rt.sessions.get(session_id).settings
+        await self._rt.sessions.set_settings(session_id, replace(settings, permissions=policy))
+        return policy
+
+    async def add_rule(self, session_id: str, rule_type: str, rule: str) -> None:
+        """Append `rule` to the `rule_type` list (allow, deny or ask) of the session's policy."""
+        policy = add_rule(self.get(session_id), rule_type, rule)
+        await self.set(session_id, policy)
+
+    def check(self, session_id: str, tool_name: str, arguments: str) -> Evaluation:
+        """The decision for a call of `tool_name` with `arguments` (JSON object text; empty: {})."""
+        policy = self.get(session_id)
+        parsed = parse_json(arguments or "{}", "arguments")
+        if not isinstance(parsed, dict):
+            raise InvalidArgument("arguments must be a JSON object")
+        workspace = self._rt.sessions.get(session_id).config.workspace
+        return evaluate(policy, tool_name, parsed, workspace)

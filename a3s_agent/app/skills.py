@@ -1,0 +1,25 @@
+"""Skills: load into and unload from a session, and list them."""
+
+from __future__ import annotations
+
+from ..core.skill_catalog import Listed
+from ..runtime import Runtime
+
+
+class Skills:
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+
+    async def load(self, session_id: str, name: str, content: str | None) -> list[str]:
+        """Load a skill by name, or from `content` (SKILL.md text); the names of its tools."""
+        return await self._rt.skills.load(session_id, name, content)
+
+    async def unload(self, session_id: str, name: str) -> list[str]:
+        """The names of the tools removed with the skill."""
+        return await self._rt.skills.unload(session_id, name)
+
+    async def listing(self, session_id: str | None) -> list[Listed]:
+        """The skills on disk (scanned afresh) merged with the session's loaded ones."""
+        session = self._rt.sessions.get(session_id) if session_id else None
+        await self._rt.skills.rescan()
+        return self._rt.skills.listing(session)

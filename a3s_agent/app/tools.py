@@ -1,0 +1,33 @@
+"""Tools: run them for a client, list what a session may call, register client tools."""
+
+from __future__ import annotations
+
+from ..core.errors import InvalidArgument
+from ..core.models import ToolCall
+from ..runtime import Runtime
+from ..tools.registry import Tool, ToolOutput
+
+
+class Tools:
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+
+    async def execute(self, session_id: str, tool_name: str, arguments: str) -> ToolOutput:
+        if not tool_name:
+            raise InvalidArgument("tool_name is required")
+        return await self._rt.tools.execute(session_id, tool_name, arguments)
+
+    async def execute_batch(self, session_id: str, calls: list[ToolCall]) -> list[ToolOutput]:
+        return await self._rt.tools.execute_batch(session_id, calls)
+
+    def available(self, session_id: str | None) -> list[Tool]:
+        """What a session's model may call (no session: the server's built-in tools)."""
+        session = self._rt.sessions.get(session_id) if session_id else None
+        return self._rt.tools_for(session)
+
+    async def register(
+        self, session_id: str, name: str, description: str, parameters_schema: str, tags: list[str]
+    ) -> None:
+        """A client tool for one session: the model calls it, the client runs it."""
+        spec = self._rt.client_tools.validate(name, description, parameters_schema, tags)
+        await self._rt.client_tools.register(session_id, spec)
