@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from a3s_agent.proto import code_agent_pb2 as pb  # noqa: E402
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc  # noqa: E402
+from a3s_agent.tools.atomic import write_atomically  # noqa: E402
 from a3s_agent.tools.process import find_binary  # noqa: E402
 from tests.security.stored_sessions import write_sessions  # noqa: E402
 
@@ -221,12 +222,35 @@ async def bench_durability(seconds: float, workspace: Path) -> list[Row]:
             pairs[level] = await calls_per_second(agent.address, _session_pair, seconds)
             if level == "full":  # write_file fsyncs the file and its directory whatever the setting
                 writes = await calls_per_second(agent.address, _write_file_call, seconds)
+    synced = _atomic_writes_per_second(workspace / "synced", write_atomically)
+    unsynced = _atomic_writes_per_second(workspace / "unsynced", _unsynced_write)
     return [
         Row("CreateSession+GetSession pairs/s, A3S_DURABILITY=full", f"{pairs['full']:,.0f}", "report"),
         Row("CreateSession+GetSession pairs/s, A3S_DURABILITY=normal", f"{pairs['normal']:,.0f}", "report"),
         Row("session pairs/s ratio (full / normal)", f"{pairs['full'] / pairs['normal']:.2f}", "report"),
         Row("ExecuteTool(write_file 4 KB) calls/s (file + directory fsync)", f"{writes:,.0f}", "report"),
+        Row("4 KB atomic writes/s, file + directory fsync (the tools' helper)", f"{synced:,.0f}", "report"),
+        Row("4 KB atomic writes/s, temp file + rename, no fsync", f"{unsynced:,.0f}", "report"),
+        Row("fsync cost per write (ms)", f"{1000 / synced - 1000 / unsynced:.2f}", "report"),
     ]
+
+
+def _unsynced_write(target: Path, data: bytes) -> None:
+    temporary = target.with_name(f".{target.name}.tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, target)
+
+
+def _atomic_writes_per_second(
+    directory: Path, write: Callable[[Path, bytes], None], count: int = 300
+) -> float:
+    """The cost of the fsyncs alone: the same temp-file-and-rename writes with and without them."""
+    directory.mkdir()
+    data = b"x" * 4096
+    started = time.perf_counter()
+    for index in range(count):
+        write(directory / f"f{index % 20}.txt", data)
+    return count / (time.perf_counter() - started)
 
 
 def _generate_tree(root: Path, megabytes: int, needle: str) -> None:
