@@ -414,10 +414,9 @@ def tool_call() -> Iterator[CallScope]:
 
 
 def activate(data_dir: Path) -> Containment:
-    """Called at server start (in its event loop): kill what a crashed run left, then contain
-    every tool process this server starts until `deactivate`."""
+    """Called at server start (in its event loop, the data dir made): kill what a crashed run left,
+    then contain every tool process this server starts until `deactivate`."""
     use_cgroups = os.environ.get(CGROUPS_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
-    data_dir.mkdir(parents=True, exist_ok=True)  # the crash record lives there, from the first call on
     containment = Containment(data_dir, use_cgroups)
     loop = asyncio.get_running_loop()
     containment.start(loop)

@@ -27,6 +27,7 @@ from ...core.events import Event
 from ...core.models import Attachment, LLMConfig, Message, Session, SessionConfig, ToolCall, Usage
 from ...core.permissions import PermissionPolicy
 from ...proto import code_agent_pb2 as pb
+from ...runtime import AgentInfo
 from ...tools.registry import Tool, ToolOutput
 
 _ROLES = {
@@ -48,6 +49,17 @@ MAX_REQUEST_MESSAGE_SIZE = 48 * 1024 * 1024
 """The most the messages of one request may hold: characters of text (contents, metadata) plus
 bytes of attachments. Below gRPC's 64 MiB message limit, so the refusal names the field; above
 the 50 MB the benchmark sends."""
+
+
+def info_to_pb(info: AgentInfo) -> pb.AgentInfo:
+    return pb.AgentInfo(
+        name=info.name,
+        version=info.version,
+        description=info.description,
+        author=info.author,
+        license=info.license,
+        homepage=info.homepage,
+    )
 
 
 def llm_from_pb(llm: pb.LLMConfig) -> LLMConfig:

@@ -19,7 +19,7 @@ from ...core.models import ToolCall
 from ...core.structured import StructuredDone
 from ...proto import code_agent_pb2 as pb
 from ...proto import code_agent_pb2_grpc as pb_grpc
-from ...runtime import AgentInfo, Runtime
+from ...runtime import Runtime
 from . import convert, paging
 from .errors import decoding, rpc
 
@@ -78,7 +78,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         capabilities = self.app.lifecycle.capabilities()
         limits = capabilities.limits
         return pb.GetCapabilitiesResponse(
-            info=_info_to_pb(capabilities.info),
+            info=convert.info_to_pb(capabilities.info),
             features=FEATURES,
             tools=[convert.tool_capability_to_pb(t) for t in capabilities.tools],
             models=[
@@ -113,7 +113,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         return pb.InitializeResponse(
             success=True,
             message=f"initialized; workspace {workspace}",
-            info=_info_to_pb(self.app.lifecycle.info),
+            info=convert.info_to_pb(self.app.lifecycle.info),
         )
 
     @rpc
@@ -425,17 +425,6 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     ) -> pb.AddPermissionRuleResponse:
         await self.app.permissions.add_rule(request.session_id, request.rule_type, request.rule)
         return pb.AddPermissionRuleResponse(success=True)
-
-
-def _info_to_pb(info: AgentInfo) -> pb.AgentInfo:
-    return pb.AgentInfo(
-        name=info.name,
-        version=info.version,
-        description=info.description,
-        author=info.author,
-        license=info.license,
-        homepage=info.homepage,
-    )
 
 
 def _session_to_pb(view: SessionView) -> pb.Session:
