@@ -187,7 +187,7 @@ def _relay(args: argparse.Namespace) -> int:
 
 def _withhold_secrets(marked: frozenset[str]) -> None:
     """Once the settings hold what the server needs: secrets out of the environment (server_secrets)."""
-    from .server_secrets import withhold_secrets
+    from .base.secrets import withhold_secrets
 
     names = withhold_secrets(marked)
     if names:
@@ -249,7 +249,7 @@ def _ops(file: Path, workspace: Path, policy: str) -> int:
     policy is invalid: the reason goes to stderr)."""
     import json
 
-    from .core.errors import AgentError
+    from .base.errors import AgentError
     from .spaces import run_operations_file
 
     try:

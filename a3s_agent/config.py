@@ -14,10 +14,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from .core.models import LLMConfig
-from .core.sqlite import DURABILITY_LEVELS, Durability
+from .base.models import LLMConfig
+from .base.secrets import operator_secret_names
+from .base.sqlite import DURABILITY_LEVELS, Durability
 from .datadir import default_data_dir, legacy_data_dir
-from .tools.environment import operator_secret_names
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from .config import Settings, exposed_listeners
-from .faces.auth import BearerTokenInterceptor
+from .faces.grpc.auth import BearerTokenInterceptor
 from .faces.grpc.readiness import ReadinessInterceptor
 from .faces.grpc.service import add_to_server
 from .faces.readiness import Readiness

@@ -21,10 +21,10 @@ import grpc
 import pytest
 
 from a3s_agent.config import Settings
-from a3s_agent.llm.factory import ProviderFactory
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.runtime import Runtime
+from a3s_agent.runtime.providers import ProviderFactory
 from a3s_agent.server import AgentServer
 from a3s_agent.tools.builtin import builtin_registry
 

@@ -26,8 +26,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from a3s_agent.core.errors import AgentError, ContextOverflow, InvalidArgument, Unavailable
-from a3s_agent.core.models import LLMConfig, Usage
+from a3s_agent.base.errors import AgentError, ContextOverflow, InvalidArgument, Unavailable
+from a3s_agent.base.models import LLMConfig, Usage
 from a3s_agent.llm.provider import CompletionRequest, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
 
 from .fake_llm import Hang, Reply, _message_problem, _pieces, _usage, text

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from a3s_agent.backoff import Backoff
+from a3s_agent.base.backoff import Backoff
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from a3s_agent.core.errors import Unavailable
+from a3s_agent.base.errors import Unavailable
 from a3s_agent.faces.grpc.convert import message_from_pb
 from a3s_agent.llm.tokens import TokenCounter
 from a3s_agent.proto import code_agent_pb2 as pb

@@ -8,7 +8,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from a3s_agent.core.errors import Unavailable
+from a3s_agent.base.errors import Unavailable
 from a3s_agent.llm.messages import to_openai, tool_schema
 from a3s_agent.llm.tokens import TokenCounter
 from a3s_agent.proto import code_agent_pb2 as pb

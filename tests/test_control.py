@@ -10,8 +10,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from a3s_agent.base.models import Message
 from a3s_agent.core.events import EventBus, EventType
-from a3s_agent.core.models import Message
 from a3s_agent.proto import code_agent_pb2 as pb
 
 from .conftest import LiveServer, agent_settings, alive, eventually, new_session, running, subscribed, user

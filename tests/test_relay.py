@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from a3s_agent.base.errors import FailedPrecondition, Unavailable
+from a3s_agent.base.models import Message, SessionConfig
 from a3s_agent.config import Settings
 from a3s_agent.core.agent import DoneEvent, GenerateOptions
-from a3s_agent.core.errors import FailedPrecondition, Unavailable
-from a3s_agent.core.models import Message, SessionConfig
 from a3s_agent.llm.messages import tool_schema
 from a3s_agent.llm.provider import CompletionRequest, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
 from a3s_agent.runtime import Runtime

@@ -16,8 +16,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from a3s_agent.base.models import LLMConfig
 from a3s_agent.config import Settings
-from a3s_agent.core.models import LLMConfig
 from a3s_agent.core.sqlite_store import SqliteStore
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
@@ -102,7 +102,7 @@ async def test_after_restart_the_session_key_falls_back_to_the_server_key(tmp_pa
     settings = Settings(workspace=tmp_path, data_dir=tmp_path / "data", llm=LLMConfig(api_key="sk-server"))
     first = Runtime(settings)
     await first.start()
-    from a3s_agent.core.models import SessionConfig
+    from a3s_agent.base.models import SessionConfig
 
     session = await first.sessions.create(
         "k", SessionConfig(llm=LLMConfig(model="m", api_key="sk-session")), []

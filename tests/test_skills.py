@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from a3s_agent.core.errors import InvalidArgument, NotFound
+from a3s_agent.base.errors import InvalidArgument, NotFound
 from a3s_agent.core.skill_catalog import EXAMPLE_SKILLS_DIR
 from a3s_agent.core.skills import (
     BinaryBackend,

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from a3s_agent.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from a3s_agent.base.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.spaces import MessageInvalid, Space, Spaces, build_policy, run_operations_file
 from a3s_agent.spaces.runner import apply_edits

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from ..base.models import Message
 from ..core.agent import AgentEvent, DoneEvent, GenerateOptions
 from ..core.agent import Generation as Result
-from ..core.models import Message
 from ..core.structured import StructuredDone, run_structured
 from ..runtime import Runtime
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.models import LLMConfig, SessionState
+from ..base.models import LLMConfig, SessionState
 from ..runtime import AgentInfo, Runtime
 from ..tools.registry import Tool
 

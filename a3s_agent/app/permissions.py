@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..core.errors import InvalidArgument
-from ..core.jsontext import parse_json
+from ..base.errors import InvalidArgument
+from ..base.jsontext import parse_json
 from ..core.permissions import Evaluation, PermissionPolicy, add_rule, evaluate
 from ..runtime import Runtime
 

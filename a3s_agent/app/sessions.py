@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from ..base.models import Message, SessionConfig
 from ..core.context import ContextUsage
-from ..core.models import Message, Session, SessionConfig
-from ..core.session_settings import SessionSettings
+from ..core.session import Session, SessionSettings
 from ..core.sessions import listing_key
 from ..runtime import Runtime
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..core.errors import InvalidArgument
-from ..core.models import ToolCall
+from ..base.errors import InvalidArgument
+from ..base.models import ToolCall
 from ..runtime import Runtime
 from ..tools.registry import Tool, ToolOutput
 

@@ -9,15 +9,16 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..base.errors import Cancelled, ContextOverflow, FailedPrecondition, InvalidArgument, ResourceExhausted
+from ..base.models import LLMConfig, Message, SessionState, ToolCall, Usage
+from ..core.session import Session
 from ..llm.messages import to_openai, tool_schema
 from ..llm.provider import CompletionRequest, Provider, TextDelta, ToolCallReady, TurnEnd
 from ..tools.registry import Tool, ToolOutput
 from .context import Compaction, ContextManager
 from .control import ControlPlane
-from .errors import Cancelled, ContextOverflow, FailedPrecondition, InvalidArgument, ResourceExhausted
 from .events import EventBus, EventType
 from .host import AgentHost
-from .models import LLMConfig, Message, Session, SessionState, ToolCall, Usage
 from .repair import answer_interrupted_calls
 from .sessions import SessionManager
 from .tool_gate import ToolGate

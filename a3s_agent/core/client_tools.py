@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from ..base.errors import InvalidArgument
+from ..base.jsontext import parse_json
+from ..core.session import Session
 from ..tools.registry import JsonArguments, Tool, ToolContext, ToolOutput, ToolRegistry, check_json_schema
-from .errors import InvalidArgument
-from .jsontext import parse_json
-from .models import Session
-from .session_settings import ClientToolSpec as ClientToolSpec
+from .session import ClientToolSpec as ClientToolSpec
 from .sessions import SessionManager
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")

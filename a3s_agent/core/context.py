@@ -19,13 +19,14 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
+from ..base.errors import AgentError, FailedPrecondition, InvalidArgument
+from ..base.models import Message
+from ..core.session import Session
 from ..llm.messages import to_openai, tool_schema
 from ..llm.provider import CompletionRequest, TextDelta
 from ..llm.tokens import REPLY_PRIMING, TokenCounter
-from .errors import AgentError, FailedPrecondition, InvalidArgument
 from .events import EventBus, EventType
 from .host import AgentHost
-from .models import Message, Session
 from .sessions import SessionManager
 
 DEFAULT_WINDOW = 128_000

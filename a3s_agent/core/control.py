@@ -10,14 +10,14 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .errors import InvalidArgument, NotFound
+from ..base.errors import InvalidArgument, NotFound
+from ..base.models import Message, SessionState
 from .events import EventBus, EventType
-from .models import Message, SessionState
-from .session_settings import DEFAULT_CONFIRMATION_TIMEOUT_MS as DEFAULT_CONFIRMATION_TIMEOUT_MS
-from .session_settings import DEFAULT_EXTERNAL_TIMEOUT_MS as DEFAULT_EXTERNAL_TIMEOUT_MS
-from .session_settings import ConfirmationPolicy as ConfirmationPolicy
-from .session_settings import HandlerMode as HandlerMode
-from .session_settings import LaneHandler as LaneHandler
+from .session import DEFAULT_CONFIRMATION_TIMEOUT_MS as DEFAULT_CONFIRMATION_TIMEOUT_MS
+from .session import DEFAULT_EXTERNAL_TIMEOUT_MS as DEFAULT_EXTERNAL_TIMEOUT_MS
+from .session import ConfirmationPolicy as ConfirmationPolicy
+from .session import HandlerMode as HandlerMode
+from .session import LaneHandler as LaneHandler
 from .sessions import SessionManager
 
 MAX_WAIT_MS = 3_600_000

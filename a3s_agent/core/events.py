@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .errors import InvalidArgument
+from ..base.errors import InvalidArgument
 
 DEFAULT_QUEUE_SIZE = 1000
 _GAP = object()

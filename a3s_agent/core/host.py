@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ..base.models import LLMConfig
+from ..core.session import Session
 from ..llm.provider import Provider
 from ..tools.registry import Tool, ToolContext
-from .models import LLMConfig, Session
 
 
 class AgentHost(Protocol):

@@ -49,7 +49,7 @@ from pathlib import PurePath, PurePosixPath
 from typing import Any, Final, Literal, cast, get_args
 from urllib.parse import urlsplit
 
-from .errors import InvalidArgument
+from ..base.errors import InvalidArgument
 
 Decision = Literal["allow", "deny", "ask"]
 RuleType = Decision

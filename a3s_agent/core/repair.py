@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 
+from ..base.models import Message
 from ..tools.registry import ToolOutput
-from .models import Message
 from .sessions import SessionManager
 from .tool_runner import tool_message
 

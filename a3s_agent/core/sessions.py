@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from .errors import InvalidArgument, NotFound, ResourceExhausted
+from ..base.errors import InvalidArgument, NotFound, ResourceExhausted
+from ..base.models import Message, SessionConfig, SessionState, Usage
+from ..core.session import Session
 from .events import EventBus, EventType
-from .models import Message, Session, SessionConfig, SessionState, Usage
-from .session_settings import SessionSettings
+from .session import SessionSettings
 from .store import Store
 
 SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")

@@ -22,12 +22,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, cast
 
+from ..base.errors import InvalidArgument, NotFound
 from ..config import BOX_SKILLS_DIR
+from ..core.session import Session
 from ..tools.registry import Tool
-from .errors import InvalidArgument, NotFound
-from .models import Session
 from .permissions import parse_rule
-from .session_settings import SessionSettings, StoredSkill
+from .session import SessionSettings, StoredSkill
 from .sessions import SessionManager
 
 if TYPE_CHECKING:

@@ -63,7 +63,8 @@ import httpx
 import yaml
 from pydantic import BaseModel
 
-from ..tools.environment import is_secret_name
+from ..base.errors import InvalidArgument, NotFound
+from ..base.secrets import is_secret_name
 from ..tools.fetcher import connection_problem, decode, fetch, private_allowed, read_capped
 from ..tools.process import ProcessResult, find_binary, run_process
 from ..tools.registry import (
@@ -75,7 +76,6 @@ from ..tools.registry import (
     ToolOutput,
     check_json_schema,
 )
-from .errors import InvalidArgument, NotFound
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import AlreadyExists
-from .models import Message, Session, SessionConfig, SessionState, Usage
-from .session_settings import SessionSettings
-from .sqlite import Database, Durability, transaction
+from ..base.errors import AlreadyExists
+from ..base.models import Message, SessionConfig, SessionState, Usage
+from ..base.sqlite import Database, Durability, transaction
+from ..core.session import Session
+from .session import SessionSettings
 
 # Each entry moves the schema one version up; PRAGMA user_version records where a file is.
 MIGRATIONS: list[str] = [
@@ -40,7 +41,7 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX messages_by_session ON messages(session_id, archived, seq);
     """,
-    # Per-session settings that are not SessionConfig (session_settings.py, in its JSON shape).
+    # Per-session settings that are not SessionConfig (core/session.py, in its JSON shape).
     "ALTER TABLE sessions ADD COLUMN extras TEXT NOT NULL DEFAULT '{}'",
     # The last Initialize's configuration (one row), restored at start.
     """

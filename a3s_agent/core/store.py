@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from .models import Message, Session, Usage
+from ..base.models import Message, Usage
+from ..core.session import Session
 
 
 class Store(Protocol):

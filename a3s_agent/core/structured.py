@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..base.errors import FailedPrecondition
+from ..base.jsontext import parse_json
+from ..base.models import Message, Usage
 from ..tools.registry import check_json_schema
 from .agent import Agent, AgentEvent, DoneEvent, GenerateOptions
-from .errors import FailedPrecondition
-from .jsontext import parse_json
-from .models import Message, Usage
 
 MAX_REPAIRS = 2
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)

@@ -7,11 +7,12 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from ..base.errors import AgentError
+from ..base.models import ToolCall
+from ..core.session import Session
 from ..tools.registry import Tool, ToolContext, ToolOutput
 from .control import ControlPlane, HandlerMode, Lane, Outcome
-from .errors import AgentError
 from .events import EventBus, EventType
-from .models import Session, ToolCall
 from .permissions import evaluate
 
 # A notice for the caller of a running generation (a METADATA chunk in streams).

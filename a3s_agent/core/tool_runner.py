@@ -6,9 +6,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from ..base.errors import AgentError, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from ..base.models import Message, ToolCall
+from ..core.session import Session
 from ..tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
-from .errors import AgentError, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
-from .models import Message, Session, ToolCall
 from .sessions import SessionManager
 
 

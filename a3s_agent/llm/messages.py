@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from ..core.models import Attachment, Message
+from ..base.models import Attachment, Message
 from ..tools.registry import Tool
 
 

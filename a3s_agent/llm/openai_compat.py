@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..backoff import Backoff
-from ..core.errors import AgentError, ContextOverflow, FailedPrecondition, InvalidArgument, Unavailable
-from ..core.jsontext import valid_text
-from ..core.models import LLMConfig, Usage
+from ..base.backoff import Backoff
+from ..base.errors import AgentError, ContextOverflow, FailedPrecondition, InvalidArgument, Unavailable
+from ..base.jsontext import valid_text
+from ..base.models import LLMConfig, Usage
 from .provider import CompletionRequest, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
 from .redact import redact, shown_url, url_secrets
 

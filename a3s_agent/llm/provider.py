@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..core.models import Usage
+from ..base.models import Usage
 
 
 @dataclass

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict, cast
 
+from ..base.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from ..base.sqlite import Durability
 from ..config import DEFAULT_MAX_SPACE_RUNS
-from ..core.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
-from ..core.sqlite import Durability
 from ..tools.builtin import builtin_registry
 from ..tools.registry import ToolRegistry
 from .policies import DEFAULT_PRESET, PRESETS, PolicySpec, SpacePolicy, build_policy

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from ..core.errors import InvalidArgument
+from ..base.errors import InvalidArgument
 from ..core.permissions import (
     DEFAULT_DECISION,
     RULE_TYPES,

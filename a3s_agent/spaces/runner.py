@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from ..core.errors import AgentError
+from ..base.errors import AgentError
 from ..tools.process import find_binary, run_process
 from ..tools.registry import ToolContext, ToolFailure, ToolOutput, ToolRegistry
 from ..tools.sandbox import open_in_workspace, resolve_in_workspace

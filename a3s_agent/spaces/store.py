@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import AlreadyExists
-from ..core.sqlite import Database, Durability, transaction
+from ..base.errors import AlreadyExists
+from ..base.sqlite import Database, Durability, transaction
 
 # Each entry moves the schema one version up; PRAGMA user_version records where a file is.
 _MIGRATIONS: list[str] = [

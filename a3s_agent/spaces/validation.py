@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..core.errors import InvalidArgument
+from ..base.errors import InvalidArgument
 
 PROTOCOL_VERSION: Final = "1.0"
 OPERATION_TYPES: Final = ("message", "createFile", "readFile", "editFile", "deleteFile", "shell")

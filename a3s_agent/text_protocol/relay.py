@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import FailedPrecondition, Unavailable
+from ..base.errors import FailedPrecondition, Unavailable
 from ..llm.provider import CompletionRequest, ProviderEvent
 from ..tools.atomic import write_atomically
 from .renderer import CONTINUATION_PROMPT, render_outbox

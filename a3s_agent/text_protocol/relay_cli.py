@@ -15,10 +15,10 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..base.errors import AgentError
+from ..base.models import LLMConfig, Message, SessionConfig
 from ..config import Settings
 from ..core.agent import Agent, AgentEvent, DoneEvent, GenerateOptions, ToolResultEvent
-from ..core.errors import AgentError
-from ..core.models import LLMConfig, Message, SessionConfig
 from ..llm.modes import RELAY_PROVIDER
 from ..llm.provider import Provider
 from ..runtime import Runtime

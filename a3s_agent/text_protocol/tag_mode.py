@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.models import Usage
+from ..base.models import Usage
 from ..llm.provider import CompletionRequest, Provider, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
 from ..tools.gitignore import walk_tree
 from .commands import (

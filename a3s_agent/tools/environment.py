@@ -10,23 +10,10 @@ dropped even from those extras unless the host put it there itself (the `extra` 
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 ALLOWED_NAMES = frozenset({"PATH", "HOME", "LANG", "TERM", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL"})
 _ALLOWED_PREFIXES = ("LC_",)
-_SECRET_PATTERN = re.compile(r"(^A3S_AUTH_TOKEN(_FILE)?$|^A3S_LLM_|(^|_)(API_KEY|SECRET|TOKEN|PASSWORD)$)")
-SECRET_NAMES_VARIABLE = "A3S_SECRET_ENV"
-"""A comma-separated list of further variable names the operator marks secret."""
-
-
-def operator_secret_names(env: Mapping[str, str]) -> frozenset[str]:
-    return frozenset(name.strip() for name in env.get(SECRET_NAMES_VARIABLE, "").split(",") if name.strip())
-
-
-def is_secret_name(name: str, marked: Iterable[str] = ()) -> bool:
-    """Whether `name` is one of the server's own secrets (token, API keys, LLM settings, marked ones)."""
-    return bool(_SECRET_PATTERN.search(name.upper())) or name in set(marked)
 
 
 def is_allowed_name(name: str) -> bool:

@@ -17,8 +17,8 @@ from typing import Any, Literal, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..core.errors import InvalidArgument, NotFound
-from ..core.jsontext import parse_json
+from ..base.errors import InvalidArgument, NotFound
+from ..base.jsontext import parse_json
 
 DEFAULT_MAX_OUTPUT_BYTES = 100_000
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..server_secrets import withheld
+from ..base.secrets import withheld
 from .fetcher import USER_AGENT, connection_problem, decode, fetch, private_allowed, read_capped
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
 

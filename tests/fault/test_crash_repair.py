@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from a3s_agent.core.models import LLMConfig
+from a3s_agent.base.models import LLMConfig
 from a3s_agent.core.repair import INTERRUPTED
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc

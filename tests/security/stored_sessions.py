@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from a3s_agent.core.models import SessionConfig
-from a3s_agent.core.sqlite import connect
+from a3s_agent.base.models import SessionConfig
+from a3s_agent.base.sqlite import connect
 from a3s_agent.core.sqlite_store import MIGRATIONS
 
 CREATED_AT = 1_700_000_000_000

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from a3s_agent.core.errors import InvalidArgument
+from a3s_agent.base.errors import InvalidArgument
 from a3s_agent.tools import code_search
 from a3s_agent.tools.code_search import TOOLS
 from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from a3s_agent.core.errors import InvalidArgument
+from a3s_agent.base.errors import InvalidArgument
 from a3s_agent.tools import beneath
 from a3s_agent.tools.files import TOOLS
 from a3s_agent.tools.gitignore import walk_tree

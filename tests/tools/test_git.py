@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from a3s_agent.core.errors import InvalidArgument
+from a3s_agent.base.errors import InvalidArgument
 from a3s_agent.tools.git import TOOLS
 from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry
 

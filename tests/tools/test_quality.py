@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from a3s_agent.core.errors import InvalidArgument
+from a3s_agent.base.errors import InvalidArgument
 from a3s_agent.tools import quality
 from a3s_agent.tools.process import find_binary
 from a3s_agent.tools.quality import TOOLS

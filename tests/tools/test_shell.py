@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from a3s_agent.core.errors import InvalidArgument
+from a3s_agent.base.errors import InvalidArgument
 from a3s_agent.tools.process import find_binary
 from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry
 from a3s_agent.tools.shell import TOOLS

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from a3s_agent.core.errors import InvalidArgument
+from a3s_agent.base.errors import InvalidArgument
 from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry
 from a3s_agent.tools.user import TOOLS, ask_user
 

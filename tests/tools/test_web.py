@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from a3s_agent.core.errors import InvalidArgument
+from a3s_agent.base.errors import InvalidArgument
 from a3s_agent.tools import web as web_tools
 from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from ...backoff import Backoff
+from ...base.backoff import Backoff
 from ...core.control import ConfirmationPolicy
 from ...proto import coven_pb2 as pb
 from ...proto import coven_pb2_grpc as pb_grpc

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from contextlib import aclosing
 from typing import Any
 
+from ...base.errors import AgentError, Cancelled, InvalidArgument, NotFound
+from ...base.models import Attachment, Message, Usage
 from ...core.agent import GenerateOptions, TextEvent, ToolCallEvent, ToolResultEvent, TurnEvent
-from ...core.errors import AgentError, Cancelled, InvalidArgument, NotFound
-from ...core.models import Attachment, Message, Usage
 from ...proto import coven_pb2 as pb
 from ...runtime import Runtime
 from .threads import Threads, session_id_for

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from ...core.errors import NotFound
-from ...core.models import Message
+from ...base.errors import NotFound
+from ...base.models import Message
 from ...proto import coven_pb2 as pb
 from ...runtime import Runtime
 from .request import RequestRun, injected_message, response

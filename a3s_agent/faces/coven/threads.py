@@ -6,9 +6,9 @@ import hashlib
 import re
 from dataclasses import replace
 
+from ...base.errors import NotFound
+from ...base.models import SessionConfig
 from ...core.control import ConfirmationPolicy
-from ...core.errors import NotFound
-from ...core.models import SessionConfig
 from ...core.sessions import SESSION_ID_PATTERN
 from ...runtime import Runtime
 

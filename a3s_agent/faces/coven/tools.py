@@ -7,10 +7,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from ...base.errors import NotFound
+from ...base.models import ToolCall
 from ...core.control import ControlPlane
-from ...core.errors import NotFound
 from ...core.events import Event, EventType, Subscription
-from ...core.models import ToolCall
 from ...core.tool_runner import tool_message
 from ...proto import coven_pb2 as pb
 from ...tools.registry import ToolOutput

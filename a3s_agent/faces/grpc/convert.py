@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
+from ...base.errors import InvalidArgument, ResourceExhausted
+from ...base.models import Attachment, LLMConfig, Message, SessionConfig, ToolCall, Usage
 from ...core.agent import (
     DEFAULT_MAX_TOOL_CALLS,
     AgentEvent,
@@ -22,10 +24,9 @@ from ...core.agent import (
 )
 from ...core.context import ContextUsage
 from ...core.control import ConfirmationPolicy, ExternalTask, HandlerMode, Lane, LaneHandler
-from ...core.errors import InvalidArgument, ResourceExhausted
 from ...core.events import Event
-from ...core.models import Attachment, LLMConfig, Message, Session, SessionConfig, ToolCall, Usage
 from ...core.permissions import PermissionPolicy
+from ...core.session import Session
 from ...proto import code_agent_pb2 as pb
 from ...runtime import AgentInfo
 from ...tools.registry import Tool, ToolOutput

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from ...core import errors
+from ...base import errors
 
 log = logging.getLogger("a3s_agent.rpc")
 

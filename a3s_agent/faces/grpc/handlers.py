@@ -1,4 +1,5 @@
-"""Wrapping a grpc method handler: a behaviour of the same shape (unary or streaming) in its place."""
+"""Wrapping a grpc method handler: a behaviour of the same shape (unary or streaming) in its place,
+and the base of the interceptors that guard the service's own methods."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+
+# Probes must work without a token or readiness: container health checks and service discovery.
+OPEN_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
 
 _FACTORIES = {
     (False, False): grpc.unary_unary_rpc_method_handler,
@@ -50,3 +54,23 @@ def refusing(
         yield  # pragma: no cover - makes this an async generator
 
     return same_shape(handler, unary, stream)
+
+
+class ServiceInterceptor(grpc.aio.ServerInterceptor):
+    """An interceptor whose `guard` sees every call of the service's own methods, never the probes'."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None or details.method.startswith(OPEN_PREFIXES):
+            return handler
+        return self.guard(handler, details)
+
+    def guard(
+        self, handler: grpc.RpcMethodHandler, details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler:
+        """`handler` itself, or one that refuses or wraps it."""
+        raise NotImplementedError

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...app.sessions import PageKey
-from ...core.errors import InvalidArgument
+from ...base.errors import InvalidArgument
 
 PAGE_SIZE_KEY = "a3s-page-size"
 PAGE_TOKEN_KEY = "a3s-page-token"

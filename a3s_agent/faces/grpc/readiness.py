@@ -5,15 +5,14 @@ UNAVAILABLE saying so. grpc.health and reflection always pass."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
 from ...proto import code_agent_pb2 as pb
-from ..auth import GRPC_OPEN_PREFIXES
 from ..readiness import Phase, Readiness
-from .handlers import refusing, same_shape
+from .handlers import ServiceInterceptor, refusing, same_shape
 
 _SERVICE = pb.DESCRIPTOR.services_by_name["CodeAgentService"].full_name
 OPEN_WHILE_STOPPING = frozenset(
@@ -59,18 +58,13 @@ def _tracked(handler: grpc.RpcMethodHandler, readiness: Readiness) -> grpc.RpcMe
     return same_shape(handler, unary, stream)
 
 
-class ReadinessInterceptor(grpc.aio.ServerInterceptor):
+class ReadinessInterceptor(ServiceInterceptor):
     def __init__(self, readiness: Readiness) -> None:
         self._readiness = readiness
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
+    def guard(
+        self, handler: grpc.RpcMethodHandler, details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        if handler is None or details.method.startswith(GRPC_OPEN_PREFIXES):
-            return handler
         phase = self._readiness.phase
         if phase is Phase.READY or (phase is Phase.STOPPING and details.method in OPEN_WHILE_STOPPING):
             return _tracked(handler, self._readiness)

@@ -12,10 +12,10 @@ from google.protobuf.message import Message
 
 from ...app import Application
 from ...app.sessions import SessionView
+from ...base.errors import InvalidArgument
+from ...base.models import Message as CoreMessage
+from ...base.models import ToolCall
 from ...core.agent import TextEvent
-from ...core.errors import InvalidArgument
-from ...core.models import Message as CoreMessage
-from ...core.models import ToolCall
 from ...core.structured import StructuredDone
 from ...proto import code_agent_pb2 as pb
 from ...proto import code_agent_pb2_grpc as pb_grpc

@@ -44,10 +44,10 @@ from google.protobuf.message import Message
 
 from ...proto import code_agent_pb2 as pb
 from ...runtime import Runtime
-from ..auth import http_middleware
 from ..grpc.service import CodeAgentService
 from ..readiness import Phase, Readiness
 from ..refusals import RefusalLog
+from .auth import http_middleware
 from .body import MAX_BODY_BYTES, json_body
 from .bridge import Bridge, CallError, as_json, find_method, json_text, parse
 from .guard import RequestGuard

@@ -12,8 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ...core.errors import InvalidArgument
-from ...core.jsontext import parse_json
+from ...base.errors import InvalidArgument
+from ...base.jsontext import parse_json
 from .bridge import CallError, Code
 
 MAX_BODY_BYTES = 16 * 1024 * 1024

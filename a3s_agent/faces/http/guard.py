@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from ..auth import HTTP_OPEN_PATHS
 from ..refusals import RefusalLog
+from .auth import HTTP_OPEN_PATHS
 from .hosts import HostPolicy
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

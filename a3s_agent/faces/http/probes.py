@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 import grpc
 from aiohttp import web
 
-from ..auth import HTTP_OPEN_PATHS
 from ..readiness import Phase, Readiness
+from .auth import HTTP_OPEN_PATHS
 from .bridge import CallError, json_text
 
 HEALTH_SCHEMA = "a3s.code.agent-health.v1"

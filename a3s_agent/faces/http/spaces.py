@@ -15,7 +15,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ...core.errors import AgentError
+from ...base.errors import AgentError
 from ...runtime import Runtime
 from ...spaces import Spaces
 from ..grpc.errors import status_for

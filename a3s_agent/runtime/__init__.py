@@ -8,27 +8,28 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import DESCRIPTION, HOMEPAGE, LICENSE, NAME, __version__
-from .config import Settings
-from .core.agent import Agent
-from .core.client_tools import ClientTools
-from .core.context import ContextManager
-from .core.control import ControlPlane
-from .core.events import EventBus
-from .core.models import LLMConfig, Session
-from .core.prompts import system_prompt
-from .core.sessions import SessionManager, existing_directory
-from .core.skill_catalog import SkillCatalog
-from .core.sqlite_store import SqliteStore
-from .core.store import Store
-from .core.tool_runner import ToolRunner
-from .datadir import make_data_dir
+from .. import DESCRIPTION, HOMEPAGE, LICENSE, NAME, __version__
+from ..base.models import LLMConfig
+from ..config import Settings
+from ..core.agent import Agent
+from ..core.client_tools import ClientTools
+from ..core.context import ContextManager
+from ..core.control import ControlPlane
+from ..core.events import EventBus
+from ..core.prompts import system_prompt
+from ..core.session import Session
+from ..core.sessions import SessionManager, existing_directory
+from ..core.skill_catalog import SkillCatalog
+from ..core.sqlite_store import SqliteStore
+from ..core.store import Store
+from ..core.tool_runner import ToolRunner
+from ..datadir import make_data_dir
+from ..llm.modes import speaks_text_protocol
+from ..llm.provider import Provider
+from ..tools import containment
+from ..tools.registry import Tool, ToolContext, ToolRegistry
 from .initialization import Initialization, withheld_names
-from .llm.factory import ProviderCache, ProviderFactory
-from .llm.modes import speaks_text_protocol
-from .llm.provider import Provider
-from .tools import containment
-from .tools.registry import Tool, ToolContext, ToolRegistry
+from .providers import ProviderCache, ProviderFactory
 
 log = logging.getLogger(__name__)
 

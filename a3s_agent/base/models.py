@@ -7,8 +7,6 @@ import enum
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .session_settings import SessionSettings
-
 
 class SessionState(enum.IntEnum):
     """Numbers match the wire enum SessionState."""
@@ -160,16 +158,3 @@ class Usage:
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
-
-
-@dataclass
-class Session:
-    id: str
-    config: SessionConfig
-    state: SessionState = SessionState.ACTIVE
-    created_at: int = 0
-    updated_at: int = 0
-    message_count: int = 0
-    usage: Usage = field(default_factory=Usage)
-    # What the session keeps besides its config: policies, lane handlers, skills, client tools.
-    settings: SessionSettings = field(default_factory=SessionSettings)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .core.models import LLMConfig
-from .llm.redact import url_secrets
-from .tools.environment import is_secret_name
+from ..base.models import LLMConfig
+from ..base.secrets import is_secret_name
+from ..llm.redact import url_secrets
 
 STORED_VERSION = 1
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..core.models import LLMConfig
-from .modes import RELAY_PROVIDER, ToolMode, tool_mode
-from .openai_compat import OpenAICompatibleProvider
-from .provider import Provider
+from ..base.models import LLMConfig
+from ..llm.modes import RELAY_PROVIDER, ToolMode, tool_mode
+from ..llm.openai_compat import OpenAICompatibleProvider
+from ..llm.provider import Provider
 
 ProviderFactory = Callable[[LLMConfig], Provider]
 """Builds the provider that talks to an LLM endpoint, given its configuration."""

@@ -13,17 +13,28 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-
-from .tools.environment import is_secret_name
 
 log = logging.getLogger(__name__)
 
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 _ENV_START_FIELD = 50  # /proc/<pid>/stat field numbers, proc(5); env_end follows
 _withheld: dict[str, str] = {}
+_SECRET_PATTERN = re.compile(r"(^A3S_AUTH_TOKEN(_FILE)?$|^A3S_LLM_|(^|_)(API_KEY|SECRET|TOKEN|PASSWORD)$)")
+SECRET_NAMES_VARIABLE = "A3S_SECRET_ENV"
+"""A comma-separated list of further variable names the operator marks secret."""
+
+
+def operator_secret_names(env: Mapping[str, str]) -> frozenset[str]:
+    return frozenset(name.strip() for name in env.get(SECRET_NAMES_VARIABLE, "").split(",") if name.strip())
+
+
+def is_secret_name(name: str, marked: Iterable[str] = ()) -> bool:
+    """Whether `name` is one of the server's own secrets (token, API keys, LLM settings, marked ones)."""
+    return bool(_SECRET_PATTERN.search(name.upper())) or name in set(marked)
 
 
 def withhold_secrets(marked: Iterable[str] = ()) -> list[str]:

@@ -1,5 +1,6 @@
-"""What a session keeps besides its config: permission and confirmation policies, lane handlers,
-loaded skills, client tools and compaction settings, as one typed value.
+"""A session's record, and what it keeps besides its config (SessionSettings): permission and
+confirmation policies, lane handlers, loaded skills, client tools and compaction settings, as one
+typed value.
 
 It is stored as the session row's `extras` JSON column, in the shape earlier versions wrote (one key
 per setting, a key absent while unset), so stores written by them load unchanged.
@@ -11,6 +12,7 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..base.models import SessionConfig, SessionState, Usage
 from .permissions import PermissionPolicy
 
 DEFAULT_CONFIRMATION_TIMEOUT_MS = 30_000
@@ -126,3 +128,16 @@ class SessionSettings:
             },
             compaction={key: float(value) for key, value in (data.get("compaction") or {}).items()},
         )
+
+
+@dataclass
+class Session:
+    id: str
+    config: SessionConfig
+    state: SessionState = SessionState.ACTIVE
+    created_at: int = 0
+    updated_at: int = 0
+    message_count: int = 0
+    usage: Usage = field(default_factory=Usage)
+    # What the session keeps besides its config: policies, lane handlers, skills, client tools.
+    settings: SessionSettings = field(default_factory=SessionSettings)
