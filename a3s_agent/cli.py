@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,9 +143,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _coven(args: argparse.Namespace) -> int:
     """The agent alone, talking only to the gateway (no gRPC or HTTP listener)."""
+    from .app.standalone import standalone
     from .faces.coven import default_name, run_coven_agent
-    from .runtime import Runtime
-    from .tools.builtin import builtin_registry
 
     try:
         check_address(args.gateway, "--gateway", listener=False)
@@ -156,17 +156,13 @@ def _coven(args: argparse.Namespace) -> int:
     _withhold_secrets(settings.secret_env_names)
 
     async def main() -> int:
-        runtime = Runtime(settings, registry=builtin_registry())
-        await runtime.start()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        try:
+        async with standalone(settings) as app:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
             name = args.name or default_name()
-            return await run_coven_agent(runtime, args.gateway, name=name, agent_id=args.agent_id, stop=stop)
-        finally:
-            await runtime.close()
+            return await run_coven_agent(app, args.gateway, name=name, agent_id=args.agent_id, stop=stop)
 
     return asyncio.run(main())
 
@@ -234,7 +230,7 @@ def _health(address: str, timeout_s: float, ca_file: str | None, server_name: st
     return 0
 
 
-def _ops_failures(result: dict[str, Any]) -> int:
+def _ops_failures(result: Mapping[str, Any]) -> int:
     """How many events say an operation did not succeed: failed, invalid, denied or left awaiting
     approval (the command cannot resume a run)."""
     return sum(
@@ -249,8 +245,8 @@ def _ops(file: Path, workspace: Path, policy: str) -> int:
     policy is invalid: the reason goes to stderr)."""
     import json
 
+    from .app.standalone import run_operations_file
     from .base.errors import AgentError
-    from .spaces import run_operations_file
 
     try:
         result = asyncio.run(run_operations_file(file, workspace.resolve(), policy))

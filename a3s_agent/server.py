@@ -1,4 +1,5 @@
-"""Assembles the runtime and the faces, and runs until SIGTERM/SIGINT or a Shutdown RPC.
+"""Assembles the runtime, the application layer over it and the faces, and runs until
+SIGTERM/SIGINT or a Shutdown RPC.
 
 Start-up: every face binds (gRPC, HTTP) and the coven agent starts connecting before anything
 reports ready; a face that cannot bind ends the start with exit 2. Stop: health says NOT_SERVING
@@ -17,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 from grpc_reflection.v1alpha._async import ReflectionServicer
 
+from .app import Application
 from .config import Settings, exposed_listeners
 from .faces.grpc.auth import BearerTokenInterceptor
 from .faces.grpc.readiness import ReadinessInterceptor
@@ -45,11 +47,11 @@ class AgentServer:
     TLS when the settings name a certificate and key. Health says SERVING only after `start`, which
     the server calls once every other face listens too."""
 
-    def __init__(self, runtime: Runtime, refusals: RefusalLog | None = None) -> None:
-        self.runtime = runtime
+    def __init__(self, app: Application, refusals: RefusalLog | None = None) -> None:
+        self.app = app
         self.refusals = refusals or RefusalLog()
-        self.readiness = Readiness(runtime)
-        token = runtime.settings.auth_token
+        self.readiness = Readiness(app.lifecycle)
+        token = app.lifecycle.settings.auth_token
         self.server = grpc.aio.server(
             interceptors=[  # the token first: only an authenticated caller learns the phase
                 *([BearerTokenInterceptor(token, self.refusals)] if token else []),
@@ -62,7 +64,7 @@ class AgentServer:
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ],
         )
-        self.service = add_to_server(runtime, self.server)
+        add_to_server(app, self.server)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         names = [AGENT_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME, REFLECTION_V1]
@@ -83,7 +85,7 @@ class AgentServer:
         )
 
     def bind(self, address: str) -> int:
-        settings = self.runtime.settings
+        settings = self.app.lifecycle.settings
         try:
             if settings.tls_cert and settings.tls_key:
                 pair = (settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())
@@ -112,7 +114,7 @@ class AgentServer:
         every face sharing `readiness`) get `grace_s`, then are cancelled, their tools with them."""
         self.readiness.begin_stop()
         await self.health.enter_graceful_shutdown()
-        self.runtime.events.close()  # event streams end now; they would otherwise use up the grace
+        self.app.events.end_all()  # event streams end now; they would otherwise use up the grace
         cancelled = await self.readiness.drain(grace_s)
         if cancelled:
             log.warning("cancelled %d calls still running at the end of the %.0f s grace", cancelled, grace_s)
@@ -143,11 +145,12 @@ async def run(settings: Settings) -> int:
                 listener,
             )
     runtime = Runtime(settings, registry=builtin_registry())
+    app = Application(runtime)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # first: a stop during start-up is a graceful one too
-        loop.add_signal_handler(sig, runtime.shutdown_requested.set)
+        loop.add_signal_handler(sig, app.lifecycle.request_shutdown)
     refusals = RefusalLog()  # one for both faces: a flood on one cannot hide refusals on the other
-    server = AgentServer(runtime, refusals)
+    server = AgentServer(app, refusals)
     try:
         port = server.bind(settings.listen)
     except BindError as exc:
@@ -157,38 +160,27 @@ async def run(settings: Settings) -> int:
     # Imported only now: aiohttp's import is a good part of the start-up time.
     from .faces.http import HttpBindError, HttpListener, start_http
     from .faces.http.spaces import spaces_routes
-    from .spaces import Spaces
 
-    spaces = Spaces(
-        settings.resolved_data_dir,
-        runtime.registry,
-        env=lambda: runtime.init.env,
-        max_runs=settings.max_space_runs,
-        durability=settings.durability,
-    )
-    await spaces.open()
     http: HttpListener | None = None
     if settings.http_listen != "off":
         try:
             http = await start_http(
-                runtime,
-                server.service,
+                app,
                 settings.http_listen,
-                extra_routes=spaces_routes(runtime, spaces),
+                extra_routes=spaces_routes(app),
                 refusals=refusals,
                 readiness=server.readiness,  # /health/ready says 503 until gRPC starts below
             )
         except HttpBindError as exc:
             log.error("%s", exc)
             await server.stop(0)  # never started: nothing has said SERVING
-            await spaces.close()
             await runtime.close()
             return 2
-    coven = _Coven(runtime, settings.coven_gateway) if settings.coven_gateway else None
+    coven = _Coven(app, settings.coven_gateway) if settings.coven_gateway else None
     await server.start()  # last: health says SERVING only now
     host = settings.listen.rsplit(":", 1)[0]
     scheme = "TLS" if settings.tls_cert else "plaintext"
-    log.info("a3s-agent %s serving on %s:%d (%s)", runtime.info.version, host, port, scheme)
+    log.info("a3s-agent %s serving on %s:%d (%s)", app.lifecycle.info.version, host, port, scheme)
     if http is not None:
         http_host = settings.http_listen.rsplit(":", 1)[0]
         log.info(
@@ -196,13 +188,12 @@ async def run(settings: Settings) -> int:
             http_host,
             http.port,
         )
-    await runtime.shutdown_requested.wait()
+    await app.lifecycle.shutdown_requested()
     log.info("shutting down (grace %gs)", settings.grace_seconds)
     await asyncio.gather(server.stop(settings.grace_seconds), *([coven.stop()] if coven else []))
     if http is not None:
         await http.stop()  # after the drain: /health/ready answered 503 all through it
-    await spaces.close()
-    await runtime.close()
+    await runtime.close()  # Agent Spaces runs still going are cancelled first
     log.info("stopped")
     return 0
 
@@ -211,12 +202,12 @@ class _Coven:
     """The coven agent beside the server. It counts as listening once it has started connecting:
     a gateway that is down must not keep the gRPC and HTTP faces from reporting ready."""
 
-    def __init__(self, runtime: Runtime, gateway: str) -> None:
+    def __init__(self, app: Application, gateway: str) -> None:
         from .faces.coven import default_name, run_coven_agent
 
         self._stop = asyncio.Event()
         self._task = asyncio.create_task(
-            run_coven_agent(runtime, gateway, name=default_name(), agent_id=None, stop=self._stop)
+            run_coven_agent(app, gateway, name=default_name(), agent_id=None, stop=self._stop)
         )
         log.info("coven agent connecting to %s", gateway)
 

@@ -20,6 +20,7 @@ from typing import TypeVar
 import grpc
 import pytest
 
+from a3s_agent.app import Application
 from a3s_agent.config import Settings
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
@@ -75,7 +76,7 @@ async def running(settings: Settings, connect: ProviderFactory | None = None) ->
     """The real server in this process on a free port, and a real client channel to it; `connect`
     replaces the HTTP provider (e.g. with `ScriptedProvider.connect`)."""
     runtime = Runtime(settings, registry=builtin_registry(), connect=connect)
-    server = AgentServer(runtime)
+    server = AgentServer(Application(runtime))
     port = server.bind("127.0.0.1:0")
     await runtime.start()
     await server.start()

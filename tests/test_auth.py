@@ -9,6 +9,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from a3s_agent.app import Application
 from a3s_agent.config import Settings
 from a3s_agent.faces.http import start_http
 from a3s_agent.proto import code_agent_pb2 as pb
@@ -41,7 +42,7 @@ async def test_grpc_calls_need_the_token_but_probes_do_not(workspace: Path, tmp_
 async def test_http_routes_need_the_token_but_healthz_does_not(workspace: Path, tmp_path: Path) -> None:
     settings = Settings(listen="127.0.0.1:0", workspace=workspace, data_dir=tmp_path / "d", auth_token=TOKEN)
     async with running(settings) as server:
-        listener = await start_http(server.runtime, server.server.service, "127.0.0.1:0")
+        listener = await start_http(Application(server.runtime), "127.0.0.1:0")
         base = f"http://127.0.0.1:{listener.port}"
         try:
             async with aiohttp.ClientSession() as client:

@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 import pytest
 
+from a3s_agent.app import Application
 from a3s_agent.base.models import SessionConfig
 from a3s_agent.core.control import ConfirmationPolicy
 from a3s_agent.faces.coven import CovenAgent, CovenConfig
@@ -147,7 +148,9 @@ class Coven:
 async def coven_agent(live: LiveServer, gateway: FakeGateway, **config: Any) -> AsyncIterator[Coven]:
     """Our agent connected to the gateway; stopped (if still running) on exit."""
     settings = {"name": "test-agent", "heartbeat_s": 60.0, "backoff_initial_s": 0.05, "backoff_max_s": 0.2}
-    agent = CovenAgent(live.runtime, CovenConfig(gateway=gateway.address, **{**settings, **config}))
+    agent = CovenAgent(
+        Application(live.runtime), CovenConfig(gateway=gateway.address, **{**settings, **config})
+    )
     stop = asyncio.Event()
     coven = Coven(asyncio.create_task(agent.run(stop)), stop)
     try:
@@ -292,7 +295,9 @@ async def test_a_server_without_coven_control_is_fatal(agent: LiveServer) -> Non
     try:
         stop = asyncio.Event()
         config = CovenConfig(gateway=f"127.0.0.1:{port}", backoff_initial_s=0.05)
-        assert await asyncio.wait_for(CovenAgent(agent.runtime, config).run(stop), TIMEOUT_S) == 1
+        assert (
+            await asyncio.wait_for(CovenAgent(Application(agent.runtime), config).run(stop), TIMEOUT_S) == 1
+        )
     finally:
         await server.stop(0)
 

@@ -15,8 +15,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from a3s_agent.app import Application
 from a3s_agent.config import Settings
-from a3s_agent.faces.grpc.service import FEATURES, CodeAgentService
+from a3s_agent.faces.agent_service import FEATURES
 from a3s_agent.faces.http import HttpBindError, start_http
 from a3s_agent.faces.http import app as http_app
 from a3s_agent.faces.readiness import Readiness
@@ -45,9 +46,7 @@ async def serving(
     readiness: Readiness | None = None,
 ) -> AsyncIterator[Http]:
     """The HTTP face of `server` on `address`, and a client to it (over TLS trusting `trust`, if given)."""
-    listener = await start_http(
-        server.runtime, CodeAgentService(server.runtime), address, readiness=readiness
-    )
+    listener = await start_http(Application(server.runtime), address, readiness=readiness)
     base_url = f"{'https' if trust else 'http'}://127.0.0.1:{listener.port}"
     try:
         async with aiohttp.ClientSession(
@@ -148,7 +147,9 @@ async def test_the_probes_answer_without_the_token_and_whatever_the_host(
 
 
 async def test_a_starting_server_refuses_work_and_says_not_ready(rest: Http) -> None:
-    readiness = Readiness(rest.server.runtime)  # as the server's own, before every face listens
+    readiness = Readiness(
+        Application(rest.server.runtime).lifecycle
+    )  # as the server's own, before every face listens
     async with serving(rest.server, readiness=readiness) as http:
         reply = await http.client.get("/health/ready")
         assert reply.status == 503 and (await reply.json())["status"] == "not_ready"
@@ -532,7 +533,7 @@ async def test_websocket_calls_run_concurrently_and_cancel_reaches_the_run(api: 
 
 
 async def test_stopping_the_listener_closes_websockets(agent: LiveServer) -> None:
-    listener = await start_http(agent.runtime, CodeAgentService(agent.runtime), "127.0.0.1:0")
+    listener = await start_http(Application(agent.runtime), "127.0.0.1:0")
     async with (
         aiohttp.ClientSession() as client,
         client.ws_connect(f"http://127.0.0.1:{listener.port}/ws") as ws,
@@ -555,9 +556,9 @@ async def test_a_taken_port_is_a_clear_error(live: LiveServer) -> None:
         taken.listen()
         address = f"127.0.0.1:{taken.getsockname()[1]}"
         with pytest.raises(HttpBindError, match=f"cannot listen for HTTP on {address}: already in use"):
-            await start_http(live.runtime, CodeAgentService(live.runtime), address)
+            await start_http(Application(live.runtime), address)
     with pytest.raises(HttpBindError, match="HOST:PORT"):
-        await start_http(live.runtime, CodeAgentService(live.runtime), "no-port")
+        await start_http(Application(live.runtime), "no-port")
 
 
 # Bodies a client can get wrong, and the start of the one error every JSON route answers them with.

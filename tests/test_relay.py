@@ -12,18 +12,17 @@ from typing import Any
 
 import pytest
 
+from a3s_agent.app.standalone import standalone
 from a3s_agent.base.errors import FailedPrecondition, Unavailable
 from a3s_agent.base.models import Message, SessionConfig
 from a3s_agent.config import Settings
 from a3s_agent.core.agent import DoneEvent, GenerateOptions
 from a3s_agent.llm.messages import tool_schema
 from a3s_agent.llm.provider import CompletionRequest, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
-from a3s_agent.runtime import Runtime
 from a3s_agent.text_protocol.relay import RelayProvider, RelayTiming, load_sessions, relay_dir_of
-from a3s_agent.text_protocol.relay_cli import relay_llm, relay_new, relay_resume, text_protocol_agent
+from a3s_agent.text_protocol.relay_cli import relay_llm, relay_new, relay_resume
 from a3s_agent.text_protocol.renderer import CONTINUATION_PROMPT, PROTOCOL_INSTRUCTIONS
 from a3s_agent.text_protocol.tag_mode import TurnScope
-from a3s_agent.tools.builtin import builtin_registry
 from a3s_agent.tools.line_edits import edit_lines as EDIT_LINES_TOOL
 
 FAST = RelayTiming(wait_timeout_s=20, poll_s=0.01, settle_s=0)
@@ -116,25 +115,22 @@ async def test_outboxes_carry_the_task_then_the_results_and_requested_files(tmp_
     workspace, relay_dir = tmp_path / "workspace", tmp_path / "relay"
     workspace.mkdir()
     (workspace / "README.md").write_text("hello\n")
-    runtime = Runtime(Settings(workspace=workspace, data_dir=tmp_path / "data"), registry=builtin_registry())
-    await runtime.start()
-    try:
+    provider = RelayProvider(relay_dir, timing=FAST)  # the turn's session and workspace: from its request
+    settings = Settings(workspace=workspace, data_dir=tmp_path / "data")
+    async with standalone(settings, relay=lambda llm: provider) as app:
         config = SessionConfig(workspace=str(workspace), llm=relay_llm(relay_dir))
-        session = await runtime.sessions.create(None, config, [])
-        provider = RelayProvider(relay_dir, scope=TurnScope(session.id, workspace), timing=FAST)
+        session = (await app.sessions.create(None, config, [], {})).session
         replies = [
             'Sure.\n[CREATE_FILE path="src/app.py"]\nprint("hi")\n[/CREATE_FILE]\n'
             '[READ_FILE path="README.md"]\n[RUN_COMMAND]\npython3 src/app.py\n[/RUN_COMMAND]\n',
             "[DONE]\nAdded src/app.py.\n[/DONE]\n",
         ]
         answering = asyncio.create_task(person(relay_dir, replies))
-        run = text_protocol_agent(runtime, provider).run(
+        run = app.generation.stream(
             session.id, [Message(role="user", content="Write an app")], GenerateOptions()
         )
         events = [event async for event in run]
         first, second = await answering
-    finally:
-        await runtime.close()
 
     done = events[-1]
     assert isinstance(done, DoneEvent) and done.generation.message.content == "Added src/app.py."

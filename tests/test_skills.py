@@ -21,16 +21,9 @@ from hypothesis import strategies as st
 
 from a3s_agent.base.errors import InvalidArgument, NotFound
 from a3s_agent.core.skill_catalog import EXAMPLE_SKILLS_DIR
-from a3s_agent.core.skills import (
-    BinaryBackend,
-    HttpBackend,
-    ScriptBackend,
-    Skill,
-    load_skill_file,
-    parse_skill,
-    scan_skill_dirs,
-)
+from a3s_agent.core.skills import Skill, load_skill_file, parse_skill, scan_skill_dirs
 from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry
+from a3s_agent.tools.skill_backends import BinaryBackend, HttpBackend, ScriptBackend
 
 SHIPPED_SKILLS = EXAMPLE_SKILLS_DIR
 
@@ -288,6 +281,84 @@ def test_env_declares_the_variables_a_skill_reads_and_never_a_secret(
     text = skill_text({"name": "s", "env": env, "tools": tools})
     with pytest.raises(InvalidArgument, match=r"^client: " + message):
         parse_skill(text, source="client", secret_names={"MARKED_BY_OPERATOR"})
+
+
+def test_every_problem_in_the_fields_is_reported_one_line_each() -> None:
+    text = skill_text(
+        {
+            "name": "has space",
+            "env": ["OK", 3, "OPENAI_API_KEY"],
+            "tools": [
+                {"name": "a", "scirpt": "ls"},
+                {"name": "b", "script": "ls", "binary": ["ls"]},
+                {"name": "c", "http": {"url": "http://x", "method": 3, "headers": {"A": ["b"]}, "body": 3}},
+                {"name": "d", "binary": ["echo", 1], "timeout_ms": "5", "description": {"x": 1}},
+                {"name": "e", "interpreter": "sh", "script": 7},
+                "f",
+            ],
+            "tags": ["kept"],
+        }
+    )
+    with pytest.raises(InvalidArgument) as caught:
+        parse_skill(text, source="f.md")
+    known = "binary, description, http, interpreter, language, name, parameters, script, timeout_ms"
+    assert str(caught.value).split("\n") == [
+        "f.md: name: 'has space' is not a valid skill name: use 1-64 letters, digits, '.', '_' or '-'",
+        "f.md: env[1]: must be a string, not a number (quote it)",
+        "f.md: env[2]: OPENAI_API_KEY is one of the server's secrets (a token, key, password, LLM setting"
+        " or a name the operator marks secret); a skill cannot read it",
+        f"f.md: tools[0]: unknown field 'scirpt' (known: {known})",
+        "f.md: tools[1]: give exactly one backend of script, binary or http (found 2)",
+        "f.md: tools[2].http.method: must be a string, not a number (quote it)",
+        "f.md: tools[2].http.headers: must map header names to strings",
+        "f.md: tools[2].http.body: must be a string template, or a mapping or list sent as JSON",
+        "f.md: tools[3].description: must be a string, not a mapping (quote it)",
+        "f.md: tools[3].timeout_ms: must be a whole number of milliseconds from 1 to 600000",
+        "f.md: tools[3].binary[1]: must be a string, not a number (quote it)",
+        "f.md: tools[4].script: must be the script's source text",
+        "f.md: tools[5]: must be a mapping (name, description, parameters, a backend)",
+    ]
+
+
+def test_the_checks_across_fields_report_every_problem_once_the_fields_are_valid() -> None:
+    tools = [
+        {"name": "t", "parameters": OBJECT, "binary": ["${msg}", "${nope}", "${env:X}", "${env:Y}"]},
+        {
+            "name": "t",
+            "http": {"url": "http://x/${a}", "headers": {"H": "${env:1}"}, "body": {"k": ["${b}"]}},
+        },
+    ]
+    with pytest.raises(InvalidArgument) as caught:
+        parse_skill(skill_text({"name": "s", "env": ["X"], "tools": tools}), source="client")
+    assert str(caught.value) == "client: tools[1].name: 't' is defined twice"
+    tools[1]["name"] = "u"
+    with pytest.raises(InvalidArgument) as caught:
+        parse_skill(skill_text({"name": "s", "env": ["X"], "tools": tools}), source="client")
+    assert str(caught.value).split("\n") == [
+        "client: tools[0].binary[1]: ${nope} is not one of the tool's parameters (msg)",
+        "client: tools[0].binary[3]: ${env:Y} reads a variable the skill does not declare; "
+        "list it in the skill's env field (env: [Y])",
+        "client: tools[1].http.url: ${a} is not one of the tool's parameters (it has none)",
+        "client: tools[1].http.headers.H: ${env:1} does not name an environment variable",
+        "client: tools[1].http.body.k[0]: ${b} is not one of the tool's parameters (it has none)",
+    ]
+
+
+def test_the_backend_key_picks_the_definition_and_its_fields() -> None:
+    # `language` belongs to script definitions only; the tag of the variant is not in the field path.
+    with pytest.raises(InvalidArgument, match=r"^client: tools\[0\]: interpreter and language only apply"):
+        one_tool(http="http://x", language="sh")
+    with pytest.raises(InvalidArgument, match=r"^client: tools\[0\]\.language: must be a string, not a list"):
+        one_tool(script="echo", language=["sh"])
+    with pytest.raises(InvalidArgument, match=r"^client: tools\[0\]\.http: must be a URL or a mapping"):
+        one_tool(http=["http://x"])
+    with pytest.raises(
+        InvalidArgument, match=r"^client: tools\[0\]\.http\.url: must be a string, not a null"
+    ):
+        one_tool(http={"url": None})
+    assert one_tool(http={"url": " http://x ", "method": "post"}).tools[0].backend == HttpBackend(
+        "http://x", "POST"
+    )
 
 
 def test_env_names_are_kept_once_in_order() -> None:

@@ -21,14 +21,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from a3s_agent.app.standalone import run_operations_file
 from a3s_agent.base.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from a3s_agent.proto import code_agent_pb2 as pb
-from a3s_agent.spaces import MessageInvalid, Space, Spaces, build_policy, run_operations_file
+from a3s_agent.spaces.policies import build_policy
 from a3s_agent.spaces.runner import apply_edits
+from a3s_agent.spaces.service import Space, Spaces
 from a3s_agent.spaces.store import RunRecord, SpacesStore
 from a3s_agent.spaces.validation import (
     MAX_CONTENT_BYTES,
     OPERATION_TYPES,
+    MessageInvalid,
     check_message,
     operation_problems,
     path_problem,

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import aiohttp
 
+from a3s_agent.app import Application
 from a3s_agent.config import DEFAULT_MAX_SPACE_RUNS, Settings
-from a3s_agent.faces.grpc.service import CodeAgentService
 from a3s_agent.faces.http import start_http
 from a3s_agent.faces.http.spaces import spaces_routes
-from a3s_agent.spaces import Spaces
 
 from .conftest import LiveServer, running
 
@@ -40,20 +39,18 @@ class SpacesServer:
 async def spaces_server(
     workspace: Path, data: Path, *, max_runs: int = DEFAULT_MAX_SPACE_RUNS
 ) -> AsyncIterator[SpacesServer]:
-    """The server's runtime, a Spaces store on its data dir (built as server.py builds it), and the
-    HTTP face with the space routes."""
-    async with running(Settings(listen="127.0.0.1:0", workspace=workspace, data_dir=data)) as server:
+    """The server's runtime (with its Spaces service on the data dir) and the HTTP face with the
+    space routes, as server.py assembles them."""
+    settings = Settings(listen="127.0.0.1:0", workspace=workspace, data_dir=data, max_space_runs=max_runs)
+    async with running(settings) as server:
         runtime = server.runtime
-        spaces = Spaces(data, runtime.registry, env=lambda: runtime.init.env, max_runs=max_runs)
-        await spaces.open()
-        routes = spaces_routes(runtime, spaces)
-        listener = await start_http(runtime, CodeAgentService(runtime), "127.0.0.1:0", extra_routes=routes)
+        app = Application(runtime)
+        listener = await start_http(app, "127.0.0.1:0", extra_routes=spaces_routes(app))
         try:
             async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{listener.port}") as client:
                 yield SpacesServer(server, client)
         finally:
             await listener.stop()
-            await spaces.close()
 
 
 @asynccontextmanager

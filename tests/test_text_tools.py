@@ -27,7 +27,6 @@ from a3s_agent.llm.provider import CompletionRequest, ProviderEvent, TextDelta, 
 from a3s_agent.runtime import Runtime
 from a3s_agent.text_protocol.commands import ParseError
 from a3s_agent.text_protocol.parser import parse_response
-from a3s_agent.text_protocol.relay_cli import text_protocol_agent
 from a3s_agent.text_protocol.renderer import CONTINUATION_PROMPT, PROTOCOL_INSTRUCTIONS, CommandResult
 from a3s_agent.text_protocol.tag_mode import (
     TextToolProvider,
@@ -388,16 +387,19 @@ async def test_edit_lines_failures_name_the_problem(
 
 @asynccontextmanager
 async def tag_mode_session(workspace: Path, data: Path, fake: FakeLLM) -> AsyncIterator[tuple[Any, str]]:
-    """A runtime, a text-mode agent whose model is the fake LLM, and a session in `workspace`."""
-    runtime = Runtime(agent_settings(workspace, data), registry=builtin_registry())
+    """A runtime, its agent (in text mode for the session: `openai+text`) whose model is the fake
+    LLM, and a session in `workspace`."""
+
+    def connect(llm: LLMConfig) -> OpenAICompatibleProvider:
+        return OpenAICompatibleProvider(llm, timeout_s=5, max_retries=0)
+
+    runtime = Runtime(agent_settings(workspace, data), registry=builtin_registry(), connect=connect)
     await runtime.start()
     llm = LLMConfig(provider="openai+text", model="fake-model", base_url=fake.base_url)
-    provider = TextToolProvider(OpenAICompatibleProvider(llm, timeout_s=5, max_retries=0))
     try:
         session = await runtime.sessions.create(None, SessionConfig(workspace=str(workspace), llm=llm), [])
-        yield text_protocol_agent(runtime, provider), session.id
+        yield runtime.agent, session.id
     finally:
-        await provider.close()
         await runtime.close()
 
 

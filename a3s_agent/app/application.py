@@ -11,6 +11,7 @@ from .lifecycle import Lifecycle
 from .permissions import Permissions
 from .sessions import Sessions
 from .skills import Skills
+from .spaces import Spaces
 from .tools import Tools
 
 
@@ -28,6 +29,7 @@ class Application:
         self.events = Events(runtime)
         self.control = Control(runtime)
         self.permissions = Permissions(runtime)
+        self.spaces = Spaces(runtime)
         self._runtime = runtime
 
     @property

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+from ..base.errors import NotFound
+from ..base.models import Message
 from ..core.control import ConfirmationPolicy, ExternalTask, Lane, LaneHandler
 from ..runtime import Runtime
 
@@ -13,6 +18,17 @@ class Control:
     def cancel(self, session_id: str, operation_id: str | None) -> bool:
         """Whether something was running to cancel."""
         return self._rt.control.cancel(session_id, operation_id)
+
+    def inject(self, session_id: str, messages: list[Message]) -> bool:
+        """Context for the running generation's next model call; False when none runs."""
+        return self._rt.control.inject(session_id, messages)
+
+    def runs_in(self, session_id: str, task: asyncio.Task[Any]) -> bool:
+        """Whether the session's running generation is `task` (False too for an unknown session)."""
+        try:
+            return self._rt.control.of(session_id).run_task is task
+        except NotFound:
+            return False
 
     async def pause(self, session_id: str) -> None:
         await self._rt.control.pause(session_id)

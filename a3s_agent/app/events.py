@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
 
-from ..core.events import Event, parse_event_types
+from ..core.events import Event, EventType, Subscription, parse_event_types
 from ..runtime import Runtime
 
 
@@ -24,3 +24,13 @@ class Events:
                 yield event
         finally:
             subscription.close()
+
+    def subscription(self, session_id: str, types: Iterable[EventType]) -> Subscription:
+        """A subscription in place at once, so that it sees everything a call started next
+        publishes; the caller iterates and closes it. NotFound for an unknown session."""
+        self._rt.sessions.get(session_id)
+        return self._rt.events.subscribe(session_id, set(types))
+
+    def end_all(self) -> None:
+        """End every subscription now (at a stop: streams would otherwise run through the grace)."""
+        self._rt.events.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from ..base.models import Message
 from ..core.agent import AgentEvent, DoneEvent, GenerateOptions
@@ -17,7 +17,7 @@ class Generation:
 
     def stream(
         self, session_id: str, messages: list[Message], options: GenerateOptions
-    ) -> AsyncIterator[AgentEvent]:
+    ) -> AsyncGenerator[AgentEvent, None]:
         """The generation's events as they happen, a DoneEvent last."""
         return self._rt.agent.run(session_id, messages, options)
 

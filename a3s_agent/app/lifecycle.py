@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.models import LLMConfig, SessionState
+from ..config import Settings
 from ..runtime import AgentInfo, Runtime
+from ..runtime.initialization import InitializeRequest
 from ..tools.registry import Tool
+
+__all__ = ["AgentInfo", "Capabilities", "Health", "InitializeRequest", "Lifecycle", "Limits"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,33 @@ class Lifecycle:
     def info(self) -> AgentInfo:
         return self._rt.info
 
+    @property
+    def workspace(self) -> Path:
+        """The server's workspace (an Initialize may change it)."""
+        return self._rt.workspace
+
+    @property
+    def data_dir(self) -> Path:
+        return self._rt.settings.resolved_data_dir
+
+    @property
+    def settings(self) -> Settings:
+        """The server's settings (listeners, token, TLS, limits), for the faces that serve them."""
+        return self._rt.settings
+
+    @property
+    def stopping(self) -> bool:
+        return self._rt.shutting_down
+
+    def begin_stop(self) -> None:
+        """The server stops: HealthCheck says so and the faces refuse new work from now on."""
+        self._rt.shutting_down = True
+
+    def add_tool_env(self, values: Mapping[str, str]) -> None:
+        """Variables every tool gets in its environment from now on, as if an Initialize had given
+        them, but not stored: a restart forgets them (e.g. the coven gateway's secrets)."""
+        self._rt.init.env.update(values)
+
     def health(self) -> Health:
         rt = self._rt
         return Health(
@@ -75,29 +107,15 @@ class Lifecycle:
             store=rt.store.backend,
         )
 
-    async def initialize(
-        self,
-        *,
-        workspace: str,
-        llm: LLMConfig | None,
-        enabled_tools: list[str],
-        disabled_tools: list[str],
-        tool_config: dict[str, str],
-        log_level: str | None,
-        env: dict[str, str],
-    ) -> Path:
+    async def initialize(self, request: InitializeRequest) -> Path:
         """Apply and store an Initialize (see Runtime.initialize); the server's workspace after it."""
-        await self._rt.initialize(
-            workspace=workspace,
-            llm=llm,
-            enabled_tools=enabled_tools,
-            disabled_tools=disabled_tools,
-            tool_config=tool_config,
-            log_level=log_level,
-            env=env,
-        )
+        await self._rt.initialize(request)
         return self._rt.workspace
 
     def request_shutdown(self) -> None:
         """The server's main loop stops serving and exits."""
         self._rt.shutdown_requested.set()
+
+    async def shutdown_requested(self) -> None:
+        """Return once a shutdown is requested (a Shutdown call, a signal)."""
+        await self._rt.shutdown_requested.wait()

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from ..base.errors import NotFound
 from ..base.models import Message, SessionConfig
 from ..core.context import ContextUsage
+from ..core.control import ConfirmationPolicy
 from ..core.session import Session, SessionSettings
 from ..core.sessions import listing_key
 from ..runtime import Runtime
@@ -51,6 +53,25 @@ class Sessions:
             settings=SessionSettings(compaction=checked) if checked is not None else None,
         )
         return await self._view(session)
+
+    async def ensure(
+        self, session_id: str, config: SessionConfig, confirmation: ConfirmationPolicy | None = None
+    ) -> bool:
+        """Create the session `session_id` with `config` (and `confirmation`, when given) unless it
+        exists; whether it was created."""
+        try:
+            self._rt.sessions.get(session_id)
+            return False
+        except NotFound:
+            pass
+        await self._rt.sessions.create(session_id, config, [])
+        if confirmation is not None:
+            await self._rt.control.set_confirmation_policy(session_id, confirmation)
+        return True
+
+    async def append(self, session_id: str, messages: list[Message]) -> None:
+        """Add messages to the history as they are (no generation answers them)."""
+        await self._rt.sessions.append_messages(session_id, messages)
 
     async def get(self, session_id: str) -> SessionView:
         return await self._view(self._rt.sessions.get(session_id))

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
+    from ..app.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +29,10 @@ class Phase(enum.Enum):
 
 
 class Readiness:
-    """The phase (stopping = runtime.shutting_down, which HealthCheck reads too) and the calls in flight."""
+    """The phase (stopping = the lifecycle's, which HealthCheck reads too) and the calls in flight."""
 
-    def __init__(self, runtime: Runtime, *, ready: bool = False) -> None:
-        self._runtime = runtime
+    def __init__(self, lifecycle: Lifecycle, *, ready: bool = False) -> None:
+        self._lifecycle = lifecycle
         self._ready = ready
         self._calls: set[asyncio.Task[object]] = set()
         self._stopped: set[asyncio.Task[object]] = set()
@@ -42,7 +42,7 @@ class Readiness:
 
     @property
     def phase(self) -> Phase:
-        if self._runtime.shutting_down:
+        if self._lifecycle.stopping:
             return Phase.STOPPING
         return Phase.READY if self._ready else Phase.STARTING
 
@@ -51,7 +51,7 @@ class Readiness:
         self._ready = True
 
     def begin_stop(self) -> None:
-        self._runtime.shutting_down = True
+        self._lifecycle.begin_stop()
 
     def refusal(self) -> str:
         """Why a new call is refused now (UNAVAILABLE / 503)."""

@@ -26,9 +26,10 @@ from ..core.tool_runner import ToolRunner
 from ..datadir import make_data_dir
 from ..llm.modes import speaks_text_protocol
 from ..llm.provider import Provider
+from ..spaces.service import Spaces
 from ..tools import containment
 from ..tools.registry import Tool, ToolContext, ToolRegistry
-from .initialization import Initialization, withheld_names
+from .initialization import Initialization, InitializeRequest, withheld_names
 from .providers import ProviderCache, ProviderFactory
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,9 @@ class Runtime:
         store: Store | None = None,
         registry: ToolRegistry | None = None,
         connect: ProviderFactory | None = None,
+        relay: ProviderFactory | None = None,
     ):
+        """`connect` and `relay` replace the model providers (see ProviderCache)."""
         self.settings = settings
         self.info = AgentInfo()
         self.workspace: Path = settings.workspace.resolve()
@@ -89,6 +92,7 @@ class Runtime:
             tool_mode=settings.llm_tool_mode,
             relay_dir=settings.relay_dir,
             connect=connect,  # None: the OpenAI-compatible HTTP provider; tests plug in a scripted one
+            relay=relay,  # None: the relay the session's base_url names; the relay CLI brings its own
         )
         self.context = ContextManager(
             self.sessions,
@@ -106,6 +110,13 @@ class Runtime:
             max_generations=settings.max_generations,
         )
         self.init = Initialization()
+        self.spaces = Spaces(
+            settings.resolved_data_dir,
+            self.registry,
+            env=lambda: self.init.env,
+            max_runs=settings.max_space_runs,
+            durability=settings.durability,
+        )
         self._initializing = asyncio.Lock()  # one Initialize at a time: its rollback restores the last
         self.started_at = time.monotonic()
         # Set when a client asks for Shutdown; the server's main loop waits on it.
@@ -118,6 +129,7 @@ class Runtime:
         # First: kill what a crashed previous server on this data dir left running.
         self.containment = containment.activate(self.settings.resolved_data_dir)
         await self.store.open()
+        await self.spaces.open()
         await self._restore_initialization()
         await self.sessions.load()
         await self.skills.rescan()
@@ -129,6 +141,7 @@ class Runtime:
         )
 
     async def close(self) -> None:
+        await self.spaces.close()  # its running runs are cancelled, their commands killed
         if self.containment is not None:  # every tool process still running ends with the server
             containment.deactivate(self.containment)
         self.events.close()
@@ -139,32 +152,23 @@ class Runtime:
     def uptime_s(self) -> float:
         return time.monotonic() - self.started_at
 
-    async def initialize(
-        self,
-        *,
-        workspace: str,
-        llm: LLMConfig | None,
-        enabled_tools: list[str],
-        disabled_tools: list[str],
-        tool_config: dict[str, str],
-        log_level: str | None,
-        env: dict[str, str],
-    ) -> None:
+    async def initialize(self, request: InitializeRequest) -> None:
         """Apply an Initialize call, and store it (one transaction; secrets left out, see
         initialization.py) so that a restart restores it. Everything is validated and stored
         before anything changes in memory."""
         async with self._initializing:
+            workspace, llm = request.workspace, request.llm
             new_workspace = existing_directory(workspace, "workspace") if workspace else self.workspace
             init = Initialization(
                 workspace=str(new_workspace) if workspace else self.init.workspace,
                 llm=llm if llm is not None and not llm.is_empty() else None,
-                env=dict(env),
-                enabled_tools=list(enabled_tools),
-                disabled_tools=list(disabled_tools),
-                tool_config=dict(tool_config),
-                log_level=log_level or self.init.log_level,
+                env=dict(request.env),
+                enabled_tools=list(request.enabled_tools),
+                disabled_tools=list(request.disabled_tools),
+                tool_config=dict(request.tool_config),
+                log_level=request.log_level or self.init.log_level,
             )
-            self.registry.configure(enabled_tools, disabled_tools)  # raises on unknown names
+            self.registry.configure(init.enabled_tools, init.disabled_tools)  # raises on unknown names
             try:
                 await self.store.save_initialization(init.to_storable(self.settings.secret_env_names))
             except BaseException:
@@ -172,8 +176,8 @@ class Runtime:
                 raise
             self.workspace = new_workspace
             self.init = init
-        if log_level:
-            logging.getLogger("a3s_agent").setLevel(log_level)
+        if request.log_level:
+            logging.getLogger("a3s_agent").setLevel(request.log_level)
 
     async def _restore_initialization(self) -> None:
         """Apply the stored Initialize (if any) as the last one left it, but for what was withheld

@@ -18,6 +18,20 @@ from ..llm.redact import url_secrets
 STORED_VERSION = 1
 
 
+@dataclass(frozen=True)
+class InitializeRequest:
+    """What an Initialize call asks for. Empty `workspace` and `log_level` keep the current ones;
+    `llm` None (or empty) leaves the model to the server's settings."""
+
+    workspace: str = ""
+    llm: LLMConfig | None = None
+    enabled_tools: list[str] = field(default_factory=list)
+    disabled_tools: list[str] = field(default_factory=list)
+    tool_config: dict[str, str] = field(default_factory=dict)
+    log_level: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+
 @dataclass
 class Initialization:
     """What the last Initialize call set (empty until one is made)."""

@@ -24,14 +24,17 @@ class ProviderCache:
         tool_mode: ToolMode = "native",
         relay_dir: str = "",
         connect: ProviderFactory | None = None,
+        relay: ProviderFactory | None = None,
     ) -> None:
         """`connect` replaces the OpenAI-compatible HTTP provider (the relay and the text tool mode
-        still apply on top of it): the seam through which tests plug in an in-process model."""
+        still apply on top of it): the seam through which tests plug in an in-process model.
+        `relay` replaces the relay provider (the relay CLI's waits and prompts)."""
         self._timeout_s = timeout_s
         self._max_retries = max_retries
         self._tool_mode: ToolMode = tool_mode
         self._relay_dir = relay_dir
         self._connect = connect or self._openai_compatible
+        self._relay = relay or self._relay_at
         self._providers: dict[tuple[str, str, str], Provider] = {}
 
     def get(self, llm: LLMConfig) -> Provider:
@@ -46,15 +49,18 @@ class ProviderCache:
         protocol, with tools as CodingAgent text commands in text tool mode (`openai+text`)."""
         name, mode = tool_mode(llm.provider, self._tool_mode)
         if name == RELAY_PROVIDER:
-            from ..text_protocol.relay import RelayProvider, relay_dir_of  # loads only when used
-
-            return RelayProvider(relay_dir_of(llm.base_url, self._relay_dir))
+            return self._relay(llm)
         inner = self._connect(llm)
         if mode == "text":
             from ..text_protocol.tag_mode import TextToolProvider
 
             return TextToolProvider(inner)
         return inner
+
+    def _relay_at(self, llm: LLMConfig) -> Provider:
+        from ..text_protocol.relay import RelayProvider, relay_dir_of  # loads only when used
+
+        return RelayProvider(relay_dir_of(llm.base_url, self._relay_dir))
 
     def _openai_compatible(self, llm: LLMConfig) -> Provider:
         return OpenAICompatibleProvider(llm, timeout_s=self._timeout_s, max_retries=self._max_retries)

@@ -1,8 +1,9 @@
 """`a3s-agent relay new` and `relay resume`: run a session whose LLM is a person with a chat window.
 
-The agent runs in this process over a session store kept in `<relay_dir>/data`. Each model
-turn is an outbox file to paste into any chat LLM; the answer, saved as a `.txt` file in
-`<relay_dir>/inbox/`, is carried out and the next outbox follows, until the LLM sends DONE.
+The agent runs in this process (the application layer over a runtime of its own) with a session
+store kept in `<relay_dir>/data`. Each model turn is an outbox file to paste into any chat LLM; the
+answer, saved as a `.txt` file in `<relay_dir>/inbox/`, is carried out and the next outbox follows,
+until the LLM sends DONE.
 `resume` picks a session up again (waiting again for an outbox left unanswered).
 """
 
@@ -15,49 +16,20 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..app.standalone import standalone
 from ..base.errors import AgentError
 from ..base.models import LLMConfig, Message, SessionConfig
 from ..config import Settings
-from ..core.agent import Agent, AgentEvent, DoneEvent, GenerateOptions, ToolResultEvent
+from ..core.agent import AgentEvent, DoneEvent, GenerateOptions, ToolResultEvent
 from ..llm.modes import RELAY_PROVIDER
 from ..llm.provider import Provider
-from ..runtime import Runtime
-from ..tools.builtin import builtin_registry
 from .relay import RELAY_SCHEME, RelayProvider, RelayTiming, load_sessions
 from .renderer import CONTINUATION_PROMPT
-from .tag_mode import TurnScope
 
 
 def relay_llm(relay_dir: Path) -> LLMConfig:
     """The LLM config of a relay session (the model name is only a label)."""
     return LLMConfig(provider=RELAY_PROVIDER, model="relay", base_url=f"{RELAY_SCHEME}{relay_dir.resolve()}")
-
-
-class _RelayHost:
-    """The runtime as the agent's host, but for its model: always `provider`."""
-
-    def __init__(self, runtime: Runtime, provider: Provider) -> None:
-        self._runtime = runtime
-        self._provider = provider
-        self.llm_for = runtime.llm_for
-        self.tools_for = runtime.tools_for
-        self.prompt_for = runtime.prompt_for
-        self.tool_context = runtime.tool_context
-
-    def provider_for(self, llm: LLMConfig) -> Provider:
-        return self._provider
-
-
-def text_protocol_agent(runtime: Runtime, provider: Provider) -> Agent:
-    """An agent over the runtime's sessions and tools whose model is `provider`: the relay with this
-    CLI's wait timing and its "paste this outbox" prompt, which the server's providers do not have."""
-    return Agent(
-        runtime.sessions,
-        host=_RelayHost(runtime, provider),
-        control=runtime.control,
-        events=runtime.events,
-        max_generations=runtime.settings.max_generations,
-    )
 
 
 def _shown_arguments(arguments: str) -> str:
@@ -79,32 +51,31 @@ async def _drive(
     relay_dir: Path, workspace: Path, session_id: str | None, prompt: str, timing: RelayTiming, out: TextIO
 ) -> int:
     """Run one generation of a relay session (a new one when `session_id` is None); 0 once it ends."""
-    runtime = Runtime(Settings(workspace=workspace, data_dir=relay_dir / "data"), registry=builtin_registry())
-    await runtime.start()
-    try:
-        if session_id is None:
-            config = SessionConfig(name=prompt[:80], workspace=str(workspace), llm=relay_llm(relay_dir))
-            session_id = (await runtime.sessions.create(None, config, [])).id
 
-        def waiting(outbox: Path) -> None:
-            print(f"Outbox: {outbox}", file=out)
-            print(
-                f"Paste it into your LLM chat and save the answer as a .txt file in {relay_dir / 'inbox'}",
-                file=out,
-                flush=True,
-            )
-
-        provider = RelayProvider(
-            relay_dir, scope=TurnScope(session_id, workspace), timing=timing, on_waiting=waiting
+    def waiting(outbox: Path) -> None:
+        print(f"Outbox: {outbox}", file=out)
+        print(
+            f"Paste it into your LLM chat and save the answer as a .txt file in {relay_dir / 'inbox'}",
+            file=out,
+            flush=True,
         )
-        agent = text_protocol_agent(runtime, provider)
-        async for event in agent.run(session_id, [Message(role="user", content=prompt)], GenerateOptions()):
-            _report(event, out)
-    except AgentError as exc:
-        print(f"error: {exc}", file=out)
-        return 1
-    finally:
-        await runtime.close()
+
+    def relay(llm: LLMConfig) -> Provider:
+        """The relay with this CLI's wait timing and its "paste this outbox" prompt."""
+        return RelayProvider(relay_dir, timing=timing, on_waiting=waiting)
+
+    settings = Settings(workspace=workspace, data_dir=relay_dir / "data")
+    async with standalone(settings, relay=relay) as app:
+        try:
+            if session_id is None:
+                config = SessionConfig(name=prompt[:80], workspace=str(workspace), llm=relay_llm(relay_dir))
+                session_id = (await app.sessions.create(None, config, [], {})).session.id
+            messages = [Message(role="user", content=prompt)]
+            async for event in app.generation.stream(session_id, messages, GenerateOptions()):
+                _report(event, out)
+        except AgentError as exc:
+            print(f"error: {exc}", file=out)
+            return 1
     return 0
 
 

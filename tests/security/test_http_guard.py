@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from a3s_agent.app import Application
 from a3s_agent.config import Settings
-from a3s_agent.faces.grpc.service import CodeAgentService
 from a3s_agent.faces.http import HttpBindError, connections, start_http
 from a3s_agent.proto import code_agent_pb2 as pb
 
@@ -242,7 +242,7 @@ async def test_an_origin_that_is_not_an_origin_cannot_be_allowed(tmp_path: Path)
         for wrong in ("app.example", "https://app.example/ui", "*"):
             server.runtime.settings.allowed_origins = [wrong]
             with pytest.raises(HttpBindError, match="is not an origin"):
-                await start_http(server.runtime, CodeAgentService(server.runtime), "127.0.0.1:0")
+                await start_http(Application(server.runtime), "127.0.0.1:0")
 
 
 # --- 5. TLS ----------------------------------------------------------------------------------

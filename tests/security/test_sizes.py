@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from a3s_agent.config import Settings
-from a3s_agent.faces.grpc.convert import MAX_REQUEST_MESSAGE_SIZE
+from a3s_agent.faces.agent_service import MAX_REQUEST_MESSAGE_SIZE
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 

@@ -1,5 +1,5 @@
 """The coven agent: connects out to the gateway, registers (with an id that survives restarts),
-serves the gateway's requests with the runtime's agent, and reconnects with capped exponential
+serves the gateway's requests through the application layer, and reconnects with capped exponential
 backoff when the stream breaks."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from ...app import Application
 from ...base.backoff import Backoff
 from ...core.control import ConfirmationPolicy
 from ...proto import coven_pb2 as pb
 from ...proto import coven_pb2_grpc as pb_grpc
-from ...runtime import Runtime
 from .register import registration, stored_agent_id
 from .stream import CovenStream, Ending
 from .threads import Threads
@@ -38,7 +38,7 @@ def default_name() -> str:
 class CovenConfig:
     """How to reach the gateway and present the agent to it.
 
-    `agent_id` None means the id stored in the runtime's data dir. `approval`, when set, is the
+    `agent_id` None means the id stored in the server's data dir. `approval`, when set, is the
     confirmation policy every new thread session starts with (tools then wait for the gateway's
     ToolApprovalResponse); None leaves sessions as a3s makes them, confirmation off.
     """
@@ -66,17 +66,17 @@ async def _pause(stop: asyncio.Event, delay_s: float) -> None:
 
 
 class CovenAgent:
-    def __init__(self, runtime: Runtime, config: CovenConfig) -> None:
-        self._rt = runtime
+    def __init__(self, app: Application, config: CovenConfig) -> None:
+        self._app = app
         self._config = config
-        self._threads = Threads(runtime, config.approval)
+        self._threads = Threads(app.sessions, config.approval)
 
     async def run(self, stop: asyncio.Event) -> int:
         """Serve the gateway until `stop` is set (0), it sends Shutdown (0), or it refuses the
         agent (1, with the reason logged). A RegistrationError with a suggested_id is retried
         once with that id, which is then kept for reconnects (not stored: the stored id stays)."""
         config = self._config
-        agent_id = config.agent_id or stored_agent_id(self._rt.settings.resolved_data_dir)
+        agent_id = config.agent_id or stored_agent_id(self._app.lifecycle.data_dir)
         backoff = Backoff(config.backoff_initial_s, config.backoff_max_s, jitter=RECONNECT_JITTER)
         tried_suggestion = False
         while not stop.is_set():
@@ -113,9 +113,9 @@ class CovenAgent:
         config = self._config
         async with _channel(config.gateway) as channel:
             call = pb_grpc.CovenControlStub(channel).AgentStream()
-            stream = CovenStream(self._rt, call, self._threads, config.heartbeat_s)
+            stream = CovenStream(self._app, call, self._threads, config.heartbeat_s)
             register = await registration(
-                agent_id, config.name, config.capabilities, config.workspaces, self._rt.workspace
+                agent_id, config.name, config.capabilities, config.workspaces, self._app.lifecycle.workspace
             )
             answer = await stream.register(register)
             if answer.HasField("registration_error"):
@@ -129,7 +129,7 @@ class CovenAgent:
             welcome.server_id, welcome.agent_id, welcome.instance_id,
         )  # fmt: skip
         if welcome.secrets:
-            self._rt.init.env.update(welcome.secrets)  # tools get them as environment variables
+            self._app.lifecycle.add_tool_env(welcome.secrets)  # tools get them as environment variables
             log.info("gateway secrets set for tools: %s", ", ".join(sorted(welcome.secrets)))
         if welcome.available_tools:
             names = ", ".join(t.name for t in welcome.available_tools)
@@ -147,7 +147,7 @@ def _channel(gateway: str) -> grpc.aio.Channel:
 
 
 async def run_coven_agent(
-    runtime: Runtime, gateway: str, *, name: str, agent_id: str | None, stop: asyncio.Event
+    app: Application, gateway: str, *, name: str, agent_id: str | None, stop: asyncio.Event
 ) -> int:
     """`a3s-agent coven`: serve the gateway at HOST:PORT until stopped; the exit code."""
-    return await CovenAgent(runtime, CovenConfig(gateway=gateway, name=name, agent_id=agent_id)).run(stop)
+    return await CovenAgent(app, CovenConfig(gateway=gateway, name=name, agent_id=agent_id)).run(stop)

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from contextlib import aclosing
 from typing import Any
 
+from ...app import Application
 from ...base.errors import AgentError, Cancelled, InvalidArgument, NotFound
 from ...base.models import Attachment, Message, Usage
 from ...core.agent import GenerateOptions, TextEvent, ToolCallEvent, ToolResultEvent, TurnEvent
 from ...proto import coven_pb2 as pb
-from ...runtime import Runtime
 from .threads import Threads, session_id_for
 from .tools import WATCHED_EVENTS, ToolStates
 
@@ -53,13 +53,13 @@ def injected_message(inject: pb.InjectContext) -> Message:
 
 
 class RequestRun:
-    def __init__(self, runtime: Runtime, request: pb.SendMessage, threads: Threads, send: Send) -> None:
+    def __init__(self, app: Application, request: pb.SendMessage, threads: Threads, send: Send) -> None:
         self.request = request
-        self._rt = runtime
+        self._app = app
         self._threads = threads
         self._send = send
         self._session_id = session_id_for(request.thread_id) if request.thread_id else ""
-        self._tools = ToolStates(runtime.control, self._session_id, self._respond)
+        self._tools = ToolStates(app.control, self._session_id, self._respond)
         self._task: asyncio.Task[Any] | None = None
         self._cancel_reason: str | None = None
         self._ended = False  # the terminal response was sent
@@ -80,23 +80,23 @@ class RequestRun:
             return
         self._cancel_reason = reason
         if self._owns_run():
-            self._rt.control.cancel(self._session_id, None)  # the run stops and raises Cancelled
+            self._app.control.cancel(self._session_id, None)  # the run stops and raises Cancelled
         else:
             self._task.cancel()
 
     def _owns_run(self) -> bool:
         """Whether the session's running generation is this request's (not another client's)."""
-        try:
-            return self._rt.control.of(self._session_id).run_task is self._task
-        except AgentError:
-            return False  # no session yet
+        task = self._task
+        return (
+            bool(self._session_id) and task is not None and self._app.control.runs_in(self._session_id, task)
+        )
 
     def approve(self, answer: pb.ToolApprovalResponse) -> bool:
         return self._tools.approve(answer)
 
     def inject(self, message: Message, *, immediate: bool) -> None:
         """IMMEDIATE goes to the running generation's next model call when one runs."""
-        if immediate and self._owns_run() and self._rt.control.inject(self._session_id, [message]):
+        if immediate and self._owns_run() and self._app.control.inject(self._session_id, [message]):
             return
         (self._immediate if immediate else self._later).append(message)
 
@@ -136,9 +136,9 @@ class RequestRun:
         if not self.request.thread_id:
             raise InvalidArgument("send_message.thread_id is required")
         await self._threads.session_for(self.request.thread_id)
-        subscription = self._rt.events.subscribe(self._session_id, set(WATCHED_EVENTS))
+        subscription = self._app.events.subscription(self._session_id, WATCHED_EVENTS)
         follower = asyncio.create_task(self._tools.follow(subscription))
-        run = self._rt.agent.run(self._session_id, [user_message(self.request)], GenerateOptions())
+        run = self._app.generation.stream(self._session_id, [user_message(self.request)], GenerateOptions())
         try:
             async with aclosing(run) as events:
                 async for event in events:
@@ -173,7 +173,7 @@ class RequestRun:
         if not messages:
             return
         try:
-            await self._rt.sessions.append_messages(self._session_id, messages)
+            await self._app.sessions.append(self._session_id, messages)
         except (NotFound, InvalidArgument):
             log.warning(
                 "dropped %d injected messages: thread session %r is gone", len(messages), self._session_id

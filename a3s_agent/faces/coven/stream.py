@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import grpc
 
+from ...app import Application
 from ...base.errors import NotFound
 from ...base.models import Message
 from ...proto import coven_pb2 as pb
-from ...runtime import Runtime
 from .request import RequestRun, injected_message, response
 from .threads import Threads
 
@@ -45,9 +45,9 @@ class _Injection:
 
 class CovenStream:
     def __init__(
-        self, runtime: Runtime, call: grpc.aio.StreamStreamCall, threads: Threads, heartbeat_s: float
+        self, app: Application, call: grpc.aio.StreamStreamCall, threads: Threads, heartbeat_s: float
     ) -> None:
-        self._rt = runtime
+        self._app = app
         self._call = call
         self._threads = threads
         self._heartbeat_s = heartbeat_s
@@ -142,7 +142,7 @@ class CovenStream:
                 self.send(pb.AgentMessage(heartbeat=pb.Heartbeat(timestamp_ms=time.time_ns() // 1_000_000)))
 
     async def _answer(self, request: pb.SendMessage) -> None:
-        run = RequestRun(self._rt, request, self._threads, self.send)
+        run = RequestRun(self._app, request, self._threads, self.send)
         self._current = run
         try:
             await run.run()
@@ -152,7 +152,7 @@ class CovenStream:
 
     async def _store(self, injection: _Injection) -> None:
         try:
-            await self._rt.sessions.append_messages(injection.session_id, [injection.message])
+            await self._app.sessions.append(injection.session_id, [injection.message])
         except NotFound:
             log.warning("dropped injected context: session %r is gone", injection.session_id)
 

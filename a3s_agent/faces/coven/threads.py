@@ -6,11 +6,10 @@ import hashlib
 import re
 from dataclasses import replace
 
-from ...base.errors import NotFound
+from ...app.sessions import Sessions
 from ...base.models import SessionConfig
 from ...core.control import ConfirmationPolicy
 from ...core.sessions import SESSION_ID_PATTERN
-from ...runtime import Runtime
 
 SESSION_PREFIX = "coven:"
 _HASH_CHARS = 16
@@ -31,19 +30,15 @@ def session_id_for(thread_id: str) -> str:
 class Threads:
     """The sessions of gateway threads, and the one used last (InjectContext names no thread)."""
 
-    def __init__(self, runtime: Runtime, approval: ConfirmationPolicy | None) -> None:
-        self._rt = runtime
+    def __init__(self, sessions: Sessions, approval: ConfirmationPolicy | None) -> None:
+        self._sessions = sessions
         self._approval = approval
         self.last_session: str | None = None
 
     async def session_for(self, thread_id: str) -> str:
         """The thread's session, created on first use (with the approval policy, if one is set)."""
         session_id = session_id_for(thread_id)
-        try:
-            self._rt.sessions.get(session_id)
-        except NotFound:
-            await self._rt.sessions.create(session_id, SessionConfig(name=f"coven thread {thread_id}"), [])
-            if self._approval is not None:
-                await self._rt.control.set_confirmation_policy(session_id, replace(self._approval))
+        approval = replace(self._approval) if self._approval is not None else None
+        await self._sessions.ensure(session_id, SessionConfig(name=f"coven thread {thread_id}"), approval)
         self.last_session = session_id
         return session_id

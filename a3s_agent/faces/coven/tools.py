@@ -7,9 +7,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from ...app.control import Control
 from ...base.errors import NotFound
 from ...base.models import ToolCall
-from ...core.control import ControlPlane
 from ...core.events import Event, EventType, Subscription
 from ...core.tool_runner import tool_message
 from ...proto import coven_pb2 as pb
@@ -49,7 +49,7 @@ class ToolStates:
     """Every tool call of one request goes PENDING -> [AWAITING_APPROVAL] -> RUNNING -> a final
     state, each state sent once and nothing after the final one."""
 
-    def __init__(self, control: ControlPlane, session_id: str, respond: Respond) -> None:
+    def __init__(self, control: Control, session_id: str, respond: Respond) -> None:
         self._control = control
         self._session_id = session_id
         self._respond = respond

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from ...base.errors import InvalidArgument, ResourceExhausted
+from ...app.lifecycle import AgentInfo
+from ...base.errors import InvalidArgument
 from ...base.models import Attachment, LLMConfig, Message, SessionConfig, ToolCall, Usage
 from ...core.agent import (
-    DEFAULT_MAX_TOOL_CALLS,
     AgentEvent,
     DoneEvent,
     GenerateOptions,
@@ -23,13 +23,23 @@ from ...core.agent import (
     TurnEvent,
 )
 from ...core.context import ContextUsage
-from ...core.control import ConfirmationPolicy, ExternalTask, HandlerMode, Lane, LaneHandler
+from ...core.control import ConfirmationPolicy, ExternalTask, LaneHandler
 from ...core.events import Event
 from ...core.permissions import PermissionPolicy
 from ...core.session import Session
 from ...proto import code_agent_pb2 as pb
-from ...runtime import AgentInfo
 from ...tools.registry import Tool, ToolOutput
+from ..agent_service import (
+    check_message_count,
+    check_message_size,
+    done_metadata,
+    generate_options,
+    generation_metadata,
+    lane_handler,
+    tool_call_id,
+    turn_metadata,
+    yolo_lanes,
+)
 
 _ROLES = {
     pb.Message.ROLE_USER: "user",
@@ -45,11 +55,6 @@ _ATTACHMENTS = {
     pb.Attachment.TYPE_DATA: "data",
 }
 _ATTACHMENT_NUMBERS = {name: number for number, name in _ATTACHMENTS.items()}
-
-MAX_REQUEST_MESSAGE_SIZE = 48 * 1024 * 1024
-"""The most the messages of one request may hold: characters of text (contents, metadata) plus
-bytes of attachments. Below gRPC's 64 MiB message limit, so the refusal names the field; above
-the 50 MB the benchmark sends."""
 
 
 def info_to_pb(info: AgentInfo) -> pb.AgentInfo:
@@ -191,46 +196,21 @@ def message_from_pb(message: pb.Message, field: str) -> Message:
                 kind=kind, name=item.name, mime_type=item.mime_type, content=item.content, url=item.url
             )
         )
-    tool_call_id = ""
-    if role == "tool":
-        tool_call_id = message.metadata.get("tool_call_id", "").strip()
-        if not tool_call_id:
-            raise InvalidArgument(
-                f"{field}.metadata.tool_call_id is required for a ROLE_TOOL message: the id of the"
-                " assistant's tool call it answers"
-            )
     return Message(
         role=role,
         content=message.content,
         attachments=attachments,
         metadata=dict(message.metadata),
-        tool_call_id=tool_call_id,
+        tool_call_id=tool_call_id(message.metadata, field) if role == "tool" else "",
     )
 
 
 def messages_from_pb(messages: Sequence[pb.Message], field: str, max_count: int) -> list[Message]:
     """Core messages: at most `max_count` of them, and MAX_REQUEST_MESSAGE_SIZE in all."""
-    if len(messages) > max_count:
-        raise InvalidArgument(
-            f"{field} holds {len(messages)} messages; at most {max_count} are accepted in one request"
-            " (A3S_MAX_REQUEST_MESSAGES)"
-        )
+    check_message_count(len(messages), field, max_count)
     converted = [message_from_pb(m, f"{field}[{i}]") for i, m in enumerate(messages)]
-    size = sum(_size(m) for m in converted)
-    if size > MAX_REQUEST_MESSAGE_SIZE:
-        raise ResourceExhausted(
-            f"{field} holds {size} characters and attachment bytes; at most {MAX_REQUEST_MESSAGE_SIZE}"
-            " are accepted in one request"
-        )
+    check_message_size(converted, field)
     return converted
-
-
-def _size(message: Message) -> int:
-    return (
-        len(message.content)
-        + sum(len(a.content) + len(a.name) + len(a.url) + len(a.mime_type) for a in message.attachments)
-        + sum(len(k) + len(v) for k, v in message.metadata.items())
-    )
 
 
 def message_to_pb(message: Message) -> pb.Message:
@@ -282,17 +262,16 @@ FINISH_REASONS = {
 
 
 def options_from_pb(request: pb.GenerateRequest | pb.GenerateStructuredRequest) -> GenerateOptions:
-    """Without `options` tools are on; with them, enable_tools (or a non-empty allowed_tools) decides.
-    Zero values mean the provider's (or the LLM config's) defaults."""
+    """Without `options` tools are on; with them, see generate_options."""
     if not request.HasField("options"):
         return GenerateOptions()
     o = request.options
-    return GenerateOptions(
-        enable_tools=o.enable_tools or bool(o.allowed_tools),
+    return generate_options(
+        enable_tools=o.enable_tools,
         allowed_tools=list(o.allowed_tools),
-        max_tool_calls=o.max_tool_calls or DEFAULT_MAX_TOOL_CALLS,
-        temperature=o.temperature or None,
-        max_tokens=o.max_tokens or None,
+        max_tool_calls=o.max_tool_calls,
+        temperature=o.temperature,
+        max_tokens=o.max_tokens,
         stop_sequences=list(o.stop_sequences),
         return_intermediate_steps=o.return_intermediate_steps,
     )
@@ -306,41 +285,11 @@ def usage_to_pb(usage: Usage) -> pb.Usage:
     )
 
 
-def usage_metadata(usage: Usage) -> dict[str, str]:
-    return {
-        "prompt_tokens": str(usage.prompt_tokens),
-        "completion_tokens": str(usage.completion_tokens),
-        "total_tokens": str(usage.total_tokens),
-    }
-
-
 def tool_call_to_pb(call: ToolCall, result: ToolOutput | None = None) -> pb.ToolCall:
     out = pb.ToolCall(id=call.id, name=call.name, arguments=call.arguments)
     if result is not None:
         out.result.CopyFrom(tool_result_to_pb(result))
     return out
-
-
-def generation_metadata(generation: Generation, with_steps: bool) -> dict[str, str]:
-    metadata = {
-        "model": generation.model,
-        "turns": str(generation.turns),
-        "duration_ms": f"{generation.duration_ms:.1f}",
-        "finish_reason": generation.finish_reason,
-    }
-    if with_steps:
-        metadata["intermediate_steps"] = json.dumps(
-            [
-                {
-                    "content": m.content,
-                    "tool_calls": [
-                        {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
-                    ],
-                }
-                for m in generation.intermediate
-            ]
-        )
-    return metadata
 
 
 def generate_response(session_id: str, generation: Generation, with_steps: bool) -> pb.GenerateResponse:
@@ -382,7 +331,7 @@ def event_to_chunk(session_id: str, event: AgentEvent, with_steps: bool) -> pb.G
         return pb.GenerateChunk(
             type=pb.GenerateChunk.CHUNK_TYPE_METADATA,
             session_id=session_id,
-            metadata={"type": "usage", "turn": str(event.turn), **usage_metadata(event.usage)},
+            metadata=turn_metadata(event),
         )
     assert isinstance(event, DoneEvent)
     generation = event.generation
@@ -390,7 +339,7 @@ def event_to_chunk(session_id: str, event: AgentEvent, with_steps: bool) -> pb.G
         type=pb.GenerateChunk.CHUNK_TYPE_DONE,
         session_id=session_id,
         content=generation.message.content,
-        metadata={**generation_metadata(generation, with_steps), **usage_metadata(generation.usage)},
+        metadata=done_metadata(generation, with_steps),
     )
 
 
@@ -438,18 +387,13 @@ def permission_policy_to_pb(policy: PermissionPolicy) -> pb.PermissionPolicy:
 
 
 def confirmation_policy_from_pb(policy: pb.ConfirmationPolicy) -> ConfirmationPolicy:
-    lanes = [int(lane) for lane in policy.yolo_lanes]
-    if any(lane not in pb.SessionLane.values() or lane == 0 for lane in lanes):
-        raise InvalidArgument(
-            "policy.yolo_lanes must hold SESSION_LANE_CONTROL, _QUERY, _EXECUTE or _GENERATE"
-        )
     return ConfirmationPolicy(
         enabled=policy.enabled,
         auto_approve_tools=list(policy.auto_approve_tools),
         require_confirm_tools=list(policy.require_confirm_tools),
         default_timeout_ms=policy.default_timeout_ms,
         auto_approve_on_timeout=policy.timeout_action == pb.TIMEOUT_ACTION_AUTO_APPROVE,
-        yolo_lanes=lanes,
+        yolo_lanes=yolo_lanes(policy.yolo_lanes),
     )
 
 
@@ -466,16 +410,8 @@ def confirmation_policy_to_pb(policy: ConfirmationPolicy) -> pb.ConfirmationPoli
     )
 
 
-def lane_from_pb(lane: int) -> Lane:
-    if lane not in {1, 2, 3, 4}:
-        raise InvalidArgument("lane must be SESSION_LANE_CONTROL, _QUERY, _EXECUTE or _GENERATE")
-    return Lane(lane)
-
-
 def lane_handler_from_pb(config: pb.LaneHandlerConfig) -> LaneHandler:
-    if config.mode not in {0, 1, 2, 3}:
-        raise InvalidArgument("config.mode must be TASK_HANDLER_MODE_INTERNAL, _EXTERNAL or _HYBRID")
-    return LaneHandler(HandlerMode(config.mode or HandlerMode.INTERNAL), config.timeout_ms)
+    return lane_handler(config.mode, config.timeout_ms)
 
 
 def lane_handler_to_pb(handler: LaneHandler) -> pb.LaneHandlerConfig:

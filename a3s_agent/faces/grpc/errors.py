@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NoReturn
@@ -13,39 +12,17 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from ...base import errors
-
-log = logging.getLogger("a3s_agent.rpc")
-
-# Status messages travel in metadata; clients refuse more than 16 KB by default.
-MAX_MESSAGE_CHARS = 2000
-
-STATUS_OF: dict[type[errors.AgentError], grpc.StatusCode] = {
-    errors.NotFound: grpc.StatusCode.NOT_FOUND,
-    errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
-    errors.AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
-    errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
-    errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
-    errors.Cancelled: grpc.StatusCode.CANCELLED,
-}
+from ..status import MAX_MESSAGE_CHARS, call_log, failure, log_call, shortened, status_name
 
 
 def status_for(exc: BaseException) -> grpc.StatusCode:
-    """The status a domain error maps to (INVALID_ARGUMENT for a bare AgentError)."""
-    for kind in type(exc).__mro__:
-        if kind in STATUS_OF:
-            return STATUS_OF[kind]
-    return (
-        grpc.StatusCode.INVALID_ARGUMENT if isinstance(exc, errors.AgentError) else grpc.StatusCode.INTERNAL
-    )
+    """The status a domain error maps to (see faces/status.py)."""
+    return grpc.StatusCode[status_name(exc)]
 
 
 def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    code = status_for(exc)
-    if code is grpc.StatusCode.INTERNAL:
-        return code, f"internal error: {type(exc).__name__}: {exc}"
-    return code, str(exc)
+    name, message = failure(exc)
+    return grpc.StatusCode[name], message
 
 
 def _code_of(exc: BaseException, context: grpc.aio.ServicerContext) -> grpc.StatusCode:
@@ -62,27 +39,13 @@ async def _raise(exc: BaseException, method: str, context: grpc.aio.ServicerCont
         raise exc
     code, message = _status_for(exc)
     if code is grpc.StatusCode.INTERNAL:
-        log.error("rpc %s failed unexpectedly", method, exc_info=exc)
+        call_log.error("rpc %s failed unexpectedly", method, exc_info=exc)
     await context.abort(code, shortened(message, MAX_MESSAGE_CHARS))
     raise AssertionError("unreachable: abort raises")
 
 
-def shortened(text: str, limit: int) -> str:
-    """At most `limit` characters: a message quoting a huge value must still fit a client's limits."""
-    return (
-        text if len(text) <= limit else f"{text[: limit - 30]}... [{len(text) - limit + 30} more characters]"
-    )
-
-
 def _finish(method: str, request: Any, started: float, code: grpc.StatusCode) -> None:
-    if log.isEnabledFor(logging.INFO):
-        log.info(
-            "rpc %s session=%s status=%s duration_ms=%.2f",
-            method,
-            shortened(getattr(request, "session_id", "") or "-", 128),
-            code.name,
-            (time.perf_counter() - started) * 1000,
-        )
+    log_call(method, getattr(request, "session_id", ""), started, code.name)
 
 
 def rpc(fn: Callable[..., Any]) -> Callable[..., Any]:

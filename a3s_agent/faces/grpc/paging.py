@@ -11,12 +11,11 @@ from typing import Any
 
 from ...app.sessions import PageKey
 from ...base.errors import InvalidArgument
+from ..agent_service import MAX_PAGE_SIZE
 
 PAGE_SIZE_KEY = "a3s-page-size"
 PAGE_TOKEN_KEY = "a3s-page-token"
 NEXT_PAGE_TOKEN_KEY = "a3s-next-page-token"
-MAX_PAGE_SIZE = 1000
-"""Also the default: the default --max-sessions, so a server with default limits lists everything."""
 
 
 def requested_page(context: Any) -> tuple[int, PageKey | None]:

@@ -11,6 +11,7 @@ import grpc
 from google.protobuf.message import Message
 
 from ...app import Application
+from ...app.lifecycle import InitializeRequest
 from ...app.sessions import SessionView
 from ...base.errors import InvalidArgument
 from ...base.models import Message as CoreMessage
@@ -19,18 +20,20 @@ from ...core.agent import TextEvent
 from ...core.structured import StructuredDone
 from ...proto import code_agent_pb2 as pb
 from ...proto import code_agent_pb2_grpc as pb_grpc
-from ...runtime import Runtime
+from ..agent_service import (
+    DEFAULT_MODEL_PROVIDER,
+    FEATURES,
+    MODEL_FEATURES,
+    PROTOCOLS,
+    health_details,
+    health_message,
+    lane,
+    structured_metadata,
+)
 from . import convert, paging
 from .errors import decoding, rpc
 
 log = logging.getLogger(__name__)
-
-# What GetCapabilities advertises: every RPC of the service is served.
-FEATURES = [
-    "lifecycle", "sessions", "persistent_sessions", "tool_execution", "code_generation", "streaming",
-    "structured_output", "custom_tools", "skills", "context_management", "auto_compaction", "events",
-    "control", "confirmation", "lanes", "external_tasks", "permissions",
-]  # fmt: skip
 
 _LOG_LEVELS = {
     pb.LogConfig.LEVEL_DEBUG: "DEBUG",
@@ -44,31 +47,20 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     """Each RPC: the request converted (convert.py, metadata by paging.py and convert.py), one call
     into the application layer, the reply converted."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.app = Application(runtime)
+    def __init__(self, app: Application) -> None:
+        self.app = app
 
     # --- lifecycle -------------------------------------------------------------------------
 
     @rpc
     async def HealthCheck(self, request: pb.HealthCheckRequest, context: Any) -> pb.HealthCheckResponse:
         health = self.app.lifecycle.health()
-        if health.shutting_down:
-            status, message = pb.HealthCheckResponse.STATUS_UNHEALTHY, "shutting down"
-        else:
-            status, message = pb.HealthCheckResponse.STATUS_HEALTHY, "ok"
         return pb.HealthCheckResponse(
-            status=status,
-            message=message,
-            details={
-                "version": health.version,
-                "uptime_s": f"{health.uptime_s:.1f}",
-                "sessions": str(health.sessions),
-                "active_sessions": str(health.active_sessions),
-                "histories_in_memory": str(health.histories_in_memory),
-                "workspace": str(health.workspace),
-                "store": health.store,
-                "durability": health.durability,
-            },
+            status=pb.HealthCheckResponse.STATUS_UNHEALTHY
+            if health.shutting_down
+            else pb.HealthCheckResponse.STATUS_HEALTHY,
+            message=health_message(health),
+            details=health_details(health),
         )
 
     @rpc
@@ -82,7 +74,9 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
             features=FEATURES,
             tools=[convert.tool_capability_to_pb(t) for t in capabilities.tools],
             models=[
-                pb.ModelCapability(provider=m.provider or "openai", model=m.model, features=["chat"])
+                pb.ModelCapability(
+                    provider=m.provider or DEFAULT_MODEL_PROVIDER, model=m.model, features=MODEL_FEATURES
+                )
                 for m in capabilities.models
             ],
             limits=pb.ResourceLimits(
@@ -90,7 +84,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
                 max_concurrent_sessions=limits.max_concurrent_sessions,
                 max_tools_per_request=limits.max_tools_per_request,
             ),
-            metadata={"store": capabilities.store, "protocols": "grpc,http,websocket"},
+            metadata={"store": capabilities.store, "protocols": PROTOCOLS},
         )
 
     @rpc
@@ -102,13 +96,15 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
                 "config.log.level must be LEVEL_DEBUG, LEVEL_INFO, LEVEL_WARN or LEVEL_ERROR"
             )
         workspace = await self.app.lifecycle.initialize(
-            workspace=request.workspace,
-            llm=convert.llm_from_pb(config.llm) if config.HasField("llm") else None,
-            enabled_tools=list(config.tools.enabled_tools),
-            disabled_tools=list(config.tools.disabled_tools),
-            tool_config=dict(config.tools.tool_config),
-            log_level=level,
-            env=dict(request.env),
+            InitializeRequest(
+                workspace=request.workspace,
+                llm=convert.llm_from_pb(config.llm) if config.HasField("llm") else None,
+                enabled_tools=list(config.tools.enabled_tools),
+                disabled_tools=list(config.tools.disabled_tools),
+                tool_config=dict(config.tools.tool_config),
+                log_level=level or "",
+                env=dict(request.env),
+            )
         )
         return pb.InitializeResponse(
             success=True,
@@ -235,7 +231,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
             session_id=request.session_id,
             data=done.data,
             usage=convert.usage_to_pb(done.usage),
-            metadata={"model": done.model, "attempts": str(done.attempts)},
+            metadata=structured_metadata(done),
         )
 
     @rpc
@@ -364,7 +360,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     ) -> pb.SetLaneHandlerResponse:
         handler = await self.app.control.set_lane_handler(
             request.session_id,
-            convert.lane_from_pb(request.lane),
+            lane(request.lane),
             convert.lane_handler_from_pb(request.config),
         )
         return pb.SetLaneHandlerResponse(success=True, config=convert.lane_handler_to_pb(handler))
@@ -373,7 +369,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     async def GetLaneHandler(
         self, request: pb.GetLaneHandlerRequest, context: Any
     ) -> pb.GetLaneHandlerResponse:
-        handler = self.app.control.lane_handler(request.session_id, convert.lane_from_pb(request.lane))
+        handler = self.app.control.lane_handler(request.session_id, lane(request.lane))
         return pb.GetLaneHandlerResponse(config=convert.lane_handler_to_pb(handler))
 
     @rpc
@@ -432,17 +428,14 @@ def _session_to_pb(view: SessionView) -> pb.Session:
 
 
 def _hand_out_compaction(context: Any, view: SessionView) -> None:
-    """The session's compaction threshold and target, in the reply's trailing metadata (callers
-    without metadata, the HTTP face, get none)."""
-    set_trailing = getattr(context, "set_trailing_metadata", None)
-    if set_trailing is not None:
-        set_trailing(convert.compaction_metadata(*view.compaction))
+    """The session's compaction threshold and target, in the reply's trailing metadata."""
+    context.set_trailing_metadata(convert.compaction_metadata(*view.compaction))
 
 
-def add_to_server(runtime: Runtime, server: grpc.aio.Server) -> CodeAgentService:
+def add_to_server(app: Application, server: grpc.aio.Server) -> CodeAgentService:
     """Register every RPC. Requests are decoded here rather than by grpc, so that bytes that are
     not a valid request answer INVALID_ARGUMENT (grpc's own decoding failure is UNKNOWN)."""
-    service = CodeAgentService(runtime)
+    service = CodeAgentService(app)
     descriptor = pb.DESCRIPTOR.services_by_name["CodeAgentService"]
     handlers = {}
     for method in descriptor.methods:

@@ -1,6 +1,7 @@
 """The HTTP face's application: /healthz, the A3S REST adapter (server-sent events for streams), /ws.
 
-Routes (bodies and replies are the proto messages' JSON forms, see bridge.py):
+Routes (bodies and replies are the proto messages' JSON forms, see codec.py; each RPC is one entry
+of the table in methods.py, a conversion and one call into the application layer):
 
     GET    /healthz                          200 {"status": "ok", ...}; 503 {"status": "starting"}
                                              or {"status": "shutting_down"}
@@ -20,7 +21,7 @@ Routes (bodies and replies are the proto messages' JSON forms, see bridge.py):
     GET    /ws                               the WebSocket JSON form of every RPC (ws.py)
 
 Errors are `{"error": {"code": "NOT_FOUND", "message": ..., "details": object|null}}` with the
-HTTP status of bridge.HTTP_STATUS; a body over MAX_BODY_BYTES (body.py) is 413. Before any route, guard.py
+HTTP status of errors.HTTP_STATUS; a body over MAX_BODY_BYTES (body.py) is 413. Before any route, guard.py
 refuses a foreign Host (421), a foreign browser Origin (403) and a body that is not JSON (415);
 probes.py refuses new work with 503 UNAVAILABLE while the server starts or stops; listener.py binds the address behind the connection cap and the header timeout (connections.py).
 
@@ -38,19 +39,16 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from contextlib import suppress
 from typing import Any
 
-import grpc
 from aiohttp import web
-from google.protobuf.message import Message
 
-from ...proto import code_agent_pb2 as pb
-from ...runtime import Runtime
-from ..grpc.service import CodeAgentService
+from ...app import Application
 from ..readiness import Phase, Readiness
 from ..refusals import RefusalLog
 from .auth import http_middleware
-from .body import MAX_BODY_BYTES, json_body
-from .bridge import Bridge, CallError, as_json, find_method, json_text, parse
+from .body import MAX_BODY_BYTES, json_body, json_text
+from .errors import CallError
 from .guard import RequestGuard
+from .methods import find_method, parse
 from .probes import Probes
 from .ws import WebSocketFace
 
@@ -60,16 +58,14 @@ KEEPALIVE_S = 15.0
 """How often a stream sends an SSE comment, so that proxies keep a quiet stream open."""
 
 _CODE_OF_HTTP_STATUS = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    403: grpc.StatusCode.PERMISSION_DENIED,
-    404: grpc.StatusCode.NOT_FOUND,
-    405: grpc.StatusCode.UNIMPLEMENTED,
-    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    415: grpc.StatusCode.INVALID_ARGUMENT,
-    421: grpc.StatusCode.PERMISSION_DENIED,
+    400: "INVALID_ARGUMENT",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "UNIMPLEMENTED",
+    413: "RESOURCE_EXHAUSTED",
+    415: "INVALID_ARGUMENT",
+    421: "PERMISSION_DENIED",
 }
-_STREAM_GENERATE = find_method("StreamGenerate")
-_EXECUTE_TOOL = find_method("ExecuteTool")
 
 
 def _error_response(
@@ -94,14 +90,14 @@ async def _errors(
             raise
         default_text = f"{exc.status}: {exc.reason}"
         message = exc.text if exc.text and exc.text != default_text else exc.reason
-        code = _CODE_OF_HTTP_STATUS.get(exc.status, grpc.StatusCode.UNKNOWN)
+        code = _CODE_OF_HTTP_STATUS.get(exc.status, "UNKNOWN")
         allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
         return _error_response(
             CallError(code, f"{request.method} {request.path}: {message}"), exc.status, allow
         )
     except Exception as exc:
         log.error("%s %s failed unexpectedly", request.method, request.path, exc_info=exc)
-        return _error_response(CallError(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"))
+        return _error_response(CallError("INTERNAL", f"internal error: {type(exc).__name__}"))
 
 
 def _json(value: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -136,12 +132,12 @@ class _EventStream:
 
 
 async def _sse(
-    request: web.Request, replies: AsyncGenerator[Message, None], readiness: Readiness
+    request: web.Request, replies: AsyncGenerator[dict[str, Any], None], readiness: Readiness
 ) -> web.StreamResponse:
-    """Serve a stream of replies as server-sent events (driven from this one task). A stream the
-    server's stop cancels ends with an UNAVAILABLE `event: error` saying so."""
+    """Serve a stream of replies (their JSON) as server-sent events, driven from this one task. A
+    stream the server's stop cancels ends with an UNAVAILABLE `event: error` saying so."""
     try:
-        first: Message | None = await anext(replies)  # a failure here is a plain error response
+        first: dict[str, Any] | None = await anext(replies)  # a failure here is a plain error response
     except StopAsyncIteration:
         first = None
     response = web.StreamResponse(
@@ -151,9 +147,9 @@ async def _sse(
     events = _EventStream(response)
     try:
         if first is not None:
-            await events.send(as_json(first))
+            await events.send(first)
             async for reply in replies:
-                await events.send(as_json(reply))
+                await events.send(reply)
         await events.send({}, "done")
     except CallError as exc:
         with suppress(ConnectionError):
@@ -163,7 +159,7 @@ async def _sse(
     except asyncio.CancelledError:
         if not readiness.took_back_stop():
             raise
-        stopped = CallError(grpc.StatusCode.UNAVAILABLE, readiness.stop_message)
+        stopped = CallError("UNAVAILABLE", readiness.stop_message)
         with suppress(ConnectionError):
             await events.send({"error": stopped.to_json()}, "error")
     finally:
@@ -173,11 +169,10 @@ async def _sse(
 
 
 class RestApi:
-    """The REST routes over one Bridge."""
+    """The REST routes over one Application."""
 
-    def __init__(self, runtime: Runtime, bridge: Bridge, readiness: Readiness) -> None:
-        self._runtime = runtime
-        self._bridge = bridge
+    def __init__(self, app: Application, readiness: Readiness) -> None:
+        self._app = app
         self._readiness = readiness
 
     def routes(self) -> list[web.RouteDef]:
@@ -196,115 +191,120 @@ class RestApi:
             web.post("/rpc/{method}", self.rpc),
         ]
 
+    async def _call(self, name: str, params: object, **fields: str) -> dict[str, Any]:
+        """A unary RPC from JSON to JSON; `fields` are path parameters."""
+        method = find_method(name)
+        return await method.call(self._app, parse(method, params, **fields))
+
+    async def _stream(self, request: web.Request, params: object, **fields: str) -> web.StreamResponse:
+        method = find_method("StreamGenerate")
+        replies = method.stream(self._app, parse(method, params, **fields))
+        return await _sse(request, replies, self._readiness)
+
     async def healthz(self, request: web.Request) -> web.Response:
-        """A probe for load balancers and Box; read straight off the runtime, so it logs nothing."""
-        rt = self._runtime
+        """A probe for load balancers and Box: not an RPC, so it logs nothing."""
         phase = self._readiness.phase
         if phase is not Phase.READY:
             return _json({"status": "starting" if phase is Phase.STARTING else "shutting_down"}, 503)
+        health = self._app.lifecycle.health()
         return _json(
             {
                 "status": "ok",
-                "version": rt.info.version,
-                "uptime_s": round(rt.uptime_s, 1),
-                "sessions": len(rt.sessions),
+                "version": health.version,
+                "uptime_s": round(health.uptime_s, 1),
+                "sessions": health.sessions,
             }
         )
 
     async def health(self, request: web.Request) -> web.Response:
-        return _json(await self._bridge.call("HealthCheck", {}))
+        return _json(await self._call("HealthCheck", {}))
 
     async def capabilities(self, request: web.Request) -> web.Response:
-        return _json(await self._bridge.call("GetCapabilities", {}))
+        return _json(await self._call("GetCapabilities", {}))
 
     async def create_session(self, request: web.Request) -> web.Response:
-        reply = await self._bridge.call("CreateSession", await json_body(request))
+        reply = await self._call("CreateSession", await json_body(request))
         return _json(reply, 201, {"Location": f"/sessions/{reply['session_id']}"})
 
     async def list_sessions(self, request: web.Request) -> web.Response:
-        return _json(await self._bridge.call("ListSessions", {}))
+        return _json(await self._call("ListSessions", {}))
 
     async def get_session(self, request: web.Request) -> web.Response:
-        return _json(await self._bridge.call("GetSession", {}, session_id=request.match_info["id"]))
+        return _json(await self._call("GetSession", {}, session_id=request.match_info["id"]))
 
     async def destroy_session(self, request: web.Request) -> web.Response:
-        return _json(await self._bridge.call("DestroySession", {}, session_id=request.match_info["id"]))
+        return _json(await self._call("DestroySession", {}, session_id=request.match_info["id"]))
 
     async def generate(self, request: web.Request) -> web.Response:
         body = await json_body(request)
-        return _json(await self._bridge.call("Generate", body, session_id=request.match_info["id"]))
+        return _json(await self._call("Generate", body, session_id=request.match_info["id"]))
 
     async def stream_generate(self, request: web.Request) -> web.StreamResponse:
-        message = parse(_STREAM_GENERATE, await json_body(request), session_id=request.match_info["id"])
-        return await _sse(request, self._bridge.stream(_STREAM_GENERATE, message), self._readiness)
+        return await self._stream(request, await json_body(request), session_id=request.match_info["id"])
 
     async def stream_generate_get(self, request: web.Request) -> web.StreamResponse:
         """GET for EventSource clients: one user message in `?content=`; POST for everything else."""
         unknown = sorted(set(request.query) - {"content"})
         if unknown or "content" not in request.query:
             raise CallError(
-                grpc.StatusCode.INVALID_ARGUMENT,
+                "INVALID_ARGUMENT",
                 "GET .../generate/stream takes only ?content=<the user message>"
                 + (f" (unknown: {', '.join(unknown)})" if unknown else "")
                 + "; POST a GenerateRequest for more",
             )
-        message = pb.GenerateRequest(
-            session_id=request.match_info["id"],
-            messages=[pb.Message(role=pb.Message.ROLE_USER, content=request.query["content"])],
-        )
-        return await _sse(request, self._bridge.stream(_STREAM_GENERATE, message), self._readiness)
+        body = {"messages": [{"role": "ROLE_USER", "content": request.query["content"]}]}
+        return await self._stream(request, body, session_id=request.match_info["id"])
 
     async def execute_tool(self, request: web.Request) -> web.Response:
         arguments = await json_body(request)
         if not isinstance(arguments, dict):
-            raise CallError(
-                grpc.StatusCode.INVALID_ARGUMENT, "the body must be the tool's arguments as a JSON object"
+            raise CallError("INVALID_ARGUMENT", "the body must be the tool's arguments as a JSON object")
+        path = request.match_info
+        return _json(
+            await self._call(
+                "ExecuteTool",
+                {},
+                session_id=path["id"],
+                tool_name=path["name"],
+                arguments=json.dumps(arguments),
             )
-        message = pb.ExecuteToolRequest(
-            session_id=request.match_info["id"],
-            tool_name=request.match_info["name"],
-            arguments=json.dumps(arguments),
         )
-        return _json(as_json(await self._bridge.unary(_EXECUTE_TOOL, message)))
 
     async def rpc(self, request: web.Request) -> web.StreamResponse:
         method = find_method(request.match_info["method"])
         message = parse(method, await json_body(request))
         if method.streaming:
-            return await _sse(request, self._bridge.stream(method, message), self._readiness)
-        return _json(as_json(await self._bridge.unary(method, message)))
+            return await _sse(request, method.stream(self._app, message), self._readiness)
+        return _json(await method.call(self._app, message))
 
 
 def build_app(
-    runtime: Runtime,
-    service: CodeAgentService,
+    app: Application,
     guard: RequestGuard,
     refusals: RefusalLog,
     readiness: Readiness,
+    auth_token: str,
     extra_routes: Iterable[web.AbstractRouteDef] = (),
 ) -> web.Application:
-    """The application; `extra_routes` (e.g. a RouteTableDef) are served next to ours.
+    """The application over `app`; `extra_routes` (e.g. a RouteTableDef) are served next to ours.
 
-    The guard runs before the token check, so that a browser's preflight (which never carries
-    the token) is answered, and a refused origin is refused whatever it sends. The readiness
-    gate runs last: only a caller who passed both learns that the server is starting or stopping."""
-    bridge = Bridge(service)
-    token = runtime.settings.auth_token
+    The guard runs before the token check (none without `auth_token`), so that a browser's
+    preflight (which never carries the token) is answered, and a refused origin is refused
+    whatever it sends. The readiness gate runs last: only a caller who passed both learns that
+    the server is starting or stopping."""
     probes = Probes(readiness)
-    app = web.Application(
+    web_app = web.Application(
         client_max_size=MAX_BODY_BYTES,
         middlewares=[
             _errors,
             guard.middleware,
-            *([http_middleware(token, refusals)] if token else []),
+            *([http_middleware(auth_token, refusals)] if auth_token else []),
             probes.middleware,
         ],
     )
-    app.on_response_prepare.append(guard.on_response_prepare)
-    sockets = WebSocketFace(bridge, MAX_BODY_BYTES)
-    app.add_routes(
-        [*RestApi(runtime, bridge, readiness).routes(), *probes.routes(), web.get("/ws", sockets.handle)]
-    )
-    app.add_routes(extra_routes)
-    app.on_shutdown.append(sockets.close_all)
-    return app
+    web_app.on_response_prepare.append(guard.on_response_prepare)
+    sockets = WebSocketFace(app, MAX_BODY_BYTES)
+    web_app.add_routes([*RestApi(app, readiness).routes(), *probes.routes(), web.get("/ws", sockets.handle)])
+    web_app.add_routes(extra_routes)
+    web_app.on_shutdown.append(sockets.close_all)
+    return web_app

@@ -1,5 +1,5 @@
-"""JSON from HTTP clients, read one way: request bodies (REST, RPC, Agent Spaces) and WebSocket
-messages.
+"""JSON in and out of the HTTP face: request bodies (REST, RPC, Agent Spaces) and WebSocket
+messages read one way, and every reply written one way (json_text).
 
 By the time a handler reads a body the guard (guard.py) has checked its content type (415) and
 aiohttp its size (`client_max_size`, MAX_BODY_BYTES: 413); what is left is turning the bytes into
@@ -8,13 +8,14 @@ JSON, or a CallError INVALID_ARGUMENT (400) naming what and the fault.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aiohttp import web
 
 from ...base.errors import InvalidArgument
 from ...base.jsontext import parse_json
-from .bridge import CallError, Code
+from .errors import CallError
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 """The largest request body, and the largest WebSocket message."""
@@ -27,10 +28,15 @@ def load_json(raw: bytes | str, what: str) -> Any:
         return parse_json(raw.decode("utf-8") if isinstance(raw, bytes) else raw, what)
     except UnicodeDecodeError as exc:
         raise CallError(
-            Code.INVALID_ARGUMENT, f"{what}: not valid UTF-8: {exc.reason} at byte {exc.start}"
+            "INVALID_ARGUMENT", f"{what}: not valid UTF-8: {exc.reason} at byte {exc.start}"
         ) from None
     except InvalidArgument as exc:
-        raise CallError(Code.INVALID_ARGUMENT, str(exc)) from None
+        raise CallError("INVALID_ARGUMENT", str(exc)) from None
+
+
+def json_text(value: object) -> str:
+    """Compact JSON text, as every reply is sent."""
+    return json.dumps(value, separators=(",", ":"))
 
 
 async def json_body(request: web.Request) -> Any:

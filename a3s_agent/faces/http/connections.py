@@ -17,7 +17,7 @@ import ssl
 from collections.abc import Callable
 
 from ..refusals import RefusalLog
-from .bridge import json_text
+from .body import json_text
 
 HEADER_TIMEOUT_S = 5.0
 _HEADERS_END = re.compile(rb"[^\r\n]\r?\n\r?\n")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ...runtime import Runtime
-from ..grpc.service import CodeAgentService
+from ...app import Application
+from ...config import Settings
 from ..readiness import Readiness
 from ..refusals import RefusalLog
 from .app import build_app
@@ -68,8 +68,7 @@ def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
     return context
 
 
-async def _guard(runtime: Runtime, host: str, refusals: RefusalLog) -> RequestGuard:
-    settings = runtime.settings
+async def _guard(settings: Settings, host: str, refusals: RefusalLog) -> RequestGuard:
     try:
         hosts = await HostPolicy.for_listener(host, settings.allowed_hosts)
         return RequestGuard(hosts, settings.allowed_origins, refusals)
@@ -78,26 +77,26 @@ async def _guard(runtime: Runtime, host: str, refusals: RefusalLog) -> RequestGu
 
 
 async def start_http(
-    runtime: Runtime,
-    service: CodeAgentService,
+    app: Application,
     address: str,
     *,
     extra_routes: Iterable[web.AbstractRouteDef] = (),
     refusals: RefusalLog | None = None,
     readiness: Readiness | None = None,
 ) -> HttpListener:
-    """Serve the HTTP face on `address` (HOST:PORT; port 0 picks a free one) in this event loop.
+    """Serve the HTTP face of `app` on `address` (HOST:PORT; port 0 picks a free one) in this event
+    loop, with the server's settings (token, TLS, hosts, limits).
 
     `refusals` is the server's shared log of refused requests (a new one when not given);
-    `readiness` the server's (when not given: ready now, stopping when the runtime is)."""
-    settings = runtime.settings
+    `readiness` the server's (when not given: ready now, stopping when the server is)."""
+    settings = app.lifecycle.settings
     host, port = _split(address)
     refusals = refusals or RefusalLog()
     tls = tls_context(settings.tls_cert, settings.tls_key)
-    guard = await _guard(runtime, host, refusals)
-    readiness = readiness or Readiness(runtime, ready=True)
+    guard = await _guard(settings, host, refusals)
+    readiness = readiness or Readiness(app.lifecycle, ready=True)
     runner = web.AppRunner(
-        build_app(runtime, service, guard, refusals, readiness, extra_routes),
+        build_app(app, guard, refusals, readiness, settings.auth_token, extra_routes),
         handler_cancellation=True,  # a client that goes away cancels its call, as in gRPC
         access_log=None,  # the rpc wrapper logs every call; probes would flood an access log
         shutdown_timeout=settings.grace_seconds,

@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-import grpc
 from aiohttp import web
 
 from ..readiness import Phase, Readiness
 from .auth import HTTP_OPEN_PATHS
-from .bridge import CallError, json_text
+from .body import json_text
+from .errors import CallError
 
 HEALTH_SCHEMA = "a3s.code.agent-health.v1"
 OPEN_WHILE_STOPPING = frozenset(
@@ -61,7 +61,7 @@ class Probes:
         readiness = self._readiness
         phase = readiness.phase
         if not (phase is Phase.READY or (phase is Phase.STOPPING and request.path in OPEN_WHILE_STOPPING)):
-            raise CallError(grpc.StatusCode.UNAVAILABLE, readiness.refusal())
+            raise CallError("UNAVAILABLE", readiness.refusal())
         if request.path in UNTRACKED_PATHS:
             return await handler(request)
         with readiness.tracking():
@@ -70,4 +70,4 @@ class Probes:
             except asyncio.CancelledError:
                 if not readiness.took_back_stop():
                     raise
-                raise CallError(grpc.StatusCode.UNAVAILABLE, readiness.stop_message) from None
+                raise CallError("UNAVAILABLE", readiness.stop_message) from None

@@ -1,4 +1,5 @@
-"""The Agent Spaces operations protocol over HTTP (`/v1/spaces/...`), on the runner in a3s_agent.spaces.
+"""The Agent Spaces operations protocol over HTTP (`/v1/spaces/...`): each route one call of the
+application layer's Spaces service (app/spaces.py).
 
 POST /v1/spaces                                   {"spaceId"?, "sessionId"? | "workspace"?, "policy"?} → 201 space
 GET  /v1/spaces/{spaceId}                         the space
@@ -11,16 +12,14 @@ POST /v1/spaces/{spaceId}/runs/{runId}/cancel
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 from aiohttp import web
 
+from ...app import Application
 from ...base.errors import AgentError
-from ...runtime import Runtime
-from ...spaces import Spaces
-from ..grpc.errors import status_for
+from ..status import status_name
 from .body import json_body
-from .bridge import CallError
+from .errors import CallError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -32,12 +31,13 @@ def _domain(handler: Handler) -> Handler:
         try:
             return await handler(request)
         except AgentError as exc:
-            raise CallError(status_for(exc), str(exc)) from exc
+            raise CallError(status_name(exc), str(exc)) from exc
 
     return wrapped
 
 
-def spaces_routes(runtime: Runtime, spaces: Spaces) -> web.RouteTableDef:
+def spaces_routes(app: Application) -> web.RouteTableDef:
+    spaces = app.spaces
     routes = web.RouteTableDef()
 
     @routes.post("/v1/spaces")
@@ -46,12 +46,12 @@ def spaces_routes(runtime: Runtime, spaces: Spaces) -> web.RouteTableDef:
         body = await json_body(request)
         if not isinstance(body, dict):
             raise AgentError("the body must be a JSON object")
-        workspace = None
-        if body.get("sessionId"):
-            workspace = Path(runtime.sessions.get(str(body["sessionId"])).config.workspace)
-        elif body.get("workspace"):
-            workspace = Path(str(body["workspace"]))
-        space = await spaces.create_space(body.get("spaceId"), workspace, body.get("policy", "standard"))
+        space = await spaces.create_space(
+            body.get("spaceId"),
+            session_id=str(body["sessionId"]) if body.get("sessionId") else None,
+            workspace=str(body["workspace"]) if body.get("workspace") else None,
+            policy=body.get("policy", "standard"),
+        )
         return web.json_response(space.to_dict(), status=201, headers={"Location": f"/v1/spaces/{space.id}"})
 
     @routes.get("/v1/spaces/{space}")

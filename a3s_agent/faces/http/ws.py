@@ -12,12 +12,12 @@ import asyncio
 import logging
 from typing import Any
 
-import grpc
 from aiohttp import WSCloseCode, WSMsgType, web
-from google.protobuf.message import Message
 
-from .body import load_json
-from .bridge import Bridge, CallError, Method, as_json, find_method, json_text, parse
+from ...app import Application
+from .body import json_text, load_json
+from .errors import CallError
+from .methods import Method, find_method, parse
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +29,9 @@ _KEYS = {"method", "params", "id"}
 class _Connection:
     """One socket: reads requests, runs each as a task, writes replies as they come."""
 
-    def __init__(self, socket: web.WebSocketResponse, bridge: Bridge) -> None:
+    def __init__(self, socket: web.WebSocketResponse, app: Application) -> None:
         self._socket = socket
-        self._bridge = bridge
+        self._app = app
         self._calls: set[asyncio.Task[None]] = set()
 
     async def serve(self) -> None:
@@ -41,7 +41,7 @@ class _Connection:
                     await self._dispatch(frame.data)
                 elif frame.type is WSMsgType.BINARY:
                     await self._reply_error(
-                        None, CallError(grpc.StatusCode.INVALID_ARGUMENT, "send requests as JSON text frames")
+                        None, CallError("INVALID_ARGUMENT", "send requests as JSON text frames")
                     )
         finally:
             for call in self._calls:
@@ -53,23 +53,19 @@ class _Connection:
         try:
             envelope = load_json(text, "the message")
             if not isinstance(envelope, dict):
-                raise CallError(
-                    grpc.StatusCode.INVALID_ARGUMENT, 'a message is a JSON object: {"method", "params", "id"}'
-                )
+                raise CallError("INVALID_ARGUMENT", 'a message is a JSON object: {"method", "params", "id"}')
             request_id = envelope.get("id")
             unknown = sorted(set(envelope) - _KEYS)
             if unknown:
                 raise CallError(
-                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "INVALID_ARGUMENT",
                     f"unknown keys {', '.join(unknown)}; a message has method, params and id",
                 )
             method = find_method(envelope.get("method"))
             params = envelope.get("params")
             request = parse(method, {} if params is None else params)
             if len(self._calls) >= MAX_IN_FLIGHT:
-                raise CallError(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED, f"{MAX_IN_FLIGHT} calls are in flight on this socket"
-                )
+                raise CallError("RESOURCE_EXHAUSTED", f"{MAX_IN_FLIGHT} calls are in flight on this socket")
         except CallError as exc:
             await self._reply_error(request_id, exc)
             return
@@ -77,16 +73,16 @@ class _Connection:
         self._calls.add(call)
         call.add_done_callback(self._calls.discard)
 
-    async def _run(self, request_id: Any, method: Method, request: Message) -> None:
-        """One call, driven from this one task (see Bridge.stream)."""
+    async def _run(self, request_id: Any, method: Method, request: dict[str, Any]) -> None:
+        """One call, driven from this one task (see Method.stream)."""
         try:
             if method.streaming:
-                async for reply in self._bridge.stream(method, request):
-                    await self._send({"id": request_id, "result": as_json(reply)})
+                async for reply in method.stream(self._app, request):
+                    await self._send({"id": request_id, "result": reply})
                 await self._send({"id": request_id, "done": True})
             else:
-                reply = await self._bridge.unary(method, request)
-                await self._send({"id": request_id, "result": as_json(reply)})
+                reply = await method.call(self._app, request)
+                await self._send({"id": request_id, "result": reply})
         except CallError as exc:
             await self._reply_error(request_id, exc)
         except ConnectionError:
@@ -94,7 +90,7 @@ class _Connection:
         except Exception as exc:
             log.error("websocket call %s failed unexpectedly", method.name, exc_info=exc)
             await self._reply_error(
-                request_id, CallError(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
+                request_id, CallError("INTERNAL", f"internal error: {type(exc).__name__}")
             )
 
     async def _reply_error(self, request_id: Any, error: CallError) -> None:
@@ -110,8 +106,8 @@ class _Connection:
 class WebSocketFace:
     """The /ws handler; keeps its sockets so that a shutdown can close them."""
 
-    def __init__(self, bridge: Bridge, max_message_bytes: int) -> None:
-        self._bridge = bridge
+    def __init__(self, app: Application, max_message_bytes: int) -> None:
+        self._app = app
         self._max_message_bytes = max_message_bytes
         self._sockets: set[web.WebSocketResponse] = set()
 
@@ -120,7 +116,7 @@ class WebSocketFace:
         await socket.prepare(request)
         self._sockets.add(socket)
         try:
-            await _Connection(socket, self._bridge).serve()
+            await _Connection(socket, self._app).serve()
         finally:
             self._sockets.discard(socket)
         return socket

@@ -1,0 +1,69 @@
+"""Agent Spaces: spaces (a workspace under a policy) and their runs of operations messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..base.errors import NotFound
+from ..runtime import Runtime
+from ..spaces.policies import DEFAULT_PRESET, PolicySpec
+from ..spaces.service import RunResult, Space
+from ..spaces.validation import MessageInvalid
+
+
+class Spaces:
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+
+    async def create_space(
+        self,
+        space_id: str | None = None,
+        *,
+        session_id: str | None = None,
+        workspace: str | None = None,
+        policy: PolicySpec = DEFAULT_PRESET,
+    ) -> Space:
+        """A new space in the workspace of session `session_id`, else in `workspace`, else in a
+        directory of its own under the data dir; NotFound for an unknown session."""
+        if session_id:
+            directory: Path | None = Path(self._rt.sessions.get(session_id).config.workspace)
+        else:
+            directory = Path(workspace) if workspace else None
+        return await self._rt.spaces.create_space(space_id, directory, policy)
+
+    async def get_space(self, space_id: str) -> Space:
+        return await self._rt.spaces.get_space(space_id)
+
+    async def start_run(self, space_id: str, operations_message: Any) -> RunResult:
+        """Run an operations message (decoded JSON); its events message (completed,
+        awaiting_approval...). MessageInvalid when the message as a whole is malformed."""
+        return await self._rt.spaces.start_run(space_id, operations_message)
+
+    async def get_run(self, space_id: str, run_id: str) -> RunResult:
+        """The run with every event so far; status "running" while it executes."""
+        return await self._rt.spaces.get_run(space_id, run_id)
+
+    async def resume_run(self, space_id: str, run_id: str, approval: Any) -> RunResult:
+        """Answer the pending approval ({"operationId", "decision", "reason"?} or a userMessage)
+        and go on; the events of this resumption."""
+        return await self._rt.spaces.resume_run(space_id, run_id, approval)
+
+    async def cancel_run(self, space_id: str, run_id: str) -> RunResult:
+        return await self._rt.spaces.cancel_run(space_id, run_id)
+
+    async def run_file(self, path: Path, workspace: Path, policy: PolicySpec = DEFAULT_PRESET) -> RunResult:
+        """Run the operations message in the JSON file `path` in a new space over `workspace`."""
+        message = _read_message(path)
+        space = await self._rt.spaces.create_space(None, workspace, policy)
+        return await self._rt.spaces.start_run(space.id, message)
+
+
+def _read_message(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise NotFound(f"operations file {str(path)!r} does not exist") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise MessageInvalid(f"operations file {str(path)!r} is not valid JSON: {exc}") from exc

@@ -1,0 +1,41 @@
+"""An application in a process of its own, for the commands that run the agent without the server:
+`a3s-agent relay`, `coven` and `ops`."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from ..config import Settings
+from ..runtime import Runtime
+from ..runtime.providers import ProviderFactory
+from ..spaces.policies import DEFAULT_PRESET, PolicySpec
+from ..spaces.service import RunResult
+from ..tools.builtin import builtin_registry
+from .application import Application
+
+
+@asynccontextmanager
+async def standalone(
+    settings: Settings, *, relay: ProviderFactory | None = None
+) -> AsyncIterator[Application]:
+    """The application over a runtime of its own with the built-in tools, started for the block and
+    closed after it. `relay` replaces the relay provider (see ProviderCache)."""
+    runtime = Runtime(settings, registry=builtin_registry(), relay=relay)
+    await runtime.start()
+    try:
+        yield Application(runtime)
+    finally:
+        await runtime.close()
+
+
+async def run_operations_file(path: Path, workspace: Path, policy: PolicySpec = DEFAULT_PRESET) -> RunResult:
+    """Run the operations message in the JSON file `path` in `workspace`; its events message.
+
+    For `a3s-agent ops`: the run lives in a temporary data dir, so a run that needs approval ends
+    with the awaiting_approval events message and cannot be resumed."""
+    with tempfile.TemporaryDirectory(prefix="a3s-spaces-") as data_dir:
+        async with standalone(Settings(workspace=workspace, data_dir=Path(data_dir))) as app:
+            return await app.spaces.run_file(path, workspace, policy)

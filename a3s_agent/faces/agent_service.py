@@ -1,0 +1,185 @@
+"""What the A3S CodeAgentService says the same way in every encoding (gRPC's protobuf, the HTTP
+face's JSON): the features it advertises, the strings its replies carry, and the limits and rules
+its requests are checked against. Each face converts its own messages; the values come from here."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+
+from ..app.lifecycle import Health
+from ..base.errors import InvalidArgument, ResourceExhausted
+from ..base.models import Message, Usage
+from ..core.agent import DEFAULT_MAX_TOOL_CALLS, GenerateOptions, Generation, TurnEvent
+from ..core.control import HandlerMode, Lane, LaneHandler
+from ..core.structured import StructuredDone
+
+# What GetCapabilities advertises: every RPC of the service is served.
+FEATURES = [
+    "lifecycle", "sessions", "persistent_sessions", "tool_execution", "code_generation", "streaming",
+    "structured_output", "custom_tools", "skills", "context_management", "auto_compaction", "events",
+    "control", "confirmation", "lanes", "external_tasks", "permissions",
+]  # fmt: skip
+PROTOCOLS = "grpc,http,websocket"
+DEFAULT_MODEL_PROVIDER = "openai"
+"""A configured model without a provider is served by the OpenAI-compatible one."""
+MODEL_FEATURES = ["chat"]
+
+MAX_PAGE_SIZE = 1000
+"""The most sessions one ListSessions reply lists, and what a caller that asks for no page size
+gets: the default --max-sessions, so a server with default limits lists everything."""
+MAX_REQUEST_MESSAGE_SIZE = 48 * 1024 * 1024
+"""The most the messages of one request may hold: characters of text (contents, metadata) plus
+bytes of attachments. Below gRPC's 64 MiB message limit, so the refusal names the field; above
+the 50 MB the benchmark sends."""
+
+
+def health_message(health: Health) -> str:
+    return "shutting down" if health.shutting_down else "ok"
+
+
+def health_details(health: Health) -> dict[str, str]:
+    return {
+        "version": health.version,
+        "uptime_s": f"{health.uptime_s:.1f}",
+        "sessions": str(health.sessions),
+        "active_sessions": str(health.active_sessions),
+        "histories_in_memory": str(health.histories_in_memory),
+        "workspace": str(health.workspace),
+        "store": health.store,
+        "durability": health.durability,
+    }
+
+
+def check_message_count(count: int, field: str, max_count: int) -> None:
+    """Before converting them: at most `max_count` messages in one request."""
+    if count > max_count:
+        raise InvalidArgument(
+            f"{field} holds {count} messages; at most {max_count} are accepted in one request"
+            " (A3S_MAX_REQUEST_MESSAGES)"
+        )
+
+
+def check_message_size(messages: Sequence[Message], field: str) -> None:
+    """After converting them: MAX_REQUEST_MESSAGE_SIZE in all."""
+    size = sum(_size(m) for m in messages)
+    if size > MAX_REQUEST_MESSAGE_SIZE:
+        raise ResourceExhausted(
+            f"{field} holds {size} characters and attachment bytes; at most {MAX_REQUEST_MESSAGE_SIZE}"
+            " are accepted in one request"
+        )
+
+
+def _size(message: Message) -> int:
+    return (
+        len(message.content)
+        + sum(len(a.content) + len(a.name) + len(a.url) + len(a.mime_type) for a in message.attachments)
+        + sum(len(k) + len(v) for k, v in message.metadata.items())
+    )
+
+
+def tool_call_id(metadata: Mapping[str, str], field: str) -> str:
+    """The id of the assistant's tool call a ROLE_TOOL message answers: its metadata's tool_call_id."""
+    found = metadata.get("tool_call_id", "").strip()
+    if not found:
+        raise InvalidArgument(
+            f"{field}.metadata.tool_call_id is required for a ROLE_TOOL message: the id of the"
+            " assistant's tool call it answers"
+        )
+    return found
+
+
+def generate_options(
+    *,
+    enable_tools: bool,
+    allowed_tools: list[str],
+    max_tool_calls: int,
+    temperature: float,
+    max_tokens: int,
+    stop_sequences: list[str],
+    return_intermediate_steps: bool,
+) -> GenerateOptions:
+    """The request's GenerateOptions (when it has them: without, tools are on): enable_tools or a
+    non-empty allowed_tools turns tools on; zero values mean the provider's (or the LLM config's)
+    defaults."""
+    return GenerateOptions(
+        enable_tools=enable_tools or bool(allowed_tools),
+        allowed_tools=allowed_tools,
+        max_tool_calls=max_tool_calls or DEFAULT_MAX_TOOL_CALLS,
+        temperature=temperature or None,
+        max_tokens=max_tokens or None,
+        stop_sequences=stop_sequences,
+        return_intermediate_steps=return_intermediate_steps,
+    )
+
+
+def lane(number: int) -> Lane:
+    """A SessionLane number as a Lane (its numbers are the wire's)."""
+    if number not in _LANES:
+        raise InvalidArgument("lane must be SESSION_LANE_CONTROL, _QUERY, _EXECUTE or _GENERATE")
+    return Lane(number)
+
+
+def yolo_lanes(numbers: Iterable[int]) -> list[int]:
+    """A ConfirmationPolicy's yolo_lanes, checked."""
+    lanes = [int(number) for number in numbers]
+    if any(number not in _LANES for number in lanes):
+        raise InvalidArgument(
+            "policy.yolo_lanes must hold SESSION_LANE_CONTROL, _QUERY, _EXECUTE or _GENERATE"
+        )
+    return lanes
+
+
+def lane_handler(mode: int, timeout_ms: int) -> LaneHandler:
+    """A LaneHandlerConfig as a LaneHandler: mode TASK_HANDLER_MODE_UNKNOWN (unset) is INTERNAL."""
+    if mode not in {0, *_MODES}:
+        raise InvalidArgument("config.mode must be TASK_HANDLER_MODE_INTERNAL, _EXTERNAL or _HYBRID")
+    return LaneHandler(HandlerMode(mode or HandlerMode.INTERNAL), timeout_ms)
+
+
+_LANES = frozenset(int(item) for item in Lane)
+_MODES = frozenset(int(item) for item in HandlerMode)
+
+
+def usage_metadata(usage: Usage) -> dict[str, str]:
+    return {
+        "prompt_tokens": str(usage.prompt_tokens),
+        "completion_tokens": str(usage.completion_tokens),
+        "total_tokens": str(usage.total_tokens),
+    }
+
+
+def generation_metadata(generation: Generation, with_steps: bool) -> dict[str, str]:
+    metadata = {
+        "model": generation.model,
+        "turns": str(generation.turns),
+        "duration_ms": f"{generation.duration_ms:.1f}",
+        "finish_reason": generation.finish_reason,
+    }
+    if with_steps:
+        metadata["intermediate_steps"] = json.dumps(
+            [
+                {
+                    "content": m.content,
+                    "tool_calls": [
+                        {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
+                    ],
+                }
+                for m in generation.intermediate
+            ]
+        )
+    return metadata
+
+
+def turn_metadata(event: TurnEvent) -> dict[str, str]:
+    """A stream's METADATA chunk after each model turn."""
+    return {"type": "usage", "turn": str(event.turn), **usage_metadata(event.usage)}
+
+
+def done_metadata(generation: Generation, with_steps: bool) -> dict[str, str]:
+    """A stream's DONE chunk."""
+    return {**generation_metadata(generation, with_steps), **usage_metadata(generation.usage)}
+
+
+def structured_metadata(done: StructuredDone) -> dict[str, str]:
+    return {"model": done.model, "attempts": str(done.attempts)}

@@ -1,0 +1,102 @@
+"""The HTTP face's errors: CallError (a status by its gRPC code name, with the HTTP status it
+answers with) and the wrappers that end each RPC call as the gRPC face would, one log line per call."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+from ..status import MAX_MESSAGE_CHARS, call_log, failure, log_call, shortened
+
+T = TypeVar("T")
+
+# Status → HTTP status: the google.rpc.Code mapping (the one grpc-gateway uses), except that
+# FAILED_PRECONDITION is 409: the request was fine but the state is not (no LLM configured, session
+# paused), so the same request can succeed once the state is fixed. CANCELLED (a Cancel call stopped
+# the generation) is 499, as in google.rpc.
+HTTP_STATUS: dict[str, int] = {
+    "OK": 200,
+    "CANCELLED": 499,
+    "UNKNOWN": 500,
+    "INVALID_ARGUMENT": 400,
+    "DEADLINE_EXCEEDED": 504,
+    "NOT_FOUND": 404,
+    "ALREADY_EXISTS": 409,
+    "PERMISSION_DENIED": 403,
+    "RESOURCE_EXHAUSTED": 429,
+    "FAILED_PRECONDITION": 409,
+    "ABORTED": 409,
+    "OUT_OF_RANGE": 400,
+    "UNIMPLEMENTED": 501,
+    "INTERNAL": 500,
+    "UNAVAILABLE": 503,
+    "DATA_LOSS": 500,
+    "UNAUTHENTICATED": 401,
+}
+
+
+class CallError(Exception):
+    """A call that ended with a status other than OK; `code` is the status's name (NOT_FOUND)."""
+
+    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+    @property
+    def http_status(self) -> int:
+        return HTTP_STATUS.get(self.code, 500)
+
+    def to_json(self) -> dict[str, Any]:
+        """The `error` object of an HTTP or WebSocket reply."""
+        return {"code": self.code, "message": self.message, "details": self.details}
+
+
+def _ended(exc: BaseException, method: str) -> CallError:
+    """The CallError a failed call answers with (as the gRPC face's status and message)."""
+    code, message = failure(exc)
+    if code == "INTERNAL":
+        call_log.error("rpc %s failed unexpectedly", method, exc_info=exc)
+    return CallError(code, shortened(message, MAX_MESSAGE_CHARS))
+
+
+def _code_of(exc: BaseException) -> str:
+    if isinstance(exc, CallError):
+        return exc.code
+    if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):  # the client went away
+        return "CANCELLED"
+    return failure(exc)[0]
+
+
+async def unary_call(method: str, session_id: str, call: Awaitable[T]) -> T:
+    """Await one unary call: a failure is CallError; cancellations pass through."""
+    started = time.perf_counter()
+    code = "OK"
+    try:
+        return await call
+    except BaseException as exc:
+        code = _code_of(exc)
+        if isinstance(exc, CallError) or not isinstance(exc, Exception):
+            raise
+        raise _ended(exc, method) from exc
+    finally:
+        log_call(method, session_id, started, code)
+
+
+async def stream_call(method: str, session_id: str, replies: AsyncIterator[T]) -> AsyncGenerator[T, None]:
+    """The replies of one streaming call, as `unary_call` ends a unary one."""
+    started = time.perf_counter()
+    code = "OK"
+    try:
+        async for reply in replies:
+            yield reply
+    except BaseException as exc:
+        code = _code_of(exc)
+        if isinstance(exc, CallError) or not isinstance(exc, Exception):
+            raise
+        raise _ended(exc, method) from exc
+    finally:
+        log_call(method, session_id, started, code)

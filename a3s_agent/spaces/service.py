@@ -1,0 +1,340 @@
+"""The Agent Spaces service: a space is a workspace with a policy; a run executes an operations
+message in it. The runtime builds the one of its data dir; faces reach it through app/spaces.py.
+
+    spaces = Spaces(data_dir, registry)
+    await spaces.open()
+    space = await spaces.create_space(policy="standard")
+    result = await spaces.start_run(space.id, {"protocolVersion": "1.0", "operations": [...]})
+    if result["status"] == "awaiting_approval":
+        result = await spaces.resume_run(space.id, result["runId"], {"operationId": ..., "decision": "approved"})
+
+Runs are stored in `<data_dir>/spaces.db`, so a run paused for approval survives a restart: a new
+`Spaces` on the same data dir resumes it. Open one `Spaces` per data dir at a time: opening marks
+the runs a stopped process left running as failed (status "error"). At most `max_runs` runs execute
+at once (starts and resumes); beyond that, ResourceExhausted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypedDict, cast
+
+from ..base.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from ..base.sqlite import Durability
+from ..config import DEFAULT_MAX_SPACE_RUNS
+from ..tools.registry import ToolRegistry
+from .policies import DEFAULT_PRESET, PolicySpec, SpacePolicy, build_policy
+from .runner import BatchRunner, Outcome, RunStatus, error_event, policy_denied_event, timestamp
+from .store import RunRecord, SpaceRecord, SpacesStore
+from .validation import PROTOCOL_VERSION, check_message
+
+_SPACE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class RunResult(TypedDict):
+    """The protocol's events message."""
+
+    protocolVersion: str
+    runId: str
+    status: RunStatus
+    events: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Space:
+    id: str
+    workspace: Path
+    policy: SpacePolicy
+    created_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spaceId": self.id,
+            "workspace": str(self.workspace),
+            "policy": self.policy.spec,
+            "createdAt": self.created_at,
+        }
+
+
+@dataclass(frozen=True)
+class _Approval:
+    decision: Literal["approved", "denied"]
+    operation_id: str | None  # None when given as a userMessage: it answers whatever is pending
+    reason: str | None
+    message: str | None  # the userMessage's content
+
+
+@dataclass
+class _ActiveRun:
+    """A run executing in this process; its events of earlier segments are stored from seq 0."""
+
+    runner: BatchRunner
+    first_seq: int
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Spaces:
+    """Spaces and their runs: start, inspect, approve or deny, and cancel."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        registry: ToolRegistry,
+        env: Callable[[], dict[str, str]] | None = None,
+        max_runs: int = DEFAULT_MAX_SPACE_RUNS,
+        durability: Durability = "full",
+    ) -> None:
+        self._data_dir = Path(data_dir)
+        self._registry = registry
+        self._env = env or dict
+        self._max_runs = max_runs
+        self._running = 0  # runs started or resumed and not yet ended, including those still setting up
+        self._store = SpacesStore(self._data_dir / "spaces.db", durability)
+        self._spaces: dict[str, Space] = {}
+        self._active: dict[str, _ActiveRun] = {}
+
+    async def open(self) -> None:
+        await self._store.open()
+        interrupted = error_event("system", "The run was interrupted: the server stopped while it ran")
+        await self._store.fail_running(interrupted, timestamp())
+
+    async def close(self) -> None:
+        """Cancel the runs executing here (killing their commands), then close the store."""
+        active = list(self._active.values())
+        for run in active:
+            run.runner.cancel()
+        for run in active:
+            await run.done.wait()
+        await self._store.close()
+
+    # --- spaces -----------------------------------------------------------------------------------
+
+    async def create_space(
+        self, space_id: str | None = None, workspace: Path | None = None, policy: PolicySpec = DEFAULT_PRESET
+    ) -> Space:
+        """A new space: in `workspace` (an existing directory, e.g. a session's), else in a
+        directory of its own, `<data_dir>/spaces/<spaceId>/workspace`."""
+        if space_id is None:
+            space_id = "space_" + secrets.token_hex(8)
+        elif not isinstance(space_id, str) or not _SPACE_ID.fullmatch(space_id):
+            raise InvalidArgument(f"spaceId must be 1 to 64 letters, digits, '_' or '-', not {space_id!r}")
+        built = build_policy(policy)
+        if workspace is None:
+            directory = self._data_dir.resolve() / "spaces" / space_id / "workspace"
+        else:
+            directory = _existing_directory(workspace)
+        record = SpaceRecord(space_id, str(directory), built.spec, timestamp())
+        await self._store.insert_space(record)
+        directory.mkdir(parents=True, exist_ok=True)
+        space = Space(space_id, directory, built, record.created_at)
+        self._spaces[space_id] = space
+        return space
+
+    async def get_space(self, space_id: str) -> Space:
+        space = self._spaces.get(space_id)
+        if space is None:
+            record = await self._store.get_space(space_id)
+            if record is None:
+                raise NotFound(f"space {space_id!r} does not exist")
+            space = Space(record.id, Path(record.workspace), build_policy(record.policy), record.created_at)
+            self._spaces[space_id] = space
+        return space
+
+    # --- runs -------------------------------------------------------------------------------------
+
+    async def start_run(self, space_id: str, operations_message: Any) -> RunResult:
+        """Run an operations message; returns its events (status completed, awaiting_approval...).
+
+        MessageInvalid (an InvalidArgument) when the message as a whole is malformed.
+        """
+        operations = check_message(operations_message)
+        with self._run_slot():
+            space = await self.get_space(space_id)
+            run_id = "run_" + secrets.token_hex(8)
+            now = timestamp()
+            await self._store.insert_run(
+                RunRecord(run_id, space.id, "running", space.policy.spec, None, 0, now, now)
+            )
+            return await self._execute(
+                run_id, space, space.policy, operations, offset=0, approved=False, first_seq=0
+            )
+
+    async def get_run(self, space_id: str, run_id: str) -> RunResult:
+        """The run with every event so far; status "running" while it executes."""
+        record, events = await self._run_record(space_id, run_id, with_events=True)
+        active = self._active.get(run_id)
+        if active is not None:
+            return _result(run_id, "running", events[: active.first_seq] + active.runner.events)
+        return _result(run_id, cast(RunStatus, record.status), events)
+
+    async def resume_run(self, space_id: str, run_id: str, approval: Mapping[str, Any]) -> RunResult:
+        """Answer the pending approval and go on; returns the events of this resumption.
+
+        `approval` is {"operationId", "decision": "approved" | "denied", "reason"?}, or a
+        userMessage {"type": "userMessage", "content": "approved" | "denied"}. Approved runs the
+        operation and the rest; denied records a policyDenied event for it and runs the rest.
+        """
+        answer = _parse_approval(approval)
+        with self._run_slot():
+            return await self._resume(space_id, run_id, answer)
+
+    async def _resume(self, space_id: str, run_id: str, answer: _Approval) -> RunResult:
+        record, _ = await self._run_record(space_id, run_id)
+        if run_id in self._active or record.status != "awaiting_approval" or record.pending is None:
+            status = "running" if run_id in self._active else record.status
+            raise FailedPrecondition(
+                f"run {run_id!r} is {status}, not awaiting approval; there is nothing to resume"
+            )
+        pending = record.pending
+        if answer.operation_id is not None and answer.operation_id != pending["operationId"]:
+            raise InvalidArgument(
+                f"run {run_id!r} awaits approval of operation {pending['operationId']!r}, "
+                f"not {answer.operation_id!r}"
+            )
+        space = await self.get_space(space_id)
+        if not await self._store.claim_run(run_id, "awaiting_approval", "running", timestamp()):
+            raise FailedPrecondition(f"run {run_id!r} is no longer awaiting approval")
+        events: list[dict[str, Any]] = []
+        if answer.message is not None:
+            events.append({"type": "userMessage", "timestamp": timestamp(), "content": answer.message})
+        operations, offset = pending["operations"], pending["offset"]
+        if answer.decision == "denied":
+            reason = "Denied by the user" + (f": {answer.reason}" if answer.reason else "")
+            events.append(policy_denied_event(operations[0], pending["operationId"], reason))
+            operations, offset = operations[1:], offset + 1
+        return await self._execute(
+            run_id,
+            space,
+            build_policy(record.policy),
+            operations,
+            offset=offset,
+            approved=answer.decision == "approved",
+            first_seq=record.event_count,
+            events=events,
+        )
+
+    async def cancel_run(self, space_id: str, run_id: str) -> RunResult:
+        """Stop a running run (killing its command) or drop one awaiting approval; returns the run."""
+        record, _ = await self._run_record(space_id, run_id)
+        if run_id not in self._active and record.status == "awaiting_approval":
+            if await self._store.claim_run(run_id, "awaiting_approval", "cancelled", timestamp()):
+                return await self.get_run(space_id, run_id)
+            record, _ = await self._run_record(space_id, run_id)
+        active = self._active.get(run_id)
+        if active is None:
+            raise FailedPrecondition(
+                f"run {run_id!r} is {record.status}; only a running run or one awaiting approval can be cancelled"
+            )
+        active.runner.cancel()
+        await active.done.wait()
+        return await self.get_run(space_id, run_id)
+
+    # --- internals --------------------------------------------------------------------------------
+
+    @contextmanager
+    def _run_slot(self) -> Iterator[None]:
+        """One of the `max_runs` runs that may execute at once; RESOURCE_EXHAUSTED beyond them."""
+        if self._running >= self._max_runs:
+            raise ResourceExhausted(
+                f"{self._max_runs} Agent Spaces runs are already running, the server's limit "
+                "(A3S_MAX_SPACE_RUNS); try again when one has ended"
+            )
+        self._running += 1
+        try:
+            yield
+        finally:
+            self._running -= 1
+
+    async def _run_record(
+        self, space_id: str, run_id: str, *, with_events: bool = False
+    ) -> tuple[RunRecord, list[Any]]:
+        found = await self._store.get_run(run_id, with_events=with_events)
+        if found is None or found[0].space_id != space_id:
+            raise NotFound(f"run {run_id!r} does not exist in space {space_id!r}")
+        return found
+
+    async def _execute(
+        self,
+        run_id: str,
+        space: Space,
+        policy: SpacePolicy,
+        operations: Sequence[Any],
+        *,
+        offset: int,
+        approved: bool,
+        first_seq: int,
+        events: list[dict[str, Any]] | None = None,
+    ) -> RunResult:
+        runner = BatchRunner(self._registry, space.workspace, policy, self._env(), events)
+        active = _ActiveRun(runner, first_seq)
+        self._active[run_id] = active
+        try:
+            try:
+                outcome = await runner.run(operations, offset=offset, approved=approved)
+            except asyncio.CancelledError:
+                # The caller went away: the run ends cancelled instead of staying "running".
+                await asyncio.shield(self._save(run_id, Outcome("cancelled"), operations, offset, active))
+                raise
+            await self._save(run_id, outcome, operations, offset, active)
+        finally:
+            del self._active[run_id]
+            active.done.set()
+        return _result(run_id, outcome.status, runner.events)
+
+    async def _save(
+        self, run_id: str, outcome: Outcome, operations: Sequence[Any], offset: int, active: _ActiveRun
+    ) -> None:
+        """One transaction: the segment's events, the status and, when paused, what is left to run."""
+        pending = None
+        if outcome.status == "awaiting_approval":
+            at = outcome.paused_at or 0
+            pending = {
+                "offset": offset + at,
+                "operations": list(operations[at:]),
+                "operationId": outcome.operation_id,
+            }
+        await self._store.save_segment(
+            run_id, outcome.status, pending, active.runner.events, active.first_seq, timestamp()
+        )
+
+
+def _existing_directory(workspace: Path) -> Path:
+    directory = Path(workspace).expanduser().resolve()
+    if not directory.is_dir():
+        raise InvalidArgument(f"workspace {str(workspace)!r} is not an existing directory")
+    return directory
+
+
+def _parse_approval(approval: Any) -> _Approval:
+    if not isinstance(approval, Mapping):
+        raise InvalidArgument("approval must be an object: {operationId, decision, reason?}")
+    if approval.get("type") == "userMessage":
+        content = approval.get("content")
+        decision = content.strip().lower() if isinstance(content, str) else None
+        if decision not in ("approved", "denied"):
+            raise InvalidArgument(
+                f'a userMessage answering an approval must say "approved" or "denied", not {content!r}'
+            )
+        return _Approval("approved" if decision == "approved" else "denied", None, None, content)
+    operation_id, decision, reason = (
+        approval.get("operationId"),
+        approval.get("decision"),
+        approval.get("reason"),
+    )
+    if not isinstance(operation_id, str):
+        raise InvalidArgument("approval.operationId is required: the id of the operation awaiting approval")
+    if decision not in ("approved", "denied"):
+        raise InvalidArgument(f'approval.decision must be "approved" or "denied", not {decision!r}')
+    if reason is not None and not isinstance(reason, str):
+        raise InvalidArgument("approval.reason must be a string")
+    return _Approval(decision, operation_id, reason, None)
+
+
+def _result(run_id: str, status: RunStatus, events: list[dict[str, Any]]) -> RunResult:
+    return {"protocolVersion": PROTOCOL_VERSION, "runId": run_id, "status": status, "events": events}
