@@ -20,6 +20,10 @@ Subprocess use (benchmarks)::
 
     python tests/fake_llm.py --port 0 --delay-ms 200 --tool-rounds 2
     # prints "FAKE_LLM_READY http://127.0.0.1:<port>/v1" once listening
+
+Dialects: ``FakeLLM(dialect="ollama-index0")`` (``--dialect`` on the command line) streams the
+same turns the way one real server does, quirks included, and refuses what that server refuses
+(see :data:`DIALECTS`). ``"openai"``, the default, is the reference behaviour.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +44,8 @@ from typing import Any
 from aiohttp import web
 
 __all__ = [
+    "DIALECTS",
+    "Dialect",
     "Error",
     "FakeLLM",
     "Hang",
@@ -97,7 +103,10 @@ class Reply:
 
 @dataclass(frozen=True)
 class Error:
-    """An HTTP error with an OpenAI-style ``{"error": {...}}`` body."""
+    """An HTTP error with an OpenAI-style ``{"error": {...}}`` body (in the dialect's shape).
+
+    ``in_stream`` reports it inside a streamed reply instead, after HTTP 200 and a first chunk,
+    as servers do when generation fails once the stream has begun."""
 
     status: int
     message: str
@@ -105,6 +114,7 @@ class Error:
     code: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    in_stream: bool = False
 
 
 @dataclass(frozen=True)
@@ -233,8 +243,9 @@ def error(
     should_retry: bool | None = None,
     headers: Mapping[str, str] | None = None,
     delay: float = 0.0,
+    in_stream: bool = False,
 ) -> Error:
-    """An HTTP error turn with realistic defaults per status.
+    """An HTTP error turn with realistic defaults per status (``in_stream``: see :class:`Error`).
 
     ``retry_after`` sets ``Retry-After`` (seconds, floats allowed), ``retry_after_ms`` sets
     ``retry-after-ms``, ``should_retry`` sets ``x-should-retry``. Note the openai client ignores
@@ -257,6 +268,7 @@ def error(
         code if code is not None else default_code,
         all_headers,
         delay,
+        in_stream,
     )
 
 
@@ -307,7 +319,7 @@ def turn_from_json(spec: Any) -> Reply | Error | Hang:
 
     Forms: ``"text"``; ``{"content": str, "tool_calls": [{"name", "arguments", "id"}],
     "finish_reason": str, "delay": float, "break_after": int}``; ``{"error": status, "message",
-    "type", "code", "retry_after", "retry_after_ms"}``; ``{"hang": seconds}``.
+    "type", "code", "retry_after", "retry_after_ms", "in_stream"}``; ``{"hang": seconds}``.
     """
     if isinstance(spec, str):
         return text(spec)
@@ -320,6 +332,7 @@ def turn_from_json(spec: Any) -> Reply | Error | Hang:
             retry_after=spec.get("retry_after"),
             retry_after_ms=spec.get("retry_after_ms"),
             delay=spec.get("delay", 0.0),
+            in_stream=bool(spec.get("in_stream")),
         )
     if "hang" in spec:
         return hang(float(spec["hang"]))
@@ -404,6 +417,202 @@ def _pieces(s: str, size: int) -> list[str]:
     return [s[i : i + size] for i in range(0, len(s), size)] or [""]
 
 
+# --- dialects -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one real server streams and what it refuses, as far as a client can tell."""
+
+    calls: str = "indexed"
+    """How tool calls stream. ``indexed`` (OpenAI): a head with id and name, then argument pieces,
+    each fragment with its call's index. ``index0-split`` (sglang): the same with every call on
+    index 0. ``index0`` (Ollama 0.20): each call whole in its own chunk, all on index 0, distinct
+    ids. ``noindex`` (Ollama <= 0.4.6, Gemini, Mistral): every call whole in one chunk, no index.
+    ``repeat-name`` (llama-cpp-python): id and name repeated in every fragment. ``late-name`` (xAI):
+    the first fragment has the id and arguments, the name comes in the second."""
+    usage: str = "chunk"
+    """Where usage goes. ``chunk``: a last chunk of its own, when ``stream_options`` asks for it.
+    ``finish``: on the finish chunk, always. ``every``: a running count on every chunk.
+    ``x_groq``: in ``x_groq.usage`` of the finish chunk. ``choice``: in ``choices[0].usage``."""
+    eol: str = "\n"
+    """The line ending of the event stream (bare CR and CRLF are legal SSE too)."""
+    heartbeats: bool = False
+    """An empty ``data:`` event and a ``: keep-alive`` comment before every event."""
+    done: str = "[DONE]"
+    """The data of the last event (``"[DONE] "`` with trailing whitespace, as some servers send)."""
+    errors: str = "openai"
+    """The shape of errors. ``openai``: ``{"error": {...}}``. ``vllm``: ``{"object": "error", "message":
+    ...}``, over HTTP and in the stream. ``gemini``: a list holding one ``{"error": {...}}`` (HTTP).
+    ``mistral``: ``{"object": "error", "message": ...}`` (HTTP). ``llamacpp-field``: in the stream,
+    a non-standard ``error:`` SSE field then ``data: [DONE]``. ``http-200``: error bodies with
+    status 200."""
+    refuses_stream_options: int = 0
+    """The HTTP status with which a request carrying ``stream_options`` is refused (0: accepted)."""
+    reasoning: bool = False
+    """DeepSeek thinking mode: ``reasoning_content`` streams before the answer, and a request whose
+    assistant tool-call messages lack it (as streamed) is refused with 400."""
+    signatures: bool = False
+    """Gemini 3: the first call of a reply carries ``extra_content.google.thought_signature`` (and a
+    text reply its first delta), and a request whose calls lack their signature is refused."""
+    azure: bool = False
+    """Azure OpenAI: an empty first chunk with ``prompt_filter_results``, ``content_filter_results``
+    on every choice, and a filter annotation chunk without a delta before the finish."""
+    whole_json: bool = False
+    """Answers ``stream: true`` with one whole ``chat.completion`` JSON object."""
+
+    def message_fields(self) -> frozenset[str]:
+        """The fields an assistant message may carry here (strict servers refuse any other)."""
+        extra = {"reasoning_content"} if self.reasoning else set()
+        extra |= {"extra_content"} if self.signatures else set()
+        return _MESSAGE_FIELDS | extra
+
+    def call_fields(self) -> frozenset[str]:
+        return _CALL_FIELDS | ({"extra_content"} if self.signatures else set())
+
+
+_MESSAGE_FIELDS = frozenset(
+    {"role", "content", "name", "tool_calls", "tool_call_id", "refusal", "function_call"}
+)
+_CALL_FIELDS = frozenset({"id", "type", "function", "index"})
+
+DIALECTS: dict[str, Dialect] = {
+    "openai": Dialect(),
+    "ollama-index0": Dialect(calls="index0"),
+    "ollama-noindex": Dialect(calls="noindex"),
+    "sglang-index0": Dialect(calls="index0-split"),
+    "gemini": Dialect(calls="noindex", usage="finish", errors="gemini"),
+    "gemini3-signature": Dialect(calls="noindex", usage="finish", errors="gemini", signatures=True),
+    "mistral": Dialect(calls="noindex", usage="finish", errors="mistral"),
+    "mistral-422": Dialect(calls="noindex", usage="finish", errors="mistral", refuses_stream_options=422),
+    "llamacpp-repeat-name": Dialect(calls="repeat-name"),
+    "xai-late-name": Dialect(calls="late-name"),
+    "deepseek-reasoning": Dialect(reasoning=True),
+    "groq": Dialect(usage="x_groq", refuses_stream_options=400),
+    "moonshot-usage": Dialect(usage="choice"),
+    "usage-every-chunk": Dialect(usage="every"),
+    "usage-on-finish": Dialect(usage="finish"),
+    "heartbeats": Dialect(heartbeats=True),
+    "done-whitespace": Dialect(done="[DONE] "),
+    "bare-cr": Dialect(eol="\r"),
+    "crlf": Dialect(eol="\r\n"),
+    "vllm-error": Dialect(errors="vllm"),
+    "llamacpp-error-field": Dialect(errors="llamacpp-field"),
+    "azure": Dialect(azure=True),
+    "json-reply": Dialect(whole_json=True),
+    "error-200": Dialect(errors="http-200"),
+}
+"""Every dialect by name: one per quirk of a real server's stream (see :class:`Dialect`)."""
+
+
+def _field_problem(messages: list[Any], dialect: Dialect) -> str | None:
+    """A field of an assistant message or call that this (strict) server does not know, or None."""
+    message_fields, call_fields = dialect.message_fields(), dialect.call_fields()
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        unknown = sorted(set(message) - message_fields)
+        for j, tc in enumerate(message.get("tool_calls") or ()):
+            unknown += (
+                [f"tool_calls[{j}].{name}" for name in sorted(set(tc) - call_fields)]
+                if isinstance(tc, dict)
+                else []
+            )
+        if unknown:
+            return f"messages[{i}]: Extra inputs are not permitted: {', '.join(unknown)}"
+    return None
+
+
+def _assistant_calls(messages: list[Any]) -> Iterator[tuple[int, dict[str, Any], list[dict[str, Any]]]]:
+    """(index, message, its calls) of each assistant message that made calls."""
+    for i, message in enumerate(messages):
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            calls = [tc for tc in message.get("tool_calls") or () if isinstance(tc, dict)]
+            if calls:
+                yield i, message, calls
+
+
+def _missing_reasoning(messages: list[Any], streamed: dict[str, str]) -> str | None:
+    """DeepSeek's refusal of a tool-call message without the reasoning_content it streamed."""
+    for i, message, calls in _assistant_calls(messages):
+        wanted = streamed.get(calls[0].get("id"))
+        if "reasoning_content" not in message or (
+            wanted is not None and message["reasoning_content"] != wanted
+        ):
+            return (
+                f"Missing `reasoning_content` field in the assistant message at message index {i}. For more"
+                " information, please refer to https://api-docs.deepseek.com/guides/thinking_mode#tool-calls"
+            )
+    return None
+
+
+def _missing_signature(messages: list[Any], given: dict[str, str]) -> str | None:
+    """Gemini 3's refusal of a call sent back without the thought signature it came with."""
+    for i, _, calls in _assistant_calls(messages):
+        for tc in calls:
+            signature = ((tc.get("extra_content") or {}).get("google") or {}).get("thought_signature")
+            if tc.get("id") in given and signature != given[tc["id"]]:
+                name = (tc.get("function") or {}).get("name")
+                return (
+                    "Function call is missing a thought_signature in functionCall parts. This is required for"
+                    " tools to work correctly, and missing thought_signature may lead to degraded model"
+                    f" performance. Additional data, function call `default_api:{name}` , position {i}. please"
+                    " refer to https://ai.google.dev/gemini-api/docs/thought-signatures for more details."
+                )
+    return None
+
+
+def _mistral_extra_forbidden(name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Mistral's 422 for a request field it does not know: pydantic's report as the message."""
+    detail = [
+        {
+            "type": "extra_forbidden",
+            "loc": ["body", name],
+            "msg": "Extra inputs are not permitted",
+            "input": body[name],
+        }
+    ]
+    return {
+        "object": "error",
+        "message": {"detail": detail},
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
+
+
+_AZURE_FILTER = {
+    category: {"filtered": False, "severity": "safe"}
+    for category in ("hate", "self_harm", "sexual", "violence")
+}
+
+
+_GEMINI_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
+
+
+@dataclass(frozen=True)
+class _Issued:
+    """A reply's call ids and what its dialect sends beside them."""
+
+    ids: list[str]
+    reasoning: str | None
+    signature: str | None
+
+    def extra(self) -> dict[str, Any]:
+        """Gemini's ``extra_content`` carrying the signature (nothing when there is none)."""
+        if self.signature is None:
+            return {}
+        return {"extra_content": {"google": {"thought_signature": self.signature}}}
+
+
 class FakeLLM:
     """The fake server. Script turns with :meth:`script`, read :attr:`requests` afterwards.
 
@@ -413,8 +622,10 @@ class FakeLLM:
     Streams split text into ``text_chunk``-character deltas and tool-call arguments into
     ``args_chunk``-character deltas, round-robin across parallel calls when ``interleave``.
     ``strict`` rejects with 400, like the real API, messages with an unknown role, ``tool``
-    messages not answering the preceding assistant ``tool_calls``, or unanswered tool calls.
-    Rejected requests (401/400) are recorded but consume no turn.
+    messages not answering the preceding assistant ``tool_calls``, unanswered tool calls, or
+    assistant messages and calls with fields the server does not know. ``dialect`` names the
+    server whose stream is reproduced (:data:`DIALECTS`). Rejected requests (401/400, and the
+    dialect's refusals) are recorded but consume no turn.
     """
 
     def __init__(
@@ -428,9 +639,12 @@ class FakeLLM:
         args_chunk: int = 3,
         interleave: bool = True,
         strict: bool = True,
+        dialect: str = "openai",
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
+        if dialect not in DIALECTS:
+            raise ValueError(f"unknown dialect {dialect!r}; known: {', '.join(DIALECTS)}")
         self._turns: deque[TurnLike] = deque(turns)
         self.fallback = fallback
         self.api_key = api_key
@@ -440,12 +654,18 @@ class FakeLLM:
         self.args_chunk = args_chunk
         self.interleave = interleave
         self.strict = strict
+        self.dialect_name = dialect
+        self.dialect = DIALECTS[dialect]
         self.host = host
         self.port = port
         self.requests: list[RecordedRequest] = []
         """Every request to the completions endpoint, in arrival order."""
         self.errors: list[Exception] = []
         """Exceptions raised by callable turns (each also answered with a 500)."""
+        self.usages: list[dict[str, int]] = []
+        """The usage reported with each reply played, in order (what a client should add up)."""
+        self._reasoning: dict[str, str] = {}  # reasoning_content streamed with each call id
+        self._signatures: dict[str, str] = {}  # thought signature given with a call id
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._closing: asyncio.Event | None = None
@@ -465,10 +685,11 @@ class FakeLLM:
         return len(self._turns)
 
     def reset(self) -> None:
-        """Forget the remaining script, the recorded requests and errors."""
+        """Forget the remaining script, the recorded requests, errors and usages."""
         self._turns.clear()
         self.requests.clear()
         self.errors.clear()
+        self.usages.clear()
 
     @property
     def base_url(self) -> str:
@@ -566,9 +787,16 @@ class FakeLLM:
             return self._error_response(error(400, "We could not parse the JSON body of your request."))
         if not isinstance(body.get("model"), str) or not isinstance(body.get("messages"), list):
             return self._error_response(error(400, "'model' (string) and 'messages' (array) are required."))
-        problem = _message_problem(body["messages"]) if self.strict else None
+        problem = (
+            (_message_problem(body["messages"]) or _field_problem(body["messages"], self.dialect))
+            if self.strict
+            else None
+        )
         if problem:
             return self._error_response(error(400, problem))
+        refusal = self._dialect_refusal(body)
+        if refusal is not None:
+            return refusal
 
         turn = self._next_turn(body)
         if isinstance(turn, Hang):
@@ -576,12 +804,14 @@ class FakeLLM:
             return self._error_response(error(504, "fake LLM hang elapsed", should_retry=False))
         await self._wait(self.delay + turn.delay)
         if isinstance(turn, Error):
+            if turn.in_stream and body.get("stream"):
+                return await self._stream_error(request, body, turn)
             return self._error_response(turn)
         if isinstance(turn, Raw):
             return web.Response(
                 status=turn.status, body=turn.body, headers={"Content-Type": turn.content_type}
             )
-        if body.get("stream"):
+        if body.get("stream") and not self.dialect.whole_json:
             return await self._stream(request, body, turn)
         return await self._complete(request, body, turn)
 
@@ -620,29 +850,102 @@ class FakeLLM:
             pass
 
     def _error_response(self, err: Error) -> web.Response:
-        payload = {"error": {"message": err.message, "type": err.type, "param": None, "code": err.code}}
+        shape = self.dialect.errors
+        payload: Any
+        if shape == "vllm":
+            payload = self._vllm_error(err)
+        elif shape == "mistral":
+            payload = {
+                "object": "error",
+                "message": err.message,
+                "type": err.type,
+                "param": None,
+                "code": None,
+            }
+        elif shape == "gemini":
+            payload = [
+                {
+                    "error": {
+                        "code": err.status,
+                        "message": err.message,
+                        "status": _GEMINI_STATUS.get(err.status, "UNKNOWN"),
+                    }
+                }
+            ]
+        else:
+            payload = {"error": {"message": err.message, "type": err.type, "param": None, "code": err.code}}
         return web.Response(
-            status=err.status,
+            status=200 if shape == "http-200" else err.status,
             text=_dumps(payload),
             content_type="application/json",
             headers={"x-request-id": f"req_{next(self._ids)}", **err.headers},
         )
 
+    @staticmethod
+    def _vllm_error(err: Error) -> dict[str, Any]:
+        return {
+            "object": "error",
+            "message": err.message,
+            "type": "BadRequestError",
+            "param": None,
+            "code": err.status,
+        }
+
+    def _dialect_refusal(self, body: dict[str, Any]) -> web.Response | None:
+        """What this server refuses in a request a strict OpenAI server would take, as it says so."""
+        dialect = self.dialect
+        if dialect.refuses_stream_options == 422 and "stream_options" in body:
+            return web.json_response(
+                _mistral_extra_forbidden("stream_options", body), status=422, dumps=_dumps
+            )
+        if dialect.refuses_stream_options and "stream_options" in body:
+            return self._error_response(
+                error(400, "property 'stream_options' is unsupported, did you mean 'stream'?")
+            )
+        messages = body["messages"]
+        problem = (dialect.reasoning and _missing_reasoning(messages, self._reasoning)) or (
+            dialect.signatures and _missing_signature(messages, self._signatures)
+        )
+        return self._error_response(error(400, problem)) if problem else None
+
     def _tool_call_id(self, number: int, index: int, tc: ToolCall) -> str:
         return tc.id or f"call_{number}_{index}"
 
+    def _issue(self, number: int, reply: Reply) -> _Issued:
+        """The reply's call ids, and what the dialect streams beside it (reasoning, signatures),
+        remembered so that a later request can be checked for it."""
+        ids = [self._tool_call_id(number, i, tc) for i, tc in enumerate(reply.tool_calls)]
+        reasoning = (
+            f"The user wants reply {number}; I will work it out step by step."
+            if self.dialect.reasoning
+            else None
+        )
+        signature = f"sig-{number}-" + "Q" * 24 if self.dialect.signatures else None
+        for call_id in ids:
+            if reasoning is not None:
+                self._reasoning[call_id] = reasoning
+        if signature is not None and ids:
+            self._signatures[ids[0]] = signature  # Gemini signs the first call of parallel ones
+        return _Issued(ids, reasoning, signature)
+
     async def _complete(self, request: web.Request, body: dict[str, Any], reply: Reply) -> web.StreamResponse:
         number = next(self._ids)
+        issued = self._issue(number, reply)
         message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
+        if issued.reasoning is not None:
+            message["reasoning_content"] = issued.reasoning
         if reply.tool_calls:
             message["tool_calls"] = [
                 {
-                    "id": self._tool_call_id(number, i, tc),
+                    "id": issued.ids[i],
                     "type": "function",
                     "function": {"name": tc.name, "arguments": tc.arguments_json()},
+                    **(issued.extra() if i == 0 else {}),
                 }
                 for i, tc in enumerate(reply.tool_calls)
             ]
+        usage = _usage(body, reply)
+        self.usages.append(usage)
         payload = {
             "id": f"chatcmpl-{number}",
             "object": "chat.completion",
@@ -656,7 +959,7 @@ class FakeLLM:
                     "finish_reason": reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop"),
                 }
             ],
-            "usage": _usage(body, reply),
+            "usage": usage,
         }
         data = _dumps(payload).encode()
         if reply.break_after is None:
@@ -669,6 +972,10 @@ class FakeLLM:
 
     def _chunks(self, body: dict[str, Any], reply: Reply, number: int) -> list[str]:
         """All SSE ``data:`` payloads of a streamed reply, in order, including ``[DONE]``."""
+        dialect = self.dialect
+        issued = self._issue(number, reply)
+        usage = _usage(body, reply)
+        self.usages.append(usage)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         base = {
             "id": f"chatcmpl-{number}",
@@ -676,46 +983,132 @@ class FakeLLM:
             "created": int(time.time()),
             "model": body["model"],
         }
+        null_usage = include_usage and dialect.usage == "chunk"
 
-        # Serialize the constant envelope once; only the delta varies per chunk.
-        envelope = _dumps(base)[:-1] + ',"choices":[{"index":0,"delta":'
-        usage_tail = ',"usage":null}' if include_usage else "}"
-
-        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> str:
-            finish = "null" if finish_reason is None else _dumps(finish_reason)
-            return f'{envelope}{_dumps(delta)},"logprobs":null,"finish_reason":{finish}}}]{usage_tail}'
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+            if dialect.azure:
+                choice["content_filter_results"] = _AZURE_FILTER
+            return {**base, "choices": [choice], **({"usage": None} if null_usage else {})}
 
         out = [chunk({"role": "assistant", "content": "", "refusal": None})]
+        if issued.reasoning is not None:
+            pieces = _pieces(issued.reasoning, self.text_chunk)
+            out += [chunk({"content": None, "reasoning_content": piece}) for piece in pieces]
         if reply.content:
-            out += [chunk({"content": piece}) for piece in _pieces(reply.content, self.text_chunk)]
+            for i, piece in enumerate(_pieces(reply.content, self.text_chunk)):
+                delta: dict[str, Any] = {"content": piece}
+                if issued.reasoning is not None:
+                    delta["reasoning_content"] = None
+                if i == 0 and issued.signature is not None and not reply.tool_calls:
+                    delta.update(issued.extra())  # Gemini signs a text reply on its first delta
+                out.append(chunk(delta))
+        out += [chunk({"tool_calls": fragments}) for fragments in self._call_deltas(reply, issued)]
+        if dialect.azure:
+            annotation = {
+                "index": 0,
+                "finish_reason": None,
+                "content_filter_results": _AZURE_FILTER,
+                "content_filter_offsets": {"check_offset": 0, "start_offset": 0, "end_offset": 40},
+            }
+            out.append(
+                {"id": "", "object": "", "created": 0, "model": "", "choices": [annotation], "usage": None}
+            )
+        finish = chunk({}, reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop"))
+        out.append(finish)
+        if dialect.usage == "finish":
+            finish["usage"] = usage
+        elif dialect.usage == "x_groq":
+            finish["x_groq"] = {
+                "id": f"req_{number}",
+                "usage": {"queue_time": 0.01, **usage, "total_time": 0.02},
+            }
+        elif dialect.usage == "choice":
+            finish["choices"][0]["usage"] = usage
+        elif dialect.usage == "every":
+            for i, item in enumerate(out, 1):  # a running count; the finish chunk has the whole
+                done = usage["completion_tokens"] * i // len(out)
+                item["usage"] = {
+                    **usage,
+                    "completion_tokens": done,
+                    "total_tokens": usage["prompt_tokens"] + done,
+                }
+        elif include_usage:
+            out.append({**base, "choices": [], "usage": usage})
+        if dialect.azure:
+            prompt_filter = [{"prompt_index": 0, "content_filter_results": _AZURE_FILTER}]
+            out.insert(
+                0,
+                {
+                    "choices": [],
+                    "created": 0,
+                    "id": "",
+                    "model": "",
+                    "object": "",
+                    "prompt_filter_results": prompt_filter,
+                },
+            )
+        return [*map(_dumps, out), dialect.done]
 
+    def _call_deltas(self, reply: Reply, issued: _Issued) -> list[list[dict[str, Any]]]:
+        """The ``tool_calls`` list of each chunk that carries calls, as the dialect streams them."""
+        style = self.dialect.calls
+        whole = [
+            {
+                "id": issued.ids[i],
+                "type": "function",
+                "function": {"name": tc.name, "arguments": tc.arguments_json()},
+                **(issued.extra() if i == 0 else {}),
+            }
+            for i, tc in enumerate(reply.tool_calls)
+        ]
+        if not whole:
+            return []
+        if style == "noindex":
+            return [whole]
+        if style == "index0":
+            return [[{**call, "index": 0}] for call in whole]
         per_call: list[list[dict[str, Any]]] = []
-        for index, tc in enumerate(reply.tool_calls):
+        for i, tc in enumerate(reply.tool_calls):
+            index = 0 if style == "index0-split" else i
+            pieces = _pieces(tc.arguments_json(), self.args_chunk)
             head = {
                 "index": index,
-                "id": self._tool_call_id(number, index, tc),
+                "id": issued.ids[i],
                 "type": "function",
-                "function": {"name": tc.name, "arguments": ""},
+                **(issued.extra() if i == 0 else {}),
             }
-            arguments = tc.arguments_json()
-            tail = [
-                {"index": index, "function": {"arguments": p}} for p in _pieces(arguments, self.args_chunk)
-            ]
-            per_call.append([head, *tail] if arguments else [head])
-        if self.interleave:
+            if style == "repeat-name":
+                fragments = [{**head, "function": {"name": tc.name, "arguments": piece}} for piece in pieces]
+            elif style == "late-name":
+                fragments = [
+                    {**head, "function": {"arguments": pieces[0]}},
+                    {"index": index, "function": {"name": tc.name, "arguments": "".join(pieces[1:2])}},
+                ]
+                fragments += [{"index": index, "function": {"arguments": piece}} for piece in pieces[2:]]
+            else:
+                fragments = [{**head, "function": {"name": tc.name, "arguments": ""}}]
+                fragments += [{"index": index, "function": {"arguments": p}} for p in pieces if p]
+            per_call.append(fragments)
+        if self.interleave and style == "indexed":
             ordered = [d for group in itertools.zip_longest(*per_call) for d in group if d is not None]
         else:
             ordered = [d for deltas in per_call for d in deltas]
-        out += [chunk({"tool_calls": [d]}) for d in ordered]
+        return [[d] for d in ordered]
 
-        out.append(chunk({}, reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")))
-        if include_usage:
-            out.append(_dumps({**base, "choices": [], "usage": _usage(body, reply)}))
-        out.append("[DONE]")
-        return out
+    def _frame(self, payloads: list[str]) -> list[bytes]:
+        """Each payload as an SSE event, with the dialect's line endings and heart-beats."""
+        eol = self.dialect.eol
+        beat = f"data:{eol}{eol}: keep-alive{eol}{eol}" if self.dialect.heartbeats else ""
+        return [f"{beat}data: {data}{eol}{eol}".encode() for data in payloads]
 
     async def _stream(self, request: web.Request, body: dict[str, Any], reply: Reply) -> web.StreamResponse:
-        events = [f"data: {c}\n\n".encode() for c in self._chunks(body, reply, next(self._ids))]
+        events = self._frame(self._chunks(body, reply, next(self._ids)))
         if reply.break_after is not None:
             events = events[: reply.break_after]
         response = web.StreamResponse(
@@ -733,6 +1126,35 @@ class FakeLLM:
             return response
         if reply.break_after is not None:
             return self._cut(request, response)
+        await response.write_eof()
+        return response
+
+    async def _stream_error(
+        self, request: web.Request, body: dict[str, Any], err: Error
+    ) -> web.StreamResponse:
+        """HTTP 200, a first chunk, then the failure as this server reports one mid-stream."""
+        number = next(self._ids)
+        first = {
+            "id": f"chatcmpl-{number}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+        }
+        eol = self.dialect.eol
+        if self.dialect.errors == "llamacpp-field":
+            failure = {"code": err.status, "message": err.message, "type": err.type}
+            tail = f"error: {_dumps(failure)}{eol}{eol}data: [DONE]{eol}{eol}".encode()
+        else:
+            shaped = (
+                self._vllm_error(err)
+                if self.dialect.errors == "vllm"
+                else {"error": {"message": err.message, "type": err.type, "param": None, "code": err.code}}
+            )
+            tail = b"".join(self._frame([_dumps(shaped), self.dialect.done]))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await response.prepare(request)
+        await response.write(b"".join(self._frame([_dumps(first)])) + tail)
         await response.write_eof()
         return response
 
@@ -762,6 +1184,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--turns-file", type=Path, help="JSON list of turns played before the default answer")
     parser.add_argument("--api-key", help="require this bearer token")
+    parser.add_argument(
+        "--dialect",
+        default="openai",
+        choices=sorted(DIALECTS),
+        help="the real server whose stream to reproduce",
+    )
     return parser.parse_args(argv)
 
 
@@ -777,6 +1205,7 @@ async def _serve(args: argparse.Namespace) -> None:
         fallback=fallback,
         api_key=args.api_key,
         delay=args.delay_ms / 1000,
+        dialect=args.dialect,
         host=args.host,
         port=args.port,
     )

@@ -336,10 +336,11 @@ class FakeLLMProcess:
         delay_ms: float = 0,
         tool: str = "read_file",
         arguments: str = '{"path": "small.txt"}',
+        answer: str = "Done.",
     ) -> None:
         argv = [sys.executable, str(ROOT / "tests" / "fake_llm.py"), "--port", "0",
                 "--tool-rounds", str(rounds), "--tool-name", tool, "--tool-args", arguments,
-                "--delay-ms", str(delay_ms)]  # fmt: skip
+                "--delay-ms", str(delay_ms), "--text", answer]  # fmt: skip
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -406,6 +407,59 @@ async def _direct_turns(base_url: str, turns: int) -> float:
         return time.perf_counter() - started
 
 
+async def _client_cpu_ms(base_url: str, turns: int) -> tuple[float, float]:
+    """Process CPU (ms) per streamed model turn, the same turns from the same fake: our provider's,
+    then the `openai` package's. The fake runs in its own process, so only the client is counted."""
+    import openai
+
+    from a3s_agent.base.models import LLMConfig
+    from a3s_agent.llm.openai_compat import OpenAICompatibleProvider
+    from a3s_agent.llm.provider import CompletionRequest
+
+    messages: list[dict[str, object]] = [{"role": "user", "content": "go"}]
+    provider = OpenAICompatibleProvider(LLMConfig(model="fake-model", base_url=base_url, api_key="sk-bench"))
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench", max_retries=0)
+
+    async def ours() -> None:
+        async for _ in provider.stream(CompletionRequest(model="fake-model", messages=messages)):
+            pass
+
+    async def package() -> None:
+        stream = await client.chat.completions.create(
+            model="fake-model", messages=messages, stream=True, stream_options={"include_usage": True}
+        )
+        async for _ in stream:
+            pass
+
+    async def cpu_ms(turn: Callable[[], Awaitable[None]]) -> float:
+        for _ in range(20):  # warm up: connections, first-use imports
+            await turn()
+        started = time.process_time()
+        for _ in range(turns):
+            await turn()
+        return (time.process_time() - started) / turns * 1000
+
+    try:
+        return await cpu_ms(ours), await cpu_ms(package)
+    finally:
+        await provider.close()
+        await client.close()
+
+
+async def _cpu_rows(turns: int) -> list[Row]:
+    rows = []
+    answer = "The quick brown fox jumps over the lazy dog. " * 45  # about 2 KB, 8 characters a chunk
+    for what, rounds, text in (("a tool call", 1, "Done."), ("a 2 KB answer", 0, answer)):
+        with FakeLLMProcess(rounds, answer=text) as fake:
+            ours, package = await _client_cpu_ms(fake.base_url, turns)
+        rows += [
+            Row(f"client CPU per streamed turn, {what}: ours (ms)", f"{ours:.3f}"),
+            Row(f"client CPU per streamed turn, {what}: openai package (ms)", f"{package:.3f}"),
+            Row(f"client CPU ratio, {what} (ours / openai package)", f"{ours / package:.2f}", "<= 0.2"),
+        ]
+    return rows
+
+
 async def bench_agent(seconds: float, workspace: Path) -> list[Row]:
     (workspace / "small.txt").write_text("lorem ipsum\n" * 300)
     rounds = 19  # 20 model turns per generation
@@ -443,6 +497,7 @@ async def bench_agent(seconds: float, workspace: Path) -> list[Row]:
         Row("one 3-turn generation, 200 ms per reply (s)", f"{one:.2f}"),
         Row("100 concurrent 3-turn generations (s)", f"{hundred:.2f}"),
         Row("concurrency ratio (100 concurrent / one)", f"{hundred / one:.2f}", "<= 2.0"),
+        *await _cpu_rows(max(200, int(seconds * 100))),
     ]
 
 

@@ -101,6 +101,13 @@ class Attachment:
         return cls(**{**data, "content": base64.b64decode(data.get("content", ""))})
 
 
+ProviderState = dict[str, dict[str, Any]]
+"""What a provider asked to be given back with a message or a call, opaque to everything else:
+DeepSeek's `reasoning_content`, Gemini's `extra_content` (thought signatures), Anthropic's signed
+thinking. Keyed by the provider that wrote it (its kind and endpoint), so it goes back only there;
+stored with the message, never shown as content, never counted as the answer."""
+
+
 @dataclass
 class ToolCall:
     """A call the model (or a client) made: `arguments` is the JSON text."""
@@ -108,6 +115,13 @@ class ToolCall:
     id: str
     name: str
     arguments: str = "{}"
+    provider_state: ProviderState = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"id": self.id, "name": self.name, "arguments": self.arguments}
+        if self.provider_state:
+            data["provider_state"] = self.provider_state
+        return data
 
 
 @dataclass
@@ -121,6 +135,8 @@ class Message:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str = ""
     name: str = ""
+    provider_state: ProviderState = field(default_factory=dict)
+    """See ProviderState: kept with an assistant message for the provider that wrote it."""
 
     def to_json(self) -> dict[str, Any]:
         """The non-core fields as a JSON-ready dict (role and content are stored as columns)."""
@@ -130,11 +146,13 @@ class Message:
         if self.metadata:
             data["metadata"] = self.metadata
         if self.tool_calls:
-            data["tool_calls"] = [asdict(c) for c in self.tool_calls]
+            data["tool_calls"] = [c.to_json() for c in self.tool_calls]
         if self.tool_call_id:
             data["tool_call_id"] = self.tool_call_id
         if self.name:
             data["name"] = self.name
+        if self.provider_state:
+            data["provider_state"] = self.provider_state
         return data
 
     @classmethod
@@ -147,6 +165,7 @@ class Message:
             tool_calls=[ToolCall(**c) for c in data.get("tool_calls", [])],
             tool_call_id=data.get("tool_call_id", ""),
             name=data.get("name", ""),
+            provider_state=data.get("provider_state", {}),
         )
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base.errors import Cancelled, ContextOverflow, FailedPrecondition, InvalidArgument, ResourceExhausted
-from ..base.models import LLMConfig, Message, SessionState, ToolCall, Usage
+from ..base.models import LLMConfig, Message, ProviderState, SessionState, ToolCall, Usage
 from ..core.session import Session
 from ..llm.messages import to_openai, tool_schema
 from ..llm.provider import CompletionRequest, Provider, TextDelta, ToolCallReady, TurnEnd
@@ -266,6 +266,7 @@ class _Run:
             requested: list[ToolCall] = []
             finish_reason = "stop"
             turn_usage = Usage()
+            provider_state: ProviderState = {}  # what the provider wants back with this message
             overflowed = False
             while True:  # once more after the provider refused the prompt as too long and it was compacted
                 request = CompletionRequest(
@@ -286,13 +287,17 @@ class _Run:
                             yield TextEvent(event.text)
                         elif isinstance(event, ToolCallReady):
                             call = ToolCall(
-                                id=event.id or new_call_id(), name=event.name, arguments=event.arguments
+                                id=event.id or new_call_id(),
+                                name=event.name,
+                                arguments=event.arguments,
+                                provider_state=event.provider_state,
                             )
                             requested.append(call)
                             yield ToolCallEvent(call)
                         elif isinstance(event, TurnEnd):
                             finish_reason = event.finish_reason
                             turn_usage = event.usage or Usage()
+                            provider_state = event.provider_state
                     break
                 except ContextOverflow as exc:
                     if text or requested:  # part of the reply is out: a retry would repeat it
@@ -305,7 +310,9 @@ class _Run:
                 self.usage.prompt_tokens + turn_usage.prompt_tokens,
                 self.usage.completion_tokens + turn_usage.completion_tokens,
             )
-            assistant = Message(role="assistant", content="".join(text), tool_calls=requested)
+            assistant = Message(
+                role="assistant", content="".join(text), tool_calls=requested, provider_state=provider_state
+            )
             await self.agent._sessions.append_messages(self.session.id, [assistant], usage=turn_usage)
             yield TurnEvent(turn, turn_usage, finish_reason)
             conversation.append(to_openai(assistant))

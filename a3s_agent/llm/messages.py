@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from ..base.models import Attachment, Message
+from ..base.models import Attachment, Message, ToolCall
 from ..tools.registry import Tool
 
 
@@ -37,14 +37,19 @@ def _user_content(message: Message) -> str | list[dict[str, Any]]:
     return parts
 
 
+PROVIDER_STATE = "provider_state"
+"""The key under which `to_openai` passes a message's and its calls' ProviderState along. It is not
+a Chat Completions field: each provider takes its own part out (`with_provider_state`) and drops
+the rest before anything goes on the wire."""
+
+
 def to_openai(message: Message) -> dict[str, Any]:
     if message.role == "assistant":
         out: dict[str, Any] = {"role": "assistant", "content": message.content or None}
         if message.tool_calls:
-            out["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c in message.tool_calls
-            ]
+            out["tool_calls"] = [_call(c) for c in message.tool_calls]
+        if message.provider_state or any(c.provider_state for c in message.tool_calls):
+            out[PROVIDER_STATE] = message.provider_state  # marks the message for with_provider_state
         return out
     if message.role == "tool":
         tool_call_id = message.tool_call_id or message.metadata.get("tool_call_id", "")
@@ -67,3 +72,31 @@ def tool_schema(tool: Tool) -> dict[str, Any]:
             "parameters": tool.parameters_schema,
         },
     }
+
+
+def _call(call: ToolCall) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+    if call.provider_state:
+        out[PROVIDER_STATE] = call.provider_state
+    return out
+
+
+def with_provider_state(messages: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """`messages` as they go to the provider whose state key is `key`: the fields it asked back
+    (see ProviderState) put in place on each message and call, every provider's state removed."""
+    if not any(PROVIDER_STATE in message for message in messages):
+        return messages
+    return [_own_state(message, key) if PROVIDER_STATE in message else message for message in messages]
+
+
+def _own_state(item: dict[str, Any], key: str) -> dict[str, Any]:
+    out = {name: value for name, value in item.items() if name != PROVIDER_STATE}
+    out.update(item[PROVIDER_STATE].get(key) or {})
+    calls = out.get("tool_calls")
+    if calls:
+        out["tool_calls"] = [_own_state(call, key) if PROVIDER_STATE in call else call for call in calls]
+    return out

@@ -1,9 +1,12 @@
 """Any OpenAI-compatible Chat Completions endpoint (OpenAI, vLLM, Ollama, DeepSeek, Kimi, OpenRouter...).
 
-Spoken directly over aiohttp: the request is JSON, the streamed reply is server-sent events of
-`chat.completion.chunk` objects. (The `openai` package did the same at about five times the CPU
-per model turn, which capped how many sessions one process could drive; see tools/bench.py.)
-Retries, backoff and Retry-After follow the OpenAI client's conventions.
+Spoken directly over aiohttp: the request is JSON, the streamed reply is server-sent events
+(sse.py) of `chat.completion.chunk` objects (openai_stream.py assembles the turn, with each
+server's quirks). The `openai` package did the same at several times the CPU per model turn,
+which capped how many sessions one process could drive (tools/bench.py, section agent).
+Retries, backoff and Retry-After follow the OpenAI client's conventions. Servers that refuse
+`stream_options` (Groq, Mistral with 422, xAI) are asked again without it, and the provider
+(one per endpoint) remembers not to send it there again.
 """
 
 from __future__ import annotations
@@ -11,17 +14,20 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..base.backoff import Backoff
-from ..base.errors import AgentError, ContextOverflow, FailedPrecondition, InvalidArgument, Unavailable
+from ..base.errors import AgentError, FailedPrecondition, InvalidArgument, Unavailable
 from ..base.jsontext import valid_text
-from ..base.models import LLMConfig, Usage
-from .provider import CompletionRequest, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
+from ..base.models import LLMConfig
+from .messages import with_provider_state
+from .openai_stream import TurnReader, whole_reply
+from .provider import CompletionRequest, ProviderEvent
+from .provider_errors import error_message, is_context_overflow, mid_reply_failure, overflow
 from .redact import redact, shown_url, url_secrets
+from .sse import server_events
 
 if TYPE_CHECKING:
     import aiohttp
@@ -34,6 +40,10 @@ _MAX_RETRY_AFTER_S = 60.0
 _RETRY_INITIAL_S, _RETRY_MAX_S, _RETRY_JITTER = 0.5, 8.0, 0.25  # 0.5 s doubling up to 8 s, 75-100%
 
 
+class _StreamOptionsRefused(InvalidArgument):
+    """The server refused the request for its `stream_options` field."""
+
+
 class _Retryable(Exception):
     """A failure worth another try; `delay_s` is what the server asked for, if anything."""
 
@@ -43,6 +53,8 @@ class _Retryable(Exception):
 
 
 class OpenAICompatibleProvider:
+    """One endpoint (and key); its connection pool and what it was found to refuse live here."""
+
     def __init__(
         self, llm: LLMConfig, *, timeout_s: float = DEFAULT_TIMEOUT_S, max_retries: int = DEFAULT_RETRIES
     ) -> None:
@@ -55,6 +67,11 @@ class OpenAICompatibleProvider:
         self._timeout_s = timeout_s
         self._max_retries = max_retries
         self._session: aiohttp.ClientSession | None = None
+        self.state_key = f"openai-compatible {self._shown_url}"
+        """Whose ProviderState this provider writes and reads back: an OpenAI-compatible server's
+        fields (reasoning_content, extra_content) go back to that endpoint only; another server
+        may refuse them (Mistral and Groq reject unknown message fields)."""
+        self._stream_options = True  # until the endpoint refuses them
 
     def _client(self) -> aiohttp.ClientSession:
         # aiohttp is imported on first use: its import costs the server's start-up a quarter second.
@@ -86,19 +103,25 @@ class OpenAICompatibleProvider:
     async def _with_retries(self, request: CompletionRequest) -> AsyncIterator[ProviderEvent]:
         """Every failure's message passes through here, redacted, on its way to clients, logs and store."""
         try:
-            async for event in self._retrying(request):
-                yield event
+            try:
+                async for event in self._retrying(request):
+                    yield event
+            except _StreamOptionsRefused:
+                self._stream_options = False  # refused before any reply: nothing was yielded
+                async for event in self._retrying(request):
+                    yield event
         except AgentError as exc:
             exc.args = (redact(str(exc), self._secrets),)
             raise
 
     async def _retrying(self, request: CompletionRequest) -> AsyncIterator[ProviderEvent]:
-        body = await _encoded(_body(request))
+        with_options = self._stream_options
+        body = await _encoded(self._body(request, with_options))
         backoff = Backoff(_RETRY_INITIAL_S, _RETRY_MAX_S, jitter=_RETRY_JITTER)
         for attempt in range(self._max_retries + 1):
             started = False
             try:
-                async for event in self._attempt(body):
+                async for event in self._attempt(body, with_options):
                     started = True
                     yield event
                 return
@@ -108,7 +131,7 @@ class OpenAICompatibleProvider:
                     raise Unavailable(f"{exc} (after {attempt + 1} attempts)") from exc
                 await asyncio.sleep(_retry_delay(exc.delay_s, backoff.next_s()))
 
-    async def _attempt(self, body: bytes) -> AsyncIterator[ProviderEvent]:
+    async def _attempt(self, body: bytes, with_options: bool) -> AsyncIterator[ProviderEvent]:
         import aiohttp
 
         try:
@@ -116,13 +139,13 @@ class OpenAICompatibleProvider:
             data = io.BytesIO(body) if len(body) > _BIG_BODY_CHARS else body
             async with self._client().post(self._url, data=data, headers=self._headers) as response:
                 if response.status >= 400:
-                    await _raise_for_status(response, self._shown_url)
+                    await _raise_for_status(response, self._shown_url, with_options)
                 if response.content_type == "application/json":  # a server that ignored stream=true
-                    events = _parse_whole(_json_reply(await response.read()))
+                    for event in whole_reply(_json_reply(await response.read()), self.state_key):
+                        yield event
                 else:
-                    events = _parse_stream(response)
-                async for event in events:
-                    yield event
+                    async for event in self._read_stream(response):
+                        yield event
         except TimeoutError as exc:
             raise _Retryable(
                 f"the LLM provider at {self._shown_url} timed out after {self._timeout_s:g} s"
@@ -132,6 +155,56 @@ class OpenAICompatibleProvider:
         except aiohttp.ClientError as exc:
             raise _Retryable(f"cannot reach the LLM provider at {self._shown_url}: {exc}") from exc
 
+    async def _read_stream(self, response: aiohttp.ClientResponse) -> AsyncIterator[ProviderEvent]:
+        """Text deltas as they come, each tool call once its arguments are complete, then TurnEnd."""
+        reader = TurnReader(self.state_key)
+        events = server_events(response.content.iter_any())
+        async for event in events:
+            if event.error or event.event == "error":  # old llama.cpp's `error:` field, `event: error`
+                raise mid_reply_failure(_parsed(event.error or event.data))
+            payload = event.data.strip()
+            if not payload:  # an empty `data:` heart-beat
+                continue
+            if payload == "[DONE]":
+                break
+            try:
+                chunk = valid_text(json.loads(payload))  # a model's lone surrogates become U+FFFD
+            except ValueError as exc:
+                raise Unavailable(f"the LLM provider sent a malformed chunk: {payload[:200]!r}") from exc
+            for ready in reader.feed(chunk):
+                yield ready
+        await events.aclose()
+        for ready in reader.finish():
+            yield ready
+
+    def _body(self, request: CompletionRequest, with_options: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": request.model,
+            "messages": with_provider_state(request.messages, self.state_key),
+            "stream": True,
+        }
+        if with_options:
+            body["stream_options"] = {"include_usage": True}
+        if request.tools:
+            body["tools"] = request.tools
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.max_tokens:
+            body["max_tokens"] = request.max_tokens
+        if request.stop:
+            body["stop"] = request.stop
+        if request.response_format is not None:
+            body["response_format"] = request.response_format
+        return body
+
+
+def _parsed(text: str) -> Any:
+    """A JSON error report, or the text when it is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
 
 def _json_reply(raw: bytes) -> Any:
     """A whole JSON reply; invalid UTF-8 is replaced, not fatal, as in streamed replies."""
@@ -139,26 +212,6 @@ def _json_reply(raw: bytes) -> Any:
         return valid_text(json.loads(raw.decode("utf-8", errors="replace")))
     except ValueError as exc:
         raise Unavailable(f"the LLM provider sent malformed JSON: {exc}") from exc
-
-
-def _body(request: CompletionRequest) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": request.model,
-        "messages": request.messages,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    if request.tools:
-        body["tools"] = request.tools
-    if request.temperature is not None:
-        body["temperature"] = request.temperature
-    if request.max_tokens:
-        body["max_tokens"] = request.max_tokens
-    if request.stop:
-        body["stop"] = request.stop
-    if request.response_format is not None:
-        body["response_format"] = request.response_format
-    return body
 
 
 _BIG_BODY_CHARS = 256 * 1024
@@ -225,12 +278,14 @@ def _retry_after(response: aiohttp.ClientResponse) -> float | None:
     return None
 
 
-async def _raise_for_status(response: aiohttp.ClientResponse, url: str) -> None:
+async def _raise_for_status(response: aiohttp.ClientResponse, url: str, sent_stream_options: bool) -> None:
     text = await response.text(errors="replace")
-    message = _error_message(text) or response.reason or "no message"
+    message = error_message(text) or response.reason or "no message"
     status = response.status
     if is_context_overflow(text):
-        raise _overflow(f"HTTP {status}", message)
+        raise overflow(f"HTTP {status}", message)
+    if sent_stream_options and status in (400, 422) and "stream_options" in text:
+        raise _StreamOptionsRefused(f"the LLM provider refused stream_options (HTTP {status}): {message}")
     if status == 401:
         raise FailedPrecondition(f"the LLM provider at {url} rejected the API key (HTTP 401): {message}")
     if status == 403:
@@ -240,137 +295,3 @@ async def _raise_for_status(response: aiohttp.ClientResponse, url: str) -> None:
     if status < 500:
         raise InvalidArgument(f"the LLM provider refused the request (HTTP {status}): {message}")
     raise Unavailable(f"the LLM provider failed (HTTP {status}): {message}")
-
-
-# How providers say a prompt is longer than the model's window: OpenAI (the code and its message),
-# Anthropic, vLLM, llama.cpp (its message and its error type).
-_OVERFLOW = re.compile(
-    r"context_length_exceeded|maximum context length|prompt is too long|longer than the model's context"
-    r"|longer than the maximum model length|exceeds the available context size|context size exceeded"
-    r"|exceed_context_size_error",
-    re.IGNORECASE,
-)
-
-
-def is_context_overflow(error_text: str) -> bool:
-    """Whether a provider's error body (JSON or text) says the prompt does not fit the window."""
-    return bool(_OVERFLOW.search(error_text[:10_000]))
-
-
-def _overflow(where: str, message: str) -> ContextOverflow:
-    return ContextOverflow(
-        f"the prompt is longer than the model's context window (the LLM provider refused it, {where}): {message}"
-    )
-
-
-def _error_message(text: str) -> str:
-    """The provider's own message from an OpenAI-style error body."""
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return text.strip()[:500]
-    error = body.get("error", body) if isinstance(body, dict) else body
-    if isinstance(error, dict) and error.get("message"):
-        return str(error["message"])
-    return str(error)[:500]
-
-
-async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
-    """The data of each server-sent event (multi-line data joined), until [DONE]."""
-    data: list[str] = []
-    async for raw in response.content:
-        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-        if line.startswith("data:"):
-            data.append(line[5:].removeprefix(" "))
-        elif not line and data:
-            payload = "\n".join(data)
-            data = []
-            if payload == "[DONE]":
-                return
-            yield payload
-    if data and data != ["[DONE]"]:
-        yield "\n".join(data)
-
-
-async def _parse_stream(response: aiohttp.ClientResponse) -> AsyncIterator[ProviderEvent]:
-    """Text deltas as they come, each tool call once its arguments are complete, then TurnEnd."""
-    pending: dict[int, dict[str, str]] = {}  # tool calls by index, arguments still arriving
-    emitted: set[int] = set()
-    finish_reason = ""
-    usage: Usage | None = None
-    async for payload in _events(response):
-        try:
-            chunk = valid_text(json.loads(payload))  # a model's lone surrogates become U+FFFD
-        except ValueError as exc:
-            raise Unavailable(f"the LLM provider sent a malformed chunk: {payload[:200]!r}") from exc
-        if not isinstance(chunk, dict):
-            continue
-        if chunk.get("error"):
-            if is_context_overflow(payload):
-                raise _overflow("mid-reply", _error_message(payload))
-            raise Unavailable(f"the LLM provider failed mid-reply: {_error_message(payload)}")
-        if chunk.get("usage"):
-            usage = Usage(
-                chunk["usage"].get("prompt_tokens") or 0, chunk["usage"].get("completion_tokens") or 0
-            )
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                yield TextDelta(delta["content"])
-            for call in delta.get("tool_calls") or ():
-                index = call.get("index", 0)
-                if index in emitted:
-                    continue
-                if index not in pending:
-                    # A new call starts: earlier ones whose arguments form complete JSON are done.
-                    for ready in _complete(pending, emitted):
-                        yield ready
-                    pending[index] = {"id": "", "name": "", "arguments": ""}
-                entry = pending[index]
-                entry["id"] = call.get("id") or entry["id"]
-                function = call.get("function") or {}
-                entry["name"] += function.get("name") or ""
-                entry["arguments"] += function.get("arguments") or ""
-            if choice.get("finish_reason"):
-                finish_reason = choice["finish_reason"]
-    if not finish_reason:
-        raise Unavailable("the LLM provider ended its reply without a finish reason (stream broken off)")
-    for index in sorted(pending):
-        entry = pending[index]
-        yield ToolCallReady(entry["id"], entry["name"], entry["arguments"] or "{}")
-    yield TurnEnd(finish_reason, usage)
-
-
-async def _parse_whole(completion: Any) -> AsyncIterator[ProviderEvent]:
-    """The same events from a non-streamed `chat.completion` object."""
-    choices = completion.get("choices") if isinstance(completion, dict) else None
-    if not choices:
-        raise Unavailable(f"the LLM provider answered without choices: {str(completion)[:200]}")
-    message = choices[0].get("message") or {}
-    if message.get("content"):
-        yield TextDelta(message["content"])
-    for call in message.get("tool_calls") or ():
-        function = call.get("function") or {}
-        yield ToolCallReady(call.get("id", ""), function.get("name", ""), function.get("arguments") or "{}")
-    usage = completion.get("usage") or {}
-    yield TurnEnd(
-        choices[0].get("finish_reason") or "stop",
-        Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0) if usage else None,
-    )
-
-
-def _complete(pending: dict[int, dict[str, str]], emitted: set[int]) -> list[ToolCallReady]:
-    """Remove and return the pending calls whose arguments already parse as JSON.
-
-    Parallel calls may arrive interleaved by index, so a new index alone proves nothing."""
-    ready = []
-    for index in sorted(pending):
-        entry = pending[index]
-        try:
-            json.loads(entry["arguments"])  # empty means not started yet: not complete
-        except ValueError:
-            continue
-        ready.append(ToolCallReady(entry["id"], entry["name"], entry["arguments"]))
-        emitted.add(index)
-        del pending[index]
-    return ready

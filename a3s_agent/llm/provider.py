@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..base.models import Usage
+from ..base.models import ProviderState, Usage
 
 
 @dataclass
@@ -36,6 +36,8 @@ class ToolCallReady:
     id: str
     name: str
     arguments: str
+    provider_state: ProviderState = field(default_factory=dict)
+    """Fields of the call to send back to the same provider (Gemini's thought signature)."""
 
 
 @dataclass
@@ -44,6 +46,8 @@ class TurnEnd:
 
     finish_reason: str
     usage: Usage | None = None
+    provider_state: ProviderState = field(default_factory=dict)
+    """Fields of the assistant message to send back to the same provider (DeepSeek's reasoning)."""
 
 
 ProviderEvent = TextDelta | ToolCallReady | TurnEnd

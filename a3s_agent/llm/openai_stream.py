@@ -1,0 +1,198 @@
+"""One model turn assembled from `chat.completion.chunk` objects, as real servers stream them.
+
+Tool calls are matched to their fragments by `index`, as OpenAI numbers them, but not every
+server does: Ollama 0.20 and sglang put every call on index 0, Ollama up to 0.4.6, Gemini and
+Mistral send no index at all (each call whole). So a fragment starts a new call when it carries
+an id other than its call's, or when it brings a name and arguments to a call that already has a
+name and complete JSON arguments. The name is the first non-empty one: llama-cpp-python repeats
+it in every fragment, xAI may send it after the first arguments.
+
+Usage may come as `usage` on its own last chunk or on the finish chunk (keep the last seen: some
+servers send a running count on every chunk), in `x_groq.usage` (Groq) or in `choices[0].usage`
+(Moonshot/Kimi). What a server wants back with the message (DeepSeek's `reasoning_content`,
+Gemini's `extra_content` thought signatures, on the message or on each call) becomes the
+events' provider state, keyed by the provider's state key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..base.errors import Unavailable
+from ..base.models import ProviderState, Usage
+from .provider import ProviderEvent, TextDelta, ToolCallReady, TurnEnd
+from .provider_errors import is_error_body, mid_reply_failure
+
+_REASONING = "reasoning_content"
+_EXTRA = "extra_content"
+
+
+@dataclass(slots=True)
+class _Call:
+    id: str = ""
+    name: str = ""
+    pieces: list[str] = field(default_factory=list)
+    extra: Any = None
+    sent: bool = False
+
+    def arguments(self) -> str:
+        return "".join(self.pieces)
+
+    def complete(self) -> bool:
+        """Whether the arguments so far are a whole JSON value (cheaply ruled out while unclosed)."""
+        last = next((piece.rstrip() for piece in reversed(self.pieces) if piece.strip()), "")
+        if last[-1:] not in ("}", "]"):
+            return False
+        try:
+            json.loads(self.arguments())
+        except ValueError:
+            return False
+        return True
+
+
+class TurnReader:
+    """Feed it each chunk of a streamed reply, then `finish`: the turn's events, in order."""
+
+    def __init__(self, state_key: str) -> None:
+        self._key = state_key
+        self._calls: list[_Call] = []
+        self._by_index: dict[int, _Call] = {}
+        self._next = 0  # the first call not yet passed on
+        self._finish_reason = ""
+        self._usage: Usage | None = None
+        self._reasoning: list[str] | None = None
+        self._extra: Any = None
+
+    def feed(self, chunk: Any) -> list[ProviderEvent]:
+        """The events a chunk completes: its text at once, tool calls once known to be whole."""
+        if not isinstance(chunk, dict):
+            return []
+        if is_error_body(chunk):
+            raise mid_reply_failure(chunk)
+        self._take_usage(chunk.get("usage") or (chunk.get("x_groq") or {}).get("usage"))
+        events: list[ProviderEvent] = []
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if text and isinstance(text, str):
+                events.append(TextDelta(text))
+            reasoning = delta.get(_REASONING)
+            if isinstance(reasoning, str):
+                if self._reasoning is None:
+                    self._reasoning = []
+                self._reasoning.append(reasoning)
+            if delta.get(_EXTRA):
+                self._extra = delta[_EXTRA]
+            for fragment in delta.get("tool_calls") or ():
+                if isinstance(fragment, dict) and self._take(fragment):
+                    events += self._whole_calls()
+            self._take_usage(choice.get("usage"))
+            if choice.get("finish_reason"):
+                self._finish_reason = choice["finish_reason"]
+        return events
+
+    def finish(self) -> list[ProviderEvent]:
+        """The rest of the calls and the TurnEnd; a reply cut off before its finish reason is an error."""
+        if not self._finish_reason:
+            raise Unavailable("the LLM provider ended its reply without a finish reason (stream broken off)")
+        events: list[ProviderEvent] = [self._ready(call) for call in self._calls[self._next :]]
+        state: dict[str, Any] = {}
+        if self._reasoning is not None:
+            state[_REASONING] = "".join(self._reasoning)
+        if self._extra is not None:
+            state[_EXTRA] = self._extra
+        events.append(TurnEnd(self._finish_reason, self._usage, self._keyed(state)))
+        return events
+
+    def _take_usage(self, raw: Any) -> None:
+        if raw and isinstance(raw, dict):
+            self._usage = Usage(raw.get("prompt_tokens") or 0, raw.get("completion_tokens") or 0)
+
+    def _take(self, fragment: dict[str, Any]) -> bool:
+        """Add a tool-call fragment to its call; True when it started a new call."""
+        index = fragment.get("index")
+        current = self._by_index.get(index) if isinstance(index, int) else None
+        if current is None and not isinstance(index, int) and self._calls:
+            current = self._calls[-1]  # no index: the fragment continues the latest call
+        call_id = fragment.get("id") or ""
+        function = fragment.get("function") or {}
+        name = function.get("name") or ""
+        arguments = function.get("arguments") or ""
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments)  # an object where a JSON string belongs
+        started = current is None or _starts_new_call(current, call_id, name, arguments)
+        if started:
+            current = _Call()
+            self._calls.append(current)
+            if isinstance(index, int):
+                self._by_index[index] = current
+        assert current is not None
+        if current.sent:
+            return started  # a stray fragment of a call already passed on
+        current.id = current.id or call_id
+        current.name = current.name or name
+        if arguments:
+            current.pieces.append(arguments)
+        if fragment.get(_EXTRA):
+            current.extra = fragment[_EXTRA]
+        return started
+
+    def _whole_calls(self) -> list[ProviderEvent]:
+        """A new call began: the calls before it that are named and whole are passed on, in order."""
+        events: list[ProviderEvent] = []
+        last = len(self._calls) - 1
+        while self._next < last:
+            call = self._calls[self._next]
+            if not (call.name and call.complete()):
+                break
+            events.append(self._ready(call))
+            self._next += 1
+        return events
+
+    def _ready(self, call: _Call) -> ToolCallReady:
+        call.sent = True
+        state = {_EXTRA: call.extra} if call.extra is not None else {}
+        return ToolCallReady(call.id, call.name, call.arguments() or "{}", self._keyed(state))
+
+    def _keyed(self, state: dict[str, Any]) -> ProviderState:
+        return {self._key: state} if state else {}
+
+
+def _starts_new_call(current: _Call, call_id: str, name: str, arguments: str) -> bool:
+    if call_id and current.id:
+        return call_id != current.id
+    return bool(name and arguments and current.name and current.complete())
+
+
+def whole_reply(completion: Any, state_key: str) -> list[ProviderEvent]:
+    """The same events from a whole `chat.completion` object (a server that ignored stream=true)."""
+    if is_error_body(completion):
+        raise mid_reply_failure(completion, "in a reply with HTTP status 200")
+    choices = completion.get("choices") if isinstance(completion, dict) else None
+    if not choices:
+        raise Unavailable(f"the LLM provider answered without choices: {str(completion)[:200]}")
+    choice = choices[0]
+    message = choice.get("message") or {}
+    chunk = {
+        "usage": completion.get("usage") or (completion.get("x_groq") or {}).get("usage"),
+        "choices": [
+            {
+                "delta": {**message, "tool_calls": _numbered(message.get("tool_calls"))},
+                "usage": choice.get("usage"),
+                "finish_reason": choice.get("finish_reason") or "stop",
+            }
+        ],
+    }
+    reader = TurnReader(state_key)
+    return [*reader.feed(chunk), *reader.finish()]
+
+
+def _numbered(calls: Any) -> list[Any]:
+    """A whole message's calls as fragments, each with its own index."""
+    if not isinstance(calls, list):
+        return []
+    return [{**call, "index": i} if isinstance(call, dict) else call for i, call in enumerate(calls)]

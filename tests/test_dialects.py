@@ -1,0 +1,307 @@
+"""Every OpenAI-compatible dialect the fake reproduces, through the real gRPC server.
+
+The conformance suite runs the same three conversations against each dialect of
+`tests/fake_llm.py` (DIALECTS): one tool call then an answer, two parallel calls in one turn, and
+GenerateStructured; each asserts the tools ran with the right arguments, the answer, and the
+usage the server reported. Then focused tests: each error shape surfaces the server's message,
+`stream_options` refused once is not sent to that endpoint again, provider state (DeepSeek's
+reasoning, Gemini's signatures) goes back to its own endpoint only, from the store too.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from a3s_agent.llm.sse import ServerEvent, server_events
+from a3s_agent.proto import code_agent_pb2 as pb
+
+from .conftest import LiveServer, agent_settings, initialize, new_session, running, user
+from .fake_llm import DIALECTS, Error, FakeLLM, call, error, text, tool_call, tool_calls
+
+NOTES = "hello from the notes\n"
+
+
+@pytest.fixture(params=sorted(DIALECTS))
+async def dialect_fake(request: pytest.FixtureRequest) -> AsyncIterator[FakeLLM]:
+    async with FakeLLM(dialect=request.param) as fake:
+        yield fake
+
+
+@pytest.fixture
+async def server(workspace: Path, tmp_path: Path, dialect_fake: FakeLLM) -> AsyncIterator[LiveServer]:
+    (workspace / "notes.txt").write_text(NOTES)
+    (workspace / "a.txt").write_text("alpha\n")
+    (workspace / "b.txt").write_text("beta\n")
+    async with running(agent_settings(workspace, tmp_path / "data")) as live:
+        await initialize(live, dialect_fake)
+        yield live
+
+
+def assert_usage(usage: pb.Usage, fake: FakeLLM) -> None:
+    """The run's usage is the sum of what the server reported for each reply, wherever it put it."""
+    assert fake.usages, "the fake played no reply"
+    assert usage.prompt_tokens == sum(u["prompt_tokens"] for u in fake.usages)
+    assert usage.completion_tokens == sum(u["completion_tokens"] for u in fake.usages)
+
+
+async def generate(server: LiveServer, session_id: str, prompt: str) -> pb.GenerateResponse:
+    return await server.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user(prompt)]))
+
+
+# --- the conformance suite: three conversations per dialect ------------------------------------
+
+
+async def test_one_tool_call_then_an_answer(server: LiveServer, dialect_fake: FakeLLM) -> None:
+    dialect_fake.script(tool_call("read_file", {"path": "notes.txt"}), text("The notes say hello."))
+    reply = await generate(server, await new_session(server), "what do the notes say?")
+
+    assert reply.message.content == "The notes say hello."
+    assert reply.finish_reason == pb.FINISH_REASON_STOP
+    [ran] = reply.tool_calls
+    assert ran.name == "read_file" and json.loads(ran.arguments) == {"path": "notes.txt"}
+    assert ran.result.success and NOTES.strip() in ran.result.output
+    assert_usage(reply.usage, dialect_fake)
+    # The call went back under the id the server gave it, answered by its result.
+    last = dialect_fake.requests[-1].messages
+    assert [c["id"] for c in last[-2]["tool_calls"]] == [ran.id] and last[-1]["tool_call_id"] == ran.id
+
+
+async def test_two_parallel_calls_in_one_turn(server: LiveServer, dialect_fake: FakeLLM) -> None:
+    dialect_fake.script(
+        tool_calls([call("read_file", {"path": "a.txt"}), call("read_file", {"path": "b.txt"})]),
+        text("Both files read."),
+    )
+    reply = await generate(server, await new_session(server), "read a and b")
+
+    assert reply.message.content == "Both files read."
+    assert [(c.name, json.loads(c.arguments)) for c in reply.tool_calls] == [
+        ("read_file", {"path": "a.txt"}),
+        ("read_file", {"path": "b.txt"}),
+    ]
+    assert "alpha" in reply.tool_calls[0].result.output and "beta" in reply.tool_calls[1].result.output
+    assert len({c.id for c in reply.tool_calls}) == 2
+    assert_usage(reply.usage, dialect_fake)
+
+
+async def test_generate_structured(server: LiveServer, dialect_fake: FakeLLM) -> None:
+    dialect_fake.script(text('{"name": "Ada", "age": 36}'))
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}
+    reply = await server.stub.GenerateStructured(
+        pb.GenerateStructuredRequest(
+            session_id=await new_session(server), messages=[user("Ada, 36")], schema=json.dumps(schema)
+        )
+    )
+    assert json.loads(reply.data) == {"name": "Ada", "age": 36}
+    assert_usage(reply.usage, dialect_fake)
+
+
+# --- focused tests -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def live_for(workspace: Path, tmp_path: Path) -> AsyncIterator[LiveServer]:
+    (workspace / "notes.txt").write_text(NOTES)
+    async with running(agent_settings(workspace, tmp_path / "data")) as live:
+        yield live
+
+
+@pytest.mark.parametrize(
+    ("dialect", "turn", "code", "also"),
+    [
+        (
+            "vllm-error",
+            error(400, "temperature must be non-negative"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "",
+        ),
+        ("vllm-error", error(500, "the engine died", in_stream=True), grpc.StatusCode.UNAVAILABLE, ""),
+        (
+            "llamacpp-error-field",
+            error(500, "slot 0 is busy", in_stream=True),
+            grpc.StatusCode.UNAVAILABLE,
+            "",
+        ),
+        ("openai", error(500, "the server had an error", in_stream=True), grpc.StatusCode.UNAVAILABLE, ""),
+        (
+            "gemini",
+            error(400, "API key not valid. Please pass a valid API key."),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "",
+        ),
+        ("mistral", error(400, "Invalid model: mistral-huge"), grpc.StatusCode.INVALID_ARGUMENT, ""),
+        ("error-200", error(429, "You exceeded your current quota"), grpc.StatusCode.UNAVAILABLE, ""),
+        (
+            "llamacpp-error-field",
+            error(
+                400,
+                "the request exceeds the available context size. try increasing the context size",
+                in_stream=True,
+            ),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "context window",
+        ),
+    ],
+    ids=[
+        "vllm-http",
+        "vllm-stream",
+        "llamacpp-field",
+        "openai-stream",
+        "gemini-list",
+        "mistral",
+        "http-200",
+        "llamacpp-overflow",
+    ],
+)
+async def test_each_error_shape_surfaces_the_servers_message(
+    live_for: LiveServer, dialect: str, turn: Error, code: grpc.StatusCode, also: str
+) -> None:
+    async with FakeLLM(turn, dialect=dialect) as fake:
+        await initialize(live_for, fake)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await generate(live_for, await new_session(live_for), "go")
+    assert caught.value.code() == code, caught.value.details()
+    assert turn.message in caught.value.details() and also in caught.value.details()
+
+
+@pytest.mark.parametrize("dialect", ["groq", "mistral-422"])
+async def test_refused_stream_options_are_dropped_and_remembered_per_endpoint(
+    live_for: LiveServer, dialect: str
+) -> None:
+    async with FakeLLM(dialect=dialect) as refusing, FakeLLM(text("elsewhere")) as other:
+        await initialize(live_for, refusing)
+        refusing.script(tool_call("read_file", {"path": "notes.txt"}), text("one"), text("two"))
+        session_id = await new_session(live_for)
+        first = await generate(live_for, session_id, "go")
+        second = await generate(live_for, session_id, "again")
+        assert (first.message.content, second.message.content) == ("one", "two")
+        # Asked once with stream_options (refused), then never again at that endpoint.
+        assert ["stream_options" in r.body for r in refusing.requests] == [True, False, False, False]
+        assert_usage_total(first.usage, second.usage, refusing)  # usage came, from where the server put it
+
+        llm = pb.LLMConfig(provider="openai", model="fake-model", base_url=other.base_url)
+        elsewhere = await live_for.stub.CreateSession(
+            pb.CreateSessionRequest(config=pb.SessionConfig(llm=llm))
+        )
+        await generate(live_for, elsewhere.session_id, "go")
+        assert other.requests[0].body["stream_options"] == {"include_usage": True}  # another endpoint
+
+
+def assert_usage_total(first: pb.Usage, second: pb.Usage, fake: FakeLLM) -> None:
+    assert first.prompt_tokens + second.prompt_tokens == sum(u["prompt_tokens"] for u in fake.usages)
+    assert first.completion_tokens + second.completion_tokens == sum(
+        u["completion_tokens"] for u in fake.usages
+    )
+    assert first.completion_tokens > 0
+
+
+@pytest.mark.parametrize("dialect", ["deepseek-reasoning", "gemini3-signature"])
+async def test_provider_state_goes_back_from_the_store_and_never_shows(
+    workspace: Path, tmp_path: Path, dialect: str
+) -> None:
+    (workspace / "notes.txt").write_text(NOTES)
+    settings = agent_settings(workspace, tmp_path / "data")
+    async with FakeLLM(dialect=dialect) as fake:
+        fake.script(tool_call("read_file", {"path": "notes.txt"}), text("Read."), text("Still here."))
+        async with running(settings) as live:
+            await initialize(live, fake)
+            session_id = await new_session(live)
+            reply = await generate(live, session_id, "read the notes")
+        assert reply.message.content == "Read."
+        shown = [
+            reply.message.content,
+            *reply.message.metadata.values(),
+            *(c.arguments for c in reply.tool_calls),
+        ]
+        assert not any("step by step" in s or "sig-" in s for s in shown)
+        # A new server process reads the session back from the store: the state comes with it
+        # (the fake refuses, as the real server does, a tool-call message without it).
+        async with running(settings) as live:
+            await initialize(live, fake)
+            again = await generate(live, session_id, "anything else?")
+        assert again.message.content == "Still here."
+        assistant = next(m for m in fake.requests[-1].messages if m["role"] == "assistant")
+        assert "provider_state" not in assistant and all(
+            "provider_state" not in c for c in assistant["tool_calls"]
+        )
+
+
+async def test_provider_state_goes_to_its_own_endpoint_only(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "notes.txt").write_text(NOTES)
+    async with FakeLLM(dialect="deepseek-reasoning") as deepseek, FakeLLM(text("Plain.")) as plain:
+        deepseek.script(tool_call("read_file", {"path": "notes.txt"}), text("Read."))
+        async with running(agent_settings(workspace, tmp_path / "data")) as live:
+            await initialize(live, deepseek)
+            session_id = await new_session(live)
+            await generate(live, session_id, "read the notes")
+            llm = pb.LLMConfig(provider="openai", model="fake-model", base_url=plain.base_url)
+            await live.stub.ConfigureSession(
+                pb.ConfigureSessionRequest(session_id=session_id, config=pb.SessionConfig(llm=llm))
+            )
+            # The strict plain server refuses unknown message fields: reasoning_content must not go there.
+            assert (await generate(live, session_id, "and now?")).message.content == "Plain."
+        sent = [m for m in plain.requests[0].messages if m["role"] == "assistant"]
+        assert sent and all("reasoning_content" not in m for m in sent)
+
+
+async def _reads(*pieces: bytes) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece
+
+
+async def _events(*pieces: bytes) -> list[ServerEvent]:
+    return [event async for event in server_events(_reads(*pieces))]
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        (b"data: a\r\n\r\ndata: b\r\n\r\n",),
+        (b"data: a\r", b"\n\r", b"\ndata: b\r\n", b"\r\n"),  # CRLF split between reads
+        (b"data: a\r\rdata: b\r\r",),  # bare CR
+        (b"data: a\r", b"\rdata: b\r", b"\r"),
+        (
+            b": keep-alive\n\ndata:\n\ndata: a\n\nevent: x\nid: 7\ndata: b\n\n",
+        ),  # comments, empty data, other fields
+        (b"data: a\n\ndata: b",),  # the last event without its blank line
+    ],
+)
+async def test_sse_framing_in_every_legal_form(pieces: tuple[bytes, ...]) -> None:
+    data = [event.data for event in await _events(*pieces) if event.data]
+    assert data == ["a", "b"]
+
+
+async def test_sse_multiline_data_utf8_across_reads_and_the_error_field() -> None:
+    caf = "café".encode()
+    events = await _events(b'data: {"x":\ndata: "' + caf[:4], caf[4:] + b'"}\n\nerror: {"message": "m"}\n\n')
+    assert [(e.data, e.error) for e in events] == [('{"x":\n"café"}', ""), ("", '{"message": "m"}')]
+
+
+def test_the_fake_takes_a_dialect_on_its_command_line() -> None:
+    script = Path(__file__).with_name("fake_llm.py")
+    command = [sys.executable, str(script), "--port", "0", "--dialect", "bare-cr", "--text", "hi"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            base_url = proc.stdout.readline().split()[-1]
+            body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}
+            request = urllib.request.Request(
+                f"{base_url}/chat/completions",
+                json.dumps(body).encode(),
+                {"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=10) as reply:
+                raw = reply.read()
+            assert b"\n" not in raw and raw.endswith(b"data: [DONE]\r\r") and b'"content":"hi"' in raw
+        finally:
+            proc.terminate()
+        assert proc.wait(timeout=5) == 0
+    with pytest.raises(ValueError, match="unknown dialect"):
+        FakeLLM(dialect="no-such-server")
