@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .config import ConfigError, check_address, check_serving, settings_from
+from .config import ConfigError, Settings, check_address, check_serving, settings_from
 
 if TYPE_CHECKING:
     import grpc
@@ -95,6 +95,55 @@ def _parser() -> argparse.ArgumentParser:
         help="on SIGTERM/SIGINT/Shutdown: how long running calls may go on before they are cancelled"
         " (env A3S_GRACE_SECONDS; default 10)",
     )
+    serve.add_argument(
+        "--mcp-http",
+        action="store_true",
+        help="also serve the MCP server face at /mcp on the HTTP listener, behind its token (env A3S_MCP_HTTP=1)",
+    )
+    _mcp_tools_flag(serve)
+    serve.add_argument(
+        "--mcp-config",
+        help="MCP servers whose tools the agent uses: a JSON or YAML file of the"
+        ' {"mcpServers": {name: {command, args, env, cwd} | {url, headers}}} shape (env A3S_MCP_CONFIG)',
+    )
+    serve.add_argument(
+        "--allow-api-mcp-commands",
+        action="store_true",
+        help="let MCP servers given over the API (Initialize, session metadata, skills sent as content)"
+        " be commands run here, not only URLs (env A3S_ALLOW_API_MCP_COMMANDS=1)",
+    )
+    mcp = commands.add_parser(
+        "mcp", help="serve the tools and the agent (agent_task) as an MCP server over stdin and stdout"
+    )
+    mcp.add_argument(
+        "--workspace", help="the workspace directory (env WORKSPACE; default: current directory)"
+    )
+    mcp.add_argument(
+        "--data-dir",
+        help="where sessions are stored (env A3S_DATA_DIR; default as for serve)",
+    )
+    mcp.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (env A3S_LOG_LEVEL; default INFO)")
+    _mcp_tools_flag(mcp)
+    acp = commands.add_parser(
+        "acp", help="serve an editor over the Agent Client Protocol on stdin and stdout (Zed, JetBrains...)"
+    )
+    acp.add_argument(
+        "--workspace", help="the workspace directory (env WORKSPACE; default: current directory)"
+    )
+    acp.add_argument("--data-dir", help="where sessions are stored (env A3S_DATA_DIR; default as for serve)")
+    acp.add_argument(
+        "--workspace-root",
+        help="session directories (the editor's cwd) must lie inside this one (env A3S_WORKSPACE_ROOT;"
+        " default the workspace)",
+    )
+    acp.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (env A3S_LOG_LEVEL; default INFO)")
+    acp.add_argument(
+        "--editor-tools",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="read, write and edit files through the editor (its unsaved buffers) and run bash in its"
+        " terminals, when it offers them (default on; --no-editor-tools: on the disk, as the server does)",
+    )
     coven = commands.add_parser("coven", help="connect to a coven gateway as an agent")
     coven.add_argument("--gateway", required=True, help="HOST:PORT of the gateway")
     coven.add_argument("--name", help="the agent's name (default a3s-agent@HOSTNAME)")
@@ -141,6 +190,93 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _mcp_tools_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mcp-tools",
+        action="append",
+        default=[],
+        help="the tools the MCP server face offers, comma-separated, e.g. read_file,grep,agent_task;"
+        " repeatable (env A3S_MCP_TOOLS; default: every tool the server has, and agent_task)",
+    )
+
+
+def _names(values: list[str]) -> list[str]:
+    """Flag values that may each hold several comma-separated names."""
+    return [name for value in values for name in value.split(",")]
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    """The MCP server over stdio: stdout is the protocol, so every log line goes to stderr."""
+    from .app.standalone import standalone
+    from .faces.mcp import serve_stdio
+
+    settings = _started(
+        workspace=args.workspace,
+        data_dir=args.data_dir,
+        log_level=args.log_level,
+        mcp_tools=_names(args.mcp_tools),
+    )
+    if settings is None:
+        return 2
+
+    async def main() -> None:
+        async with standalone(settings) as app:
+            stop = asyncio.Event()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+            ended = await serve_stdio(app, settings.mcp_tools, stop)
+        if not ended:  # the SDK's stdin reader, a thread in read(), would keep the process alive
+            logging.shutdown()
+            os._exit(0)
+
+    asyncio.run(main())
+    return 0
+
+
+def _acp(args: argparse.Namespace) -> int:
+    """ACP over stdio: stdout is the protocol, so every log line goes to stderr."""
+    from .faces.acp import run_acp
+
+    settings = _started(
+        workspace=args.workspace,
+        data_dir=args.data_dir,
+        workspace_root=args.workspace_root,
+        log_level=args.log_level,
+    )
+    if settings is None:
+        return 2
+    if not settings.workspace.is_dir():
+        logging.getLogger("a3s_agent").error("workspace %s is not a directory", settings.workspace)
+        return 2
+    return asyncio.run(run_acp(settings, editor_tools=args.editor_tools))
+
+
+def _started(**values: Any) -> Settings | None:
+    """The settings of a command that runs the agent, checked (the MCP config file too), with its
+    logging and secrets begun; None after saying on stderr what is wrong (the command exits 2)."""
+    try:
+        settings = settings_from(**values)
+        _check_mcp_config(settings)
+    except ConfigError as exc:
+        print(f"a3s-agent: {exc}", file=sys.stderr)
+        return None
+    _begin(settings)
+    return settings
+
+
+def _check_mcp_config(settings: Settings) -> None:
+    """The operator's MCP servers are read before anything starts: a fault is a start-up error."""
+    if settings.mcp_config is None:
+        return
+    from .base.errors import InvalidArgument
+    from .tools.mcp.config import operator_servers
+
+    try:
+        operator_servers(settings.mcp_config)
+    except InvalidArgument as exc:
+        raise ConfigError(f"--mcp-config (A3S_MCP_CONFIG): {exc}") from None
+
+
 def _coven(args: argparse.Namespace) -> int:
     """The agent alone, talking only to the gateway (no gRPC or HTTP listener)."""
     from .app.standalone import standalone
@@ -148,12 +284,12 @@ def _coven(args: argparse.Namespace) -> int:
 
     try:
         check_address(args.gateway, "--gateway", listener=False)
-        settings = settings_from(workspace=args.workspace, data_dir=args.data_dir)
     except ConfigError as exc:
         print(f"a3s-agent: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    _withhold_secrets(settings.secret_env_names)
+    settings = _started(workspace=args.workspace, data_dir=args.data_dir)
+    if settings is None:
+        return 2
 
     async def main() -> int:
         async with standalone(settings) as app:
@@ -181,11 +317,15 @@ def _relay(args: argparse.Namespace) -> int:
     return relay_resume(relay_dir=Path(relay_dir), handle=args.handle, timing=timing)
 
 
-def _withhold_secrets(marked: frozenset[str]) -> None:
-    """Once the settings hold what the server needs: secrets out of the environment (server_secrets)."""
+def _begin(settings: Settings) -> None:
+    """Once the settings hold what the agent needs: log to stderr (stdout may be a protocol), then
+    the secrets out of the environment (base/secrets.py)."""
     from .base.secrets import withhold_secrets
 
-    names = withhold_secrets(marked)
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    names = withhold_secrets(settings.secret_env_names)
     if names:
         logging.getLogger("a3s_agent").info("withheld from the environment: %s", ", ".join(names))
 
@@ -282,6 +422,10 @@ def main(argv: list[str] | None = None) -> int:
         return _relay(args)
     if args.command == "coven":
         return _coven(args)
+    if args.command == "acp":
+        return _acp(args)
+    if args.command == "mcp":
+        return _mcp(args)
     if args.command == "ops":
         return _ops(Path(args.file), Path(args.workspace), args.policy)
     if args.command == "serve":
@@ -312,17 +456,17 @@ def main(argv: list[str] | None = None) -> int:
                 trust_workspace_skills=args.trust_workspace_skills,
                 workspace_root=args.workspace_root,
                 grace_seconds=args.grace_seconds,
+                mcp_tools=_names(args.mcp_tools),
+                mcp_http=args.mcp_http,
+                mcp_config=args.mcp_config,
+                allow_api_mcp_commands=args.allow_api_mcp_commands,
             )
             check_serving(settings)
+            _check_mcp_config(settings)
         except ConfigError as exc:
             print(f"a3s-agent: {exc}", file=sys.stderr)
             return 2
-        logging.basicConfig(
-            level=settings.log_level,
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-            stream=sys.stderr,
-        )
-        _withhold_secrets(settings.secret_env_names)
+        _begin(settings)
         if not settings.workspace.is_dir():
             logging.getLogger("a3s_agent").error("workspace %s is not a directory", settings.workspace)
             return 2

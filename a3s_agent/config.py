@@ -74,6 +74,10 @@ class Settings:
     skill_dirs: list[Path] = field(default_factory=list)
     llm_tool_mode: Literal["native", "text"] = "native"  # the default of LLM configs without +text/+native
     relay_dir: str = ""
+    mcp_tools: list[str] = field(default_factory=list)  # what the MCP server face offers (empty: all)
+    mcp_http: bool = False  # serve the MCP server face at /mcp on the HTTP listener
+    mcp_config: Path | None = None  # the operator's MCP servers (runtime/mcp.py), JSON or YAML
+    allow_api_mcp_commands: bool = False  # MCP servers given over the API may be commands (stdio)
 
     @property
     def resolved_workspace_root(self) -> Path:
@@ -203,6 +207,10 @@ def settings_from(
     trust_workspace_skills: bool = False,
     workspace_root: str | None = None,
     grace_seconds: float | None = None,
+    mcp_tools: list[str] | None = None,
+    mcp_http: bool = False,
+    mcp_config: str | None = None,
+    allow_api_mcp_commands: bool = False,
     env: Mapping[str, str] | None = None,
 ) -> Settings:
     """Build settings from flag values (None = not given) over the environment."""
@@ -244,10 +252,18 @@ def settings_from(
         llm_retries=int(_number(env, "A3S_LLM_RETRIES", DEFAULT_LLM_RETRIES, zero_ok=True)),
         llm_tool_mode="text" if env.get("A3S_LLM_TOOL_MODE", "").lower() == "text" else "native",
         relay_dir=env.get("A3S_RELAY_DIR", ""),
+        mcp_tools=_list(mcp_tools, env, "A3S_MCP_TOOLS"),
+        mcp_http=mcp_http or _flag(env, "A3S_MCP_HTTP"),
+        mcp_config=_path(mcp_config or env.get("A3S_MCP_CONFIG")),
+        allow_api_mcp_commands=allow_api_mcp_commands or _flag(env, "A3S_ALLOW_API_MCP_COMMANDS"),
         skill_dirs=[
             Path(p) for p in [*(skills_dirs or []), *env.get("A3S_SKILL_DIRS", "").split(os.pathsep)] if p
         ],
     )
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value).resolve() if value else None
 
 
 def is_loopback(address: str) -> bool:
@@ -309,6 +325,8 @@ def check_serving(settings: Settings) -> None:
         check_address(settings.http_listen, "--http-listen (A3S_HTTP_LISTEN)", listener=True)
     if settings.coven_gateway:
         check_address(settings.coven_gateway, "--coven-gateway (A3S_COVEN_GATEWAY)", listener=False)
+    if settings.mcp_http and settings.http_listen == "off":
+        raise ConfigError("--mcp-http (A3S_MCP_HTTP) serves /mcp on the HTTP listener: do not turn it off")
     exposed = exposed_listeners(settings)
     if exposed and not settings.auth_token and not settings.allow_unauthenticated:
         raise ConfigError(

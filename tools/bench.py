@@ -328,7 +328,8 @@ async def bench_tools(seconds: float, workspace: Path) -> list[Row]:
 
 
 class FakeLLMProcess:
-    """tests/fake_llm.py as a subprocess: each conversation makes `rounds` read_file calls, then answers."""
+    """tests/fake_llm.py (or `fake`, e.g. fake_anthropic) as a subprocess: each conversation makes
+    `rounds` read_file calls, then answers."""
 
     def __init__(
         self,
@@ -337,11 +338,12 @@ class FakeLLMProcess:
         tool: str = "read_file",
         arguments: str = '{"path": "small.txt"}',
         answer: str = "Done.",
+        fake: str = "fake_llm",
     ) -> None:
-        argv = [sys.executable, str(ROOT / "tests" / "fake_llm.py"), "--port", "0",
+        argv = [sys.executable, "-m", f"tests.{fake}", "--port", "0",
                 "--tool-rounds", str(rounds), "--tool-name", tool, "--tool-args", arguments,
-                "--delay-ms", str(delay_ms), "--text", answer]  # fmt: skip
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+                "--text", answer, *(["--delay-ms", str(delay_ms)] if delay_ms else [])]  # fmt: skip
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         self.base_url = line.split()[-1]
@@ -431,19 +433,53 @@ async def _client_cpu_ms(base_url: str, turns: int) -> tuple[float, float]:
         async for _ in stream:
             pass
 
-    async def cpu_ms(turn: Callable[[], Awaitable[None]]) -> float:
-        for _ in range(20):  # warm up: connections, first-use imports
-            await turn()
-        started = time.process_time()
-        for _ in range(turns):
-            await turn()
-        return (time.process_time() - started) / turns * 1000
-
     try:
-        return await cpu_ms(ours), await cpu_ms(package)
+        return await _cpu_ms(ours, turns), await _cpu_ms(package, turns)
     finally:
         await provider.close()
         await client.close()
+
+
+async def _anthropic_client_cpu_ms(base_url: str, turns: int) -> tuple[float, float]:
+    """The same for Anthropic's Messages API: our provider's CPU per streamed turn, then the
+    `anthropic` package's (its raw event stream, as the openai package's above)."""
+    import anthropic
+
+    from a3s_agent.base.models import LLMConfig
+    from a3s_agent.llm.anthropic_provider import AnthropicProvider
+    from a3s_agent.llm.provider import CompletionRequest
+
+    messages: list[dict[str, object]] = [{"role": "user", "content": "go"}]
+    llm = LLMConfig(provider="anthropic", model="claude-bench", base_url=base_url, api_key="sk-bench")
+    provider = AnthropicProvider(llm)
+    client = anthropic.AsyncAnthropic(base_url=base_url, api_key="sk-bench", max_retries=0)
+
+    async def ours() -> None:
+        async for _ in provider.stream(CompletionRequest(model="claude-bench", messages=messages)):
+            pass
+
+    async def package() -> None:
+        stream = await client.messages.create(
+            model="claude-bench", max_tokens=8192, messages=messages, stream=True
+        )
+        async for _ in stream:
+            pass
+
+    try:
+        return await _cpu_ms(ours, turns), await _cpu_ms(package, turns)
+    finally:
+        await provider.close()
+        await client.close()
+
+
+async def _cpu_ms(turn: Callable[[], Awaitable[None]], turns: int) -> float:
+    """Process CPU (ms) per call of `turn`, after a warm-up (connections, first-use imports)."""
+    for _ in range(20):
+        await turn()
+    started = time.process_time()
+    for _ in range(turns):
+        await turn()
+    return (time.process_time() - started) / turns * 1000
 
 
 async def _cpu_rows(turns: int) -> list[Row]:
@@ -452,10 +488,21 @@ async def _cpu_rows(turns: int) -> list[Row]:
     for what, rounds, text in (("a tool call", 1, "Done."), ("a 2 KB answer", 0, answer)):
         with FakeLLMProcess(rounds, answer=text) as fake:
             ours, package = await _client_cpu_ms(fake.base_url, turns)
+        with FakeLLMProcess(rounds, answer=text, fake="fake_anthropic") as fake:
+            ours_a, package_a = await _anthropic_client_cpu_ms(fake.base_url, turns)
         rows += [
             Row(f"client CPU per streamed turn, {what}: ours (ms)", f"{ours:.3f}"),
             Row(f"client CPU per streamed turn, {what}: openai package (ms)", f"{package:.3f}"),
             Row(f"client CPU ratio, {what} (ours / openai package)", f"{ours / package:.2f}", "<= 0.2"),
+            Row(f"client CPU per streamed turn, {what}, anthropic: ours (ms)", f"{ours_a:.3f}"),
+            Row(
+                f"client CPU per streamed turn, {what}, anthropic: anthropic package (ms)", f"{package_a:.3f}"
+            ),
+            Row(
+                f"client CPU ratio, {what}, anthropic (ours / anthropic package)",
+                f"{ours_a / package_a:.2f}",
+                "<= 0.2",
+            ),
         ]
     return rows
 
@@ -876,6 +923,106 @@ async def bench_sizes(seconds: float, workspace: Path) -> list[Row]:
     ]
 
 
+async def _mean_call_s(call: Callable[[], Awaitable[object]], seconds: float) -> float:
+    """Mean seconds per call, one after another for `seconds`, after a warm-up call."""
+    await call()
+    calls, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        await call()
+        calls += 1
+    return (time.perf_counter() - started) / calls
+
+
+async def bench_mcp(seconds: float, workspace: Path) -> list[Row]:
+    """One MCP tool call over stdio: through the agent (ExecuteTool of `mcp__fx__echo`, the server
+    in --mcp-config) against the same server called directly with the SDK's client."""
+    from mcp import Client, StdioServerParameters
+
+    fixture = [str(ROOT / "tests" / "mcp_fixture.py"), "stdio"]
+    config = workspace.parent / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"fx": {"command": sys.executable, "args": fixture}}}))
+    async with Client(StdioServerParameters(command=sys.executable, args=fixture), cache=None) as client:
+        direct = await _mean_call_s(lambda: client.call_tool("echo", {"text": "hi"}), seconds)
+    with agent_process(workspace, extra=("--mcp-config", str(config))) as agent:
+        agent.wait_healthy()
+        async with grpc.aio.insecure_channel(agent.address) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            request = pb.ExecuteToolRequest(tool_name="mcp__fx__echo", arguments='{"text": "hi"}')
+            through = await _mean_call_s(lambda: stub.ExecuteTool(request, timeout=60), seconds)
+    return [
+        Row("MCP tool call over stdio, SDK client direct (ms)", f"{direct * 1000:.2f}"),
+        Row("the same through ExecuteTool (ms)", f"{through * 1000:.2f}"),
+        Row("MCP call ratio (ExecuteTool / direct)", f"{through / direct:.2f}", "<= 2"),
+    ]
+
+
+class _AcpEditor:
+    """The editor's end of the ACP benchmark: counts the session updates it is sent."""
+
+    def __init__(self) -> None:
+        self.updates = 0
+
+    async def session_update(self, session_id: str, update: object, **kwargs: object) -> None:
+        self.updates += 1
+
+
+async def _generate_on(stub: pb_grpc.CodeAgentServiceStub, session_id: str) -> None:
+    request = pb.GenerateRequest(
+        session_id=session_id, messages=[pb.Message(role=pb.Message.ROLE_USER, content="go")]
+    )
+    async for _ in stub.StreamGenerate(request):
+        pass
+
+
+async def bench_acp(seconds: float, workspace: Path) -> list[Row]:
+    """A prompt's round trip over ACP (session/prompt until its answer, every update received)
+    against the same generation through StreamGenerate; the fake LLM answers at once, and both
+    stores commit without fsync (A3S_DURABILITY=normal: the syncs, the same for both, would drown
+    the rest), so what is left is each face's own cost. Both agents run side by side and take
+    turns, one session each, so load on the machine and the growth of the histories fall on both
+    alike; medians."""
+    from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
+    from acp.schema import ClientCapabilities
+
+    prompts = max(50, int(seconds * 20))
+    acp_times: list[float] = []
+    grpc_times: list[float] = []
+    env = {**os.environ, "A3S_LLM_MODEL": "fake-model", "A3S_LLM_API_KEY": "sk-bench",
+           "A3S_DATA_DIR": f"{workspace}.acp-data", "A3S_LOG_LEVEL": "WARNING", "A3S_DURABILITY": "normal"}  # fmt: skip
+    editor = _AcpEditor()
+    with FakeLLMProcess(0) as fake, agent_process(workspace, env={"A3S_DURABILITY": "normal"}) as agent:
+        agent.wait_healthy()
+        async with (
+            grpc.aio.insecure_channel(agent.address) as channel,
+            spawn_agent_process(
+                editor, sys.executable, "-m", "a3s_agent", "acp", cwd=workspace,
+                env={**env, "A3S_LLM_BASE_URL": fake.base_url}, transport_kwargs={"stderr": subprocess.DEVNULL},
+            ) as (conn, _),
+        ):  # fmt: skip
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            await _initialize(stub, fake.base_url)
+            grpc_session = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
+            await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities())
+            acp_session = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            for number in range(prompts + 1):  # the first of each warms up
+                started = time.perf_counter()
+                await _generate_on(stub, grpc_session)
+                grpc_times.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                await conn.prompt(session_id=acp_session, prompt=[text_block("go")])
+                acp_times.append(time.perf_counter() - started)
+                if number == 0:
+                    acp_times.clear()
+                    grpc_times.clear()
+    acp_ms, grpc_ms = statistics.median(acp_times) * 1000, statistics.median(grpc_times) * 1000
+    return [
+        Row(f"prompt round trip over ACP, instant model, median of {prompts} (ms)", f"{acp_ms:.2f}"),
+        Row("the same generation through StreamGenerate (ms)", f"{grpc_ms:.2f}"),
+        Row("ACP / gRPC round trip ratio", f"{acp_ms / grpc_ms:.2f}", "<= 1.5"),
+        Row("session updates per ACP prompt", f"{editor.updates / (prompts + 1):.1f}"),
+    ]
+
+
 SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "foundation": bench_foundation,
     "tools": bench_tools,
@@ -886,6 +1033,8 @@ SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "security": bench_security,
     "sizes": bench_sizes,
     "durability": bench_durability,
+    "mcp": bench_mcp,
+    "acp": bench_acp,
 }
 
 

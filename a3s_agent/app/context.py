@@ -13,6 +13,10 @@ class Context:
     async def usage(self, session_id: str) -> ContextUsage:
         return await self._rt.context.usage(session_id)
 
+    def window(self, session_id: str) -> int:
+        """The session's context window in tokens: its max_context_length, else its model's."""
+        return self._rt.context.window(self._rt.sessions.get(session_id))
+
     async def compact(self, session_id: str) -> Compaction:
         """Compact now, after any running generation of the session."""
         async with self._rt.sessions.generation_lock(session_id):

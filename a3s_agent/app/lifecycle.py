@@ -97,7 +97,7 @@ class Lifecycle:
         rt = self._rt
         return Capabilities(
             info=rt.info,
-            tools=rt.registry.enabled(),
+            tools=[*rt.registry.enabled(), *rt.mcp.tools_for(None)],
             models=rt.configured_models(),
             limits=Limits(
                 max_context_tokens=rt.settings.max_context_tokens,

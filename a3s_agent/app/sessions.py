@@ -1,9 +1,11 @@
-"""Sessions: create, read, configure, list and destroy, with their compaction settings."""
+"""Sessions: create, read, configure, list and destroy, with their compaction settings and token
+budgets."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from ..base.errors import NotFound
 from ..base.models import Message, SessionConfig
@@ -12,6 +14,9 @@ from ..core.control import ConfirmationPolicy
 from ..core.session import Session, SessionSettings
 from ..core.sessions import listing_key
 from ..runtime import Runtime
+from ..runtime.mcp import ServersGiven
+
+__all__ = ["PageKey", "ServersGiven", "SessionPage", "SessionView", "Sessions"]
 
 PageKey = tuple[int, str]
 """Where a listing resumes: the key (created_at, id) of the last session already listed."""
@@ -19,11 +24,13 @@ PageKey = tuple[int, str]
 
 @dataclass(frozen=True)
 class SessionView:
-    """A session as replies show it: with its context usage and compaction (threshold, target)."""
+    """A session as replies show it: with its context usage, compaction (threshold, target) and
+    the token budget that applies to it (0: none; its usage so far is `session.usage`)."""
 
     session: Session
     usage: ContextUsage
     compaction: tuple[float, float]
+    token_budget: int
 
 
 @dataclass(frozen=True)
@@ -43,14 +50,19 @@ class Sessions:
         config: SessionConfig,
         initial_context: list[Message],
         compaction: Mapping[str, float],
+        token_budget: int | None = None,
+        mcp_servers: ServersGiven | None = None,
     ) -> SessionView:
-        """`compaction`: the session's own compaction shares (none: the server's)."""
-        checked = self._rt.context.checked_settings({}, compaction) if compaction else None
+        """`compaction`: the session's own compaction shares (none: the server's); `token_budget`:
+        its own cap on its total tokens (None: the server's, 0: none); `mcp_servers`: its own MCP
+        servers (runtime/mcp.py)."""
+        checked = self._rt.context.checked_settings({}, compaction) if compaction else {}
+        servers = self._rt.mcp.from_api(mcp_servers)
         session = await self._rt.sessions.create(
             session_id,
             config,
             initial_context,
-            settings=SessionSettings(compaction=checked) if checked is not None else None,
+            settings=SessionSettings(compaction=checked, token_budget=token_budget, mcp_servers=servers),
         )
         return await self._view(session)
 
@@ -83,13 +95,27 @@ class Sessions:
         *,
         replace_all: bool,
         compaction: Mapping[str, float],
+        token_budget: int | None = None,
+        mcp_servers: ServersGiven | None = None,
     ) -> SessionView:
-        """Merge `config` (or with `replace_all`, replace the config and compaction shares)."""
+        """Merge `config` (or with `replace_all`, replace the config, compaction shares, token
+        budget and MCP servers); `token_budget` None keeps the session's (with `replace_all`: the
+        server's); `mcp_servers` replaces the session's own servers, None keeps them (with
+        `replace_all`: none)."""
         current = self._rt.sessions.get(session_id).settings
         checked = self._rt.context.checked_settings({} if replace_all else current.compaction, compaction)
-        session = await self._rt.sessions.configure(
-            session_id, config, replace_all=replace_all, settings=replace(current, compaction=checked)
+        if token_budget is None and not replace_all:
+            token_budget = current.token_budget
+        servers = (
+            current.mcp_servers
+            if mcp_servers is None and not replace_all
+            else self._rt.mcp.from_api(mcp_servers)
         )
+        settings = replace(current, compaction=checked, token_budget=token_budget, mcp_servers=servers)
+        session = await self._rt.sessions.configure(
+            session_id, config, replace_all=replace_all, settings=settings
+        )
+        await self._rt.mcp.session_changed(session)
         return await self._view(session)
 
     async def destroy(self, session_id: str) -> None:
@@ -97,13 +123,35 @@ class Sessions:
         self._rt.sessions.get(session_id)
         self._rt.control.forget(session_id)
         await self._rt.sessions.destroy(session_id)
+        await self._rt.mcp.session_ended(session_id)  # its MCP servers stop
 
-    def page(self, after: PageKey | None, size: int) -> SessionPage:
-        """Up to `size` sessions after `after`, oldest first, without reading any history."""
-        sessions, more = self._rt.sessions.page(after, size)
-        return SessionPage(sessions, listing_key(sessions[-1]) if more else None)
+    async def release(self, session_id: str) -> None:
+        """Stop what the session holds open (its own MCP servers) without destroying it: what it
+        needs starts again when it runs next. NotFound for an unknown session."""
+        self._rt.sessions.get(session_id)
+        await self._rt.mcp.session_ended(session_id)
+
+    def page(self, after: PageKey | None, size: int, workspace: str | None = None) -> SessionPage:
+        """Up to `size` sessions after `after`, oldest first, without reading any history; with
+        `workspace`, only the sessions that work in that directory."""
+        if workspace is None:
+            sessions, more = self._rt.sessions.page(after, size)
+            return SessionPage(sessions, listing_key(sessions[-1]) if more else None)
+        target = str(Path(workspace).resolve())
+        rest, _ = self._rt.sessions.page(after, len(self._rt.sessions))
+        matching = [s for s in rest if s.config.workspace == target]
+        page = matching[:size]
+        return SessionPage(page, listing_key(page[-1]) if len(matching) > size else None)
+
+    async def history(self, session_id: str) -> list[Message]:
+        """The live history, oldest first: what the model is sent next (compaction and clearing
+        archive the rest)."""
+        return await self._rt.sessions.history(session_id)
 
     async def _view(self, session: Session) -> SessionView:
         return SessionView(
-            session, await self._rt.context.usage(session.id), self._rt.context.shares(session)
+            session,
+            await self._rt.context.usage(session.id),
+            self._rt.context.shares(session),
+            self._rt.token_budget_for(session),
         )

@@ -15,8 +15,13 @@ class Skills:
         return await self._rt.skills.load(session_id, name, content)
 
     async def unload(self, session_id: str, name: str) -> list[str]:
-        """The names of the tools removed with the skill."""
-        return await self._rt.skills.unload(session_id, name)
+        """The names of the tools removed with the skill (its MCP servers stop unless still used)."""
+        removed = await self._rt.skills.unload(session_id, name)
+        if session_id:
+            await self._rt.mcp.session_changed(self._rt.sessions.get(session_id))
+        else:
+            await self._rt.mcp.server_changed()
+        return removed
 
     async def listing(self, session_id: str | None) -> list[Listed]:
         """The skills on disk (scanned afresh) merged with the session's loaded ones."""

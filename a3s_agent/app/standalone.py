@@ -1,5 +1,5 @@
 """An application in a process of its own, for the commands that run the agent without the server:
-`a3s-agent relay`, `coven` and `ops`."""
+`a3s-agent relay`, `coven`, `acp` and `ops`."""
 
 from __future__ import annotations
 
@@ -14,16 +14,19 @@ from ..runtime.providers import ProviderFactory
 from ..spaces.policies import DEFAULT_PRESET, PolicySpec
 from ..spaces.service import RunResult
 from ..tools.builtin import builtin_registry
+from ..tools.registry import ToolRegistry
 from .application import Application
 
 
 @asynccontextmanager
 async def standalone(
-    settings: Settings, *, relay: ProviderFactory | None = None
+    settings: Settings, *, relay: ProviderFactory | None = None, registry: ToolRegistry | None = None
 ) -> AsyncIterator[Application]:
-    """The application over a runtime of its own with the built-in tools, started for the block and
-    closed after it. `relay` replaces the relay provider (see ProviderCache)."""
-    runtime = Runtime(settings, registry=builtin_registry(), relay=relay)
+    """The application over a runtime of its own with the built-in tools (or `registry`'s), started
+    for the block and closed after it. `relay` replaces the relay provider (see ProviderCache)."""
+    runtime = Runtime(
+        settings, registry=registry if registry is not None else builtin_registry(), relay=relay
+    )
     await runtime.start()
     try:
         yield Application(runtime)

@@ -15,13 +15,21 @@ class Tools:
     async def execute(self, session_id: str, tool_name: str, arguments: str) -> ToolOutput:
         if not tool_name:
             raise InvalidArgument("tool_name is required")
+        await self.ready(session_id)
         return await self._rt.tools.execute(session_id, tool_name, arguments)
 
     async def execute_batch(self, session_id: str, calls: list[ToolCall]) -> list[ToolOutput]:
+        await self.ready(session_id)
         return await self._rt.tools.execute_batch(session_id, calls)
 
+    async def ready(self, session_id: str | None) -> None:
+        """Make `available` complete: connect the MCP servers whose tools are not known yet (each
+        within its startup timeout; one that is down is tried again later, not waited for)."""
+        await self._rt.prepare_tools(self._rt.sessions.get(session_id) if session_id else None)
+
     def available(self, session_id: str | None) -> list[Tool]:
-        """What a session's model may call (no session: the server's built-in tools)."""
+        """What a session's model may call (no session: the server's built-in tools and the tools of
+        its own MCP servers); after `ready`, MCP servers' tools included."""
         session = self._rt.sessions.get(session_id) if session_id else None
         return self._rt.tools_for(session)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import enum
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, astuple, dataclass, field, replace
 from typing import Any
 
 
@@ -171,9 +171,20 @@ class Message:
 
 @dataclass
 class Usage:
+    """Tokens as the provider counted them, in OpenAI's convention: `prompt_tokens` is all of the
+    input, cache reads and writes included, and `completion_tokens` all of the output, reasoning
+    included. The other three are parts of those, for pricing: `cache_read_tokens` and
+    `cache_write_tokens` of the prompt, `reasoning_tokens` of the completion."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(*(mine + theirs for mine, theirs in zip(astuple(self), astuple(other), strict=True)))

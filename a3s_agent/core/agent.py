@@ -6,15 +6,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..base.errors import Cancelled, ContextOverflow, FailedPrecondition, InvalidArgument, ResourceExhausted
 from ..base.models import LLMConfig, Message, ProviderState, SessionState, ToolCall, Usage
 from ..core.session import Session
 from ..llm.messages import to_openai, tool_schema
-from ..llm.provider import CompletionRequest, Provider, TextDelta, ToolCallReady, TurnEnd
+from ..llm.provider import CompletionRequest, Provider, ReasoningDelta, TextDelta, ToolCallReady, TurnEnd
 from ..tools.registry import Tool, ToolOutput
+from .budget import BudgetSpent, budget_spent
 from .context import Compaction, ContextManager
 from .control import ControlPlane
 from .events import EventBus, EventType
@@ -52,6 +53,13 @@ class TextEvent:
 
 
 @dataclass
+class ThinkingEvent:
+    """A piece of the model's reasoning as it streams: shown, never stored nor part of the answer."""
+
+    text: str
+
+
+@dataclass
 class ToolCallEvent:
     call: ToolCall
 
@@ -83,6 +91,8 @@ class Generation:
     model: str
     duration_ms: float
     intermediate: list[Message]
+    budget_spent: BudgetSpent | None = None
+    """Set when the run stopped (finish_reason length) because the session's token budget is spent."""
 
 
 @dataclass
@@ -97,7 +107,7 @@ class DoneEvent:
     generation: Generation
 
 
-AgentEvent = TextEvent | ToolCallEvent | ToolResultEvent | TurnEvent | NoticeEvent | DoneEvent
+AgentEvent = TextEvent | ThinkingEvent | ToolCallEvent | ToolResultEvent | TurnEvent | NoticeEvent | DoneEvent
 
 
 class Agent:
@@ -130,6 +140,7 @@ class Agent:
         llm = self._host.llm_for(session)
         if not llm.model:
             raise FailedPrecondition(NO_LLM_MESSAGE)
+        await self._host.prepare_tools(session)
         run = _Run(self, session, llm, self._host.provider_for(llm), options)
         if session.state == SessionState.PAUSED:  # fail now rather than after waiting for the lock
             raise FailedPrecondition(f"session {session_id!r} is paused; Resume it first")
@@ -156,12 +167,15 @@ class Agent:
                 async for event in run.execute(messages):
                     if isinstance(event, DoneEvent):
                         generation = event.generation
+                        if generation.budget_spent is not None:
+                            spent = generation.budget_spent
+                            self._events.publish(
+                                EventType.WARNING, session_id, spent.message, spent.metadata()
+                            )
                         self._events.publish(
                             EventType.GENERATION_COMPLETED, session_id, "generation completed",
                             {"finish_reason": generation.finish_reason, "turns": generation.turns,
-                             "prompt_tokens": generation.usage.prompt_tokens,
-                             "completion_tokens": generation.usage.completion_tokens,
-                             "duration_ms": generation.duration_ms},
+                             **asdict(generation.usage), "duration_ms": generation.duration_ms},
                         )  # fmt: skip
                     yield event
             except asyncio.CancelledError:
@@ -237,6 +251,11 @@ class _Run:
         await self.agent._sessions.append_messages(self.session.id, list(messages))
 
     async def execute(self, new_messages: list[Message]) -> AsyncIterator[AgentEvent]:
+        spent = self._budget_spent()
+        if spent is not None:  # nothing of this request is stored: the model would never see it
+            for ending in self._stopped(spent, 0):
+                yield ending
+            return
         await answer_interrupted_calls(self.agent._sessions, self.session.id)  # a crash left calls open
         history = await self.agent._sessions.history(self.session.id)
         await self._store(*new_messages)
@@ -254,6 +273,11 @@ class _Run:
         while True:
             turn += 1
             await self.agent._control.checkpoint(self.session.id)
+            spent = self._budget_spent() if turn > 1 else None
+            if spent is not None:
+                for ending in self._stopped(spent, turn - 1):
+                    yield ending
+                return
             injected = self.agent._control.take_injected(self.session.id)
             if injected:
                 await self._store(*injected)
@@ -285,6 +309,8 @@ class _Run:
                         if isinstance(event, TextDelta):
                             text.append(event.text)
                             yield TextEvent(event.text)
+                        elif isinstance(event, ReasoningDelta):
+                            yield ThinkingEvent(event.text)
                         elif isinstance(event, ToolCallReady):
                             call = ToolCall(
                                 id=event.id or new_call_id(),
@@ -306,10 +332,7 @@ class _Run:
                     overflowed = True
                     conversation = await self._rebuilt(conversation[0])
                     yield NoticeEvent(notice)
-            self.usage = Usage(
-                self.usage.prompt_tokens + turn_usage.prompt_tokens,
-                self.usage.completion_tokens + turn_usage.completion_tokens,
-            )
+            self.usage += turn_usage
             assistant = Message(
                 role="assistant", content="".join(text), tool_calls=requested, provider_state=provider_state
             )
@@ -328,6 +351,22 @@ class _Run:
                 final = Message(role="assistant", content=(assistant.content + "\n\n" + note).strip())
                 yield DoneEvent(self._generation(final, "tool_calls", turn))
                 return
+
+    def _budget_spent(self) -> BudgetSpent | None:
+        """Whether the session's token budget forbids the next model call (read now: a
+        ConfigureSession may have changed it while the run went on)."""
+        session = self.agent._sessions.get(self.session.id)
+        return budget_spent(session, self.agent._host.token_budget_for(session))
+
+    def _stopped(self, spent: BudgetSpent, turns: int) -> list[AgentEvent]:
+        """The end of a run the budget stopped before its next model call: a METADATA notice,
+        then the result, finish_reason length, its message saying so (after the text of the
+        last turn, when there was one)."""
+        before = self.intermediate[-1].content if self.intermediate else ""
+        final = Message(role="assistant", content=(before + "\n\n" + spent.message).strip())
+        generation = self._generation(final, "length", turns)
+        generation.budget_spent = spent
+        return [NoticeEvent({"type": "token_budget_spent", **spent.metadata()}), DoneEvent(generation)]
 
     async def _compact_if_needed(self) -> dict[str, str] | None:
         """Auto-compaction before a model call that would push the context past the threshold."""

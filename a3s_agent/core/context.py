@@ -23,8 +23,9 @@ from ..base.errors import AgentError, FailedPrecondition, InvalidArgument
 from ..base.models import Message
 from ..core.session import Session
 from ..llm.messages import to_openai, tool_schema
-from ..llm.provider import CompletionRequest, TextDelta
+from ..llm.provider import CompletionRequest, TextDelta, TurnEnd
 from ..llm.tokens import REPLY_PRIMING, TokenCounter
+from .budget import budget_spent
 from .events import EventBus, EventType
 from .host import AgentHost
 from .sessions import SessionManager
@@ -230,6 +231,10 @@ class ContextManager:
         parts = await asyncio.to_thread(_transcript_parts, counter, middle, part_tokens)
         summary = ""
         for part in parts:
+            current = self._sessions.get(session.id)
+            spent = budget_spent(current, self._host.token_budget_for(current))
+            if spent is not None:  # a summary is a model call as any other
+                raise AgentError(spent.message)
             earlier = f"Summary of the conversation so far:\n{summary}\n\nIt went on:\n\n" if summary else ""
             request = CompletionRequest(
                 model=llm.model,
@@ -239,9 +244,12 @@ class ContextManager:
                 ],
                 max_tokens=reserve,
             )
-            pieces = [
-                e.text async for e in self._host.provider_for(llm).stream(request) if isinstance(e, TextDelta)
-            ]
+            pieces: list[str] = []
+            async for event in self._host.provider_for(llm).stream(request):
+                if isinstance(event, TextDelta):
+                    pieces.append(event.text)
+                elif isinstance(event, TurnEnd) and event.usage is not None:  # billed as any model turn
+                    await self._sessions.append_messages(session.id, [], usage=event.usage)
             summary = "".join(pieces).strip()
             if not summary:
                 raise AgentError("the LLM returned an empty summary")

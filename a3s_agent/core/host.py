@@ -24,10 +24,18 @@ class AgentHost(Protocol):
         """What the session's model may call."""
         ...
 
+    async def prepare_tools(self, session: Session) -> None:
+        """Make `tools_for` complete: connect what the session's tools need first (MCP servers)."""
+        ...
+
     def prompt_for(self, session: Session) -> str:
         """The session's system prompt."""
         ...
 
     def tool_context(self, session: Session | None) -> ToolContext:
         """Where and with which environment the session's tools run."""
+        ...
+
+    def token_budget_for(self, session: Session) -> int:
+        """The cap on the session's total tokens (core/budget.py; 0: none)."""
         ...

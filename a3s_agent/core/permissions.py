@@ -12,7 +12,9 @@ A policy holds three lists of rules, deny, ask and allow, and a `default_decisio
 Tool names are case-insensitive. Besides our own names (`bash`, `read_file`, ...) the rules
 accept the aliases in `TOOL_ALIASES` (Read, Write, Edit/MultiEdit, Delete, LS/List, Glob,
 WebFetch, WebSearch; Git means the four built-in git_* tools), and `*` means every tool. Any
-other name made of letters, digits, `_` and `-` is taken as a tool registered later.
+other name made of letters, digits, `_` and `-` is taken as a tool registered later; one that ends
+in `*` covers every tool whose name starts with what precedes it (`mcp__git__*`: the tools of the
+MCP server `git`).
 
 The pattern is matched against the tool's key argument:
 
@@ -92,8 +94,8 @@ _PATH_TOOLS: Final = frozenset(
 )
 _TEXT_KEYS: Final = {"web_search": "query", "ask_user": "question"}
 
-_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]+|\*")
-_RULE = re.compile(r"(?P<tool>[A-Za-z0-9_-]+|\*)(?:\((?P<pattern>.*)\))?", re.DOTALL)
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]+\*?|\*")
+_RULE = re.compile(r"(?P<tool>[A-Za-z0-9_-]+\*?|\*)(?:\((?P<pattern>.*)\))?", re.DOTALL)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DOMAIN = re.compile(r"[a-z0-9-]+(?:\.[a-z0-9-]+)*")
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=\S*")
@@ -125,6 +127,8 @@ class Rule:
 
     def covers(self, tool_name: str) -> bool:
         """Whether the rule is about this tool at all, whatever the arguments."""
+        if len(self.tool) > 1 and self.tool.endswith("*"):  # a prefix: `mcp__git__*`
+            return tool_name.lower().startswith(self.tool[:-1].lower())
         tools = self.tools
         return tools is None or canonical_tool_name(tool_name) in tools
 
@@ -196,7 +200,7 @@ def _syntax_problem(text: str) -> str:
     if ")" in name:
         return "unbalanced parentheses: ')' without '('"
     if not _TOOL_NAME.fullmatch(name):
-        return f"tool name {name!r} must be '*' or letters, digits, '_' and '-'"
+        return f"tool name {name!r} must be '*' or letters, digits, '_' and '-' (a trailing '*' for a prefix)"
     if ")" not in rest:
         return "unbalanced parentheses: the pattern is not closed with ')'"
     return "unexpected text after the closing ')'"

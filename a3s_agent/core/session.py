@@ -1,6 +1,6 @@
 """A session's record, and what it keeps besides its config (SessionSettings): permission and
-confirmation policies, lane handlers, loaded skills, client tools and compaction settings, as one
-typed value.
+confirmation policies, lane handlers, loaded skills, client tools, compaction settings, the
+token budget and MCP servers, as one typed value.
 
 It is stored as the session row's `extras` JSON column, in the shape earlier versions wrote (one key
 per setting, a key absent while unset), so stores written by them load unchanged.
@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..base.models import SessionConfig, SessionState, Usage
+from ..tools.mcp.config import storable
 from .permissions import PermissionPolicy
 
 DEFAULT_CONFIRMATION_TIMEOUT_MS = 30_000
@@ -79,6 +80,10 @@ class SessionSettings:
     client_tools: dict[str, ClientToolSpec] = field(default_factory=dict)
     # The session's own compaction "threshold" and "target" (each absent: the server's).
     compaction: dict[str, float] = field(default_factory=dict)
+    # The session's own cap on its total tokens (None: the server's; 0: no cap).
+    token_budget: int | None = None
+    # The session's own MCP servers, in their JSON form (tools/mcp/config.py; runtime/mcp.py).
+    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def permission_policy(self) -> PermissionPolicy:
@@ -108,6 +113,11 @@ class SessionSettings:
             data["client_tools"] = {name: asdict(spec) for name, spec in self.client_tools.items()}
         if self.compaction:
             data["compaction"] = dict(self.compaction)
+        if self.token_budget is not None:
+            data["token_budget"] = self.token_budget
+        servers, _ = storable(self.mcp_servers)  # those holding credentials live only in memory
+        if servers:
+            data["mcp_servers"] = servers
         return data
 
     @classmethod
@@ -127,6 +137,8 @@ class SessionSettings:
                 name: ClientToolSpec(**spec) for name, spec in data.get("client_tools", {}).items()
             },
             compaction={key: float(value) for key, value in (data.get("compaction") or {}).items()},
+            token_budget=data.get("token_budget"),
+            mcp_servers=dict(data.get("mcp_servers", {})),
         )
 
 

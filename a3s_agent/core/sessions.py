@@ -196,12 +196,7 @@ class SessionManager:
         """Store messages, adding `usage` (a model turn's) to the session's totals in the same write."""
         session = self.get(session_id)
         stamp = self._next_stamp(session)
-        totals = None
-        if usage is not None:
-            totals = Usage(
-                session.usage.prompt_tokens + usage.prompt_tokens,
-                session.usage.completion_tokens + usage.completion_tokens,
-            )
+        totals = None if usage is None else session.usage + usage
         await self._store.append_messages(session_id, messages, stamp, totals)
         if session_id in self._histories:
             self._histories[session_id].extend(messages)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Literal, cast
 from ..base.errors import InvalidArgument, NotFound
 from ..config import BOX_SKILLS_DIR
 from ..core.session import Session
+from ..tools.mcp.config import ServerSpec, refuse_commands
 from ..tools.registry import Tool
 from .permissions import parse_rule
 from .session import SessionSettings, StoredSkill
@@ -161,6 +162,18 @@ class SkillCatalog:
     def tools_for(self, session: Session | None) -> list[Tool]:
         return [tool for loaded in self.loaded_for(session) for tool in loaded.tools]
 
+    def mcp_servers_for(self, session: Session | None) -> list[tuple[bool, dict[str, ServerSpec]]]:
+        """(loaded into the session rather than server-wide, its servers) for each loaded skill that
+        brings MCP servers and may: a repository's skill only when workspace skills are trusted."""
+        server_wide = [(False, item) for item in self._server_wide.values()]
+        stored = session.settings.skills.values() if session is not None else ()
+        own = [(True, item) for entry in stored if (item := self._loaded(entry)) is not None]
+        return [
+            (in_session, item.skill.mcp_servers)
+            for in_session, item in [*server_wide, *own]
+            if item.skill.mcp_servers and self.trusted(item.origin)
+        ]
+
     def instructions_for(self, session: Session | None) -> list[tuple[str, str]]:
         return [(item.skill.name, item.skill.instructions) for item in self.loaded_for(session)]
 
@@ -203,6 +216,7 @@ class SkillCatalog:
         self._check_tool_names(skill, session)
         loaded = LoadedSkill(skill, skill.build_tools(), origin)
         self._parsed[(origin, skill.text)] = loaded
+        self._check_mcp_servers(skill, origin)
         if skill.allowed_tools and not self.trusted(origin):
             log.warning(
                 "skill %r from the workspace (%s) lists allowed-tools %s: ignored, since a repository's "
@@ -237,6 +251,26 @@ class SkillCatalog:
         )
         loaded = self._loaded(entry)
         return loaded.skill.tool_names if loaded is not None else []
+
+    def _check_mcp_servers(self, skill: Skill, origin: Origin) -> None:
+        """A skill sent over the API brings commands only where the API may; a repository's skill
+        brings no servers unless trusted (they are ignored, with a warning)."""
+        if not skill.mcp_servers:
+            return
+        if origin == "client":
+            refuse_commands(
+                skill.mcp_servers,
+                f"skill {skill.name!r} mcp-servers",
+                allowed=self._settings.allow_api_mcp_commands,
+            )
+        elif not self.trusted(origin):
+            log.warning(
+                "skill %r from the workspace (%s) brings MCP servers %s: ignored, since a repository's"
+                " skills start no servers unless the server runs with --trust-workspace-skills",
+                skill.name,
+                skill.source,
+                ", ".join(skill.mcp_servers),
+            )
 
     def _check_tool_names(self, skill: Skill, session: Session | None) -> None:
         taken = self._builtin_names() | {

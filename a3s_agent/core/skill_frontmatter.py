@@ -34,6 +34,7 @@ from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from ..base.errors import InvalidArgument
 from ..base.secrets import is_secret_name
+from ..tools.mcp.config import ServerSpec, parse_servers
 from ..tools.registry import check_json_schema
 from ..tools.skill_backends import (
     TEMPLATE,
@@ -141,6 +142,17 @@ def _not_secret(name: str, info: ValidationInfo) -> str:
 
 
 # ---------------------------------------------------------------- fields
+
+
+def _mcp_servers(value: Any) -> dict[str, ServerSpec] | None:
+    """The servers of `mcp-servers:` (with or without the mcpServers wrapper), each checked."""
+    if value is None:
+        return None
+    try:
+        return parse_servers(value, "")
+    except InvalidArgument as exc:
+        raise ValueError("; ".join(str(exc).splitlines())) from None
+
 
 Text = Annotated[str, AfterValidator(str.strip)]  # (Python's idea of white space, not pydantic's)
 EnvName = Annotated[
@@ -308,6 +320,9 @@ class Frontmatter(_Fields):
         None  # the variables the skill reads: none of them one of the server's secrets
     )
     tools: list[ToolEntry] | None = None
+    mcp_servers: Annotated[dict[str, Any] | None, BeforeValidator(_mcp_servers)] = Field(
+        None, validation_alias=AliasChoices("mcp-servers", "mcp_servers")
+    )  # the MCP servers the skill brings, in the mcpServers shape (tools/mcp/config.py)
 
     @field_validator("env")
     @classmethod
@@ -342,7 +357,11 @@ class Frontmatter(_Fields):
 
     @property
     def metadata(self) -> dict[str, Any]:
-        return {key: value for key, value in (self.model_extra or {}).items() if key != "allowed_tools"}
+        return {
+            key: value
+            for key, value in (self.model_extra or {}).items()
+            if key not in ("allowed_tools", "mcp_servers")
+        }
 
     def tool_specs(self) -> list[SkillToolSpec]:
         env = tuple(self.env or ())

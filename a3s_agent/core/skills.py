@@ -8,6 +8,8 @@ A skill is a directory `<name>/SKILL.md` or a single `.md` file: YAML frontmatte
     description: Count lines and words.
     allowed-tools: Bash(wc:*), Read      # or a YAML list
     env: [WC_LOCALE]                     # optional: the environment variables the skill reads
+    mcp-servers:                         # optional: MCP servers whose tools the skill brings
+      git: {command: mcp-server-git, args: [--repository, .]}   # (the mcpServers shape)
     tools:                               # optional: tools this skill adds
       - name: count_lines                # [a-zA-Z0-9_-]{1,64}
         description: Line and word counts of a workspace file.
@@ -26,6 +28,10 @@ Backends (run by tools/skill_backends.py):
 - `binary`: an argv list, run without a shell; `[echo, "${msg}"]`.
 - `http`: `{url, method (GET), headers, body}` or just the URL; `body` is a string template, or
   a mapping/list sent as JSON. Requests go through web_fetch's checked fetcher.
+
+`mcp-servers` take the shape of `--mcp-config` (tools/mcp/config.py); their tools appear while the
+skill is loaded. A repository's skill adds no servers unless the server trusts workspace skills, and
+a skill sent as LoadSkill content may bring a command only where the API may (runtime/mcp.py).
 
 Templates: `${arg}` is an argument, `${env:VAR}` a variable the skill declares in `env`. Every
 reference is checked when the skill is parsed: against the parameters, and against `env`. `env`
@@ -48,6 +54,7 @@ from typing import Any
 import yaml
 
 from ..base.errors import InvalidArgument, NotFound
+from ..tools.mcp.config import ServerSpec
 from ..tools.registry import Tool
 from ..tools.skill_backends import SkillToolSpec
 from .skill_frontmatter import kind, read_frontmatter
@@ -68,6 +75,7 @@ class Skill:
     env: list[str] = field(default_factory=list)  # the environment variables it may read
     instructions: str = ""  # the markdown body
     tools: list[SkillToolSpec] = field(default_factory=list)
+    mcp_servers: dict[str, ServerSpec] = field(default_factory=dict)  # the MCP servers it brings
     source: str = "client"  # the file it came from, or "client"
     metadata: dict[str, Any] = field(default_factory=dict)  # frontmatter keys we do not interpret
     text: str = field(default="", repr=False, compare=False)  # what it was parsed from, kept to store it
@@ -96,6 +104,7 @@ def parse_skill(text: str, *, source: str, secret_names: Iterable[str] = ()) -> 
         env=fields.env or [],
         instructions=body.strip(),
         tools=fields.tool_specs(),
+        mcp_servers=fields.mcp_servers or {},
         source=source,
         metadata=fields.metadata,
         text=text,

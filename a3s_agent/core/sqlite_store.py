@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from dataclasses import astuple, fields
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,16 @@ MIGRATIONS: list[str] = [
         updated_at INTEGER NOT NULL
     )
     """,
+    # The parts of a session's usage that pricing needs (base/models.py Usage); older rows read 0.
+    """
+    ALTER TABLE sessions ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN reasoning_tokens INTEGER NOT NULL DEFAULT 0
+    """,
 ]
+# The session row's usage columns: one per field of Usage, named as the field.
+_USAGE_COLUMNS = tuple(item.name for item in fields(Usage))
+_SET_USAGE = ", ".join(f"{column} = ?" for column in _USAGE_COLUMNS)
 
 
 class SqliteStore:
@@ -93,11 +103,11 @@ class SqliteStore:
 
     async def list_sessions(self) -> list[Session]:
         query = """
-            SELECT s.id, s.config, s.state, s.created_at, s.updated_at, s.prompt_tokens,
-                   s.completion_tokens, s.extras,
-                   (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND m.archived = 0)
+            SELECT s.id, s.config, s.state, s.created_at, s.updated_at, s.extras,
+                   (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND m.archived = 0),
+                   {}
             FROM sessions s ORDER BY s.created_at, s.id
-        """
+        """.format(", ".join(f"s.{column}" for column in _USAGE_COLUMNS))
 
         def read(db: sqlite3.Connection) -> list[Session]:
             return [
@@ -107,9 +117,9 @@ class SqliteStore:
                     state=SessionState(row[2]),
                     created_at=row[3],
                     updated_at=row[4],
-                    usage=Usage(prompt_tokens=row[5], completion_tokens=row[6]),
-                    settings=SessionSettings.from_json(json.loads(row[7])),
-                    message_count=row[8],
+                    settings=SessionSettings.from_json(json.loads(row[5])),
+                    message_count=row[6],
+                    usage=Usage(*row[7:]),
                 )
                 for row in db.execute(query)
             ]
@@ -121,17 +131,16 @@ class SqliteStore:
             json.dumps(session.config.to_storable()),
             int(session.state),
             session.updated_at,
-            session.usage.prompt_tokens,
-            session.usage.completion_tokens,
             json.dumps(session.settings.to_json()),
+            *astuple(session.usage),
             session.id,
         )
 
         def write(db: sqlite3.Connection) -> None:
             with transaction(db):
                 db.execute(
-                    "UPDATE sessions SET config = ?, state = ?, updated_at = ?, prompt_tokens = ?,"
-                    " completion_tokens = ?, extras = ? WHERE id = ?",
+                    f"UPDATE sessions SET config = ?, state = ?, updated_at = ?, extras = ?, {_SET_USAGE}"
+                    " WHERE id = ?",
                     values,
                 )
 
@@ -156,8 +165,8 @@ class SqliteStore:
                     db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (updated_at, session_id))
                 else:
                     db.execute(
-                        "UPDATE sessions SET updated_at = ?, prompt_tokens = ?, completion_tokens = ? WHERE id = ?",
-                        (updated_at, usage.prompt_tokens, usage.completion_tokens, session_id),
+                        f"UPDATE sessions SET updated_at = ?, {_SET_USAGE} WHERE id = ?",
+                        (updated_at, *astuple(usage), session_id),
                     )
 
         await self._db.run(write)

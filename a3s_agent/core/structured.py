@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..base.errors import FailedPrecondition
+from ..base.errors import FailedPrecondition, ResourceExhausted
 from ..base.jsontext import parse_json
 from ..base.models import Message, Usage
 from ..tools.registry import check_json_schema
@@ -95,10 +95,9 @@ async def run_structured(
             else:
                 yield event
         assert generation is not None
-        usage = Usage(
-            usage.prompt_tokens + generation.usage.prompt_tokens,
-            usage.completion_tokens + generation.usage.completion_tokens,
-        )
+        usage += generation.usage
+        if generation.budget_spent is not None:  # no answer came, nor will another attempt get one
+            raise ResourceExhausted(generation.budget_spent.message)
         data = _validated(generation.message.content, schema)
         if data is not None:
             yield StructuredDone(data=data, usage=usage, attempts=attempt, model=generation.model)

@@ -18,11 +18,13 @@ def new_call_id() -> str:
 
 
 def tool_message(call: ToolCall, result: ToolOutput) -> Message:
-    """The history entry for a finished call: what the model reads back."""
+    """The history entry for a finished call: what the model reads back (an image read_file
+    returned, as an attachment: llm/messages.py says how each model gets it)."""
     content = result.output if result.success else f"error: {result.error}\n{result.output}".rstrip()
     return Message(
         role="tool",
         content=content,
+        attachments=list(result.attachments),
         tool_call_id=call.id,
         name=call.name,
         metadata={"success": str(result.success).lower()},

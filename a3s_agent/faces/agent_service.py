@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from ..app.lifecycle import Health
 from ..base.errors import InvalidArgument, ResourceExhausted
 from ..base.models import Message, Usage
-from ..core.agent import DEFAULT_MAX_TOOL_CALLS, GenerateOptions, Generation, TurnEvent
+from ..core.agent import DEFAULT_MAX_TOOL_CALLS, GenerateOptions, Generation, ThinkingEvent, TurnEvent
 from ..core.control import HandlerMode, Lane, LaneHandler
 from ..core.structured import StructuredDone
 
@@ -142,20 +142,29 @@ _MODES = frozenset(int(item) for item in HandlerMode)
 
 
 def usage_metadata(usage: Usage) -> dict[str, str]:
+    """Usage as metadata: the proto's Usage has the first three only."""
     return {
         "prompt_tokens": str(usage.prompt_tokens),
         "completion_tokens": str(usage.completion_tokens),
         "total_tokens": str(usage.total_tokens),
+        "cache_read_tokens": str(usage.cache_read_tokens),
+        "cache_write_tokens": str(usage.cache_write_tokens),
+        "reasoning_tokens": str(usage.reasoning_tokens),
     }
 
 
 def generation_metadata(generation: Generation, with_steps: bool) -> dict[str, str]:
+    """Generate's metadata, and a stream's DONE chunk's: the run's usage (all of it: see usage_metadata) and, when the session's
+    token budget stopped it, `token_budget` and `token_budget_used` (the session's total)."""
     metadata = {
         "model": generation.model,
         "turns": str(generation.turns),
         "duration_ms": f"{generation.duration_ms:.1f}",
         "finish_reason": generation.finish_reason,
+        **usage_metadata(generation.usage),
     }
+    if generation.budget_spent is not None:
+        metadata.update(generation.budget_spent.metadata())
     if with_steps:
         metadata["intermediate_steps"] = json.dumps(
             [
@@ -176,9 +185,10 @@ def turn_metadata(event: TurnEvent) -> dict[str, str]:
     return {"type": "usage", "turn": str(event.turn), **usage_metadata(event.usage)}
 
 
-def done_metadata(generation: Generation, with_steps: bool) -> dict[str, str]:
-    """A stream's DONE chunk."""
-    return {**generation_metadata(generation, with_steps), **usage_metadata(generation.usage)}
+def thinking_metadata(event: ThinkingEvent) -> dict[str, str]:
+    """A stream's METADATA chunk for a piece of the model's reasoning (never a CONTENT chunk:
+    the proto has no chunk type for it, and it is not the answer)."""
+    return {"type": "reasoning_delta", "text": event.text}
 
 
 def structured_metadata(done: StructuredDone) -> dict[str, str]:

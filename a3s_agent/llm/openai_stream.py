@@ -9,9 +9,18 @@ it in every fragment, xAI may send it after the first arguments.
 
 Usage may come as `usage` on its own last chunk or on the finish chunk (keep the last seen: some
 servers send a running count on every chunk), in `x_groq.usage` (Groq) or in `choices[0].usage`
-(Moonshot/Kimi). What a server wants back with the message (DeepSeek's `reasoning_content`,
+(Moonshot/Kimi). Its parts (see `usage_of`): cache reads in `prompt_tokens_details.cached_tokens`
+(OpenAI, xAI, Groq, vLLM, OpenRouter), `prompt_cache_hit_tokens` (DeepSeek) or a top-level
+`cached_tokens` (Moonshot); cache writes in `prompt_tokens_details.cache_write_tokens`
+(OpenRouter); reasoning in `completion_tokens_details.reasoning_tokens`. Gemini leaves its
+thoughts out of `completion_tokens` but counts them in `total_tokens`: the difference is output
+(reasoning) all the same. What a server wants back with the message (DeepSeek's `reasoning_content`,
 Gemini's `extra_content` thought signatures, on the message or on each call) becomes the
 events' provider state, keyed by the provider's state key.
+
+The reasoning also passes on as it comes, before the text of the same delta, to be shown: from
+`reasoning_content` (DeepSeek, Kimi, sglang, vLLM before 0.11), else from `reasoning` (vLLM 0.11 on,
+OpenRouter, Ollama) when the first is absent or empty (servers in between send both).
 """
 
 from __future__ import annotations
@@ -22,10 +31,11 @@ from typing import Any
 
 from ..base.errors import Unavailable
 from ..base.models import ProviderState, Usage
-from .provider import ProviderEvent, TextDelta, ToolCallReady, TurnEnd
+from .provider import ProviderEvent, ReasoningDelta, TextDelta, ToolCallReady, TurnEnd
 from .provider_errors import is_error_body, mid_reply_failure
 
 _REASONING = "reasoning_content"
+_REASONING_ALIAS = "reasoning"  # vLLM 0.11 on, OpenRouter, Ollama: shown, not sent back
 _EXTRA = "extra_content"
 
 
@@ -77,14 +87,17 @@ class TurnReader:
             if not isinstance(choice, dict):
                 continue
             delta = choice.get("delta") or {}
-            text = delta.get("content")
-            if text and isinstance(text, str):
-                events.append(TextDelta(text))
             reasoning = delta.get(_REASONING)
             if isinstance(reasoning, str):
                 if self._reasoning is None:
                     self._reasoning = []
                 self._reasoning.append(reasoning)
+            shown = reasoning or delta.get(_REASONING_ALIAS)
+            if shown and isinstance(shown, str):
+                events.append(ReasoningDelta(shown))
+            text = delta.get("content")
+            if text and isinstance(text, str):
+                events.append(TextDelta(text))
             if delta.get(_EXTRA):
                 self._extra = delta[_EXTRA]
             for fragment in delta.get("tool_calls") or ():
@@ -110,7 +123,7 @@ class TurnReader:
 
     def _take_usage(self, raw: Any) -> None:
         if raw and isinstance(raw, dict):
-            self._usage = Usage(raw.get("prompt_tokens") or 0, raw.get("completion_tokens") or 0)
+            self._usage = usage_of(raw)
 
     def _take(self, fragment: dict[str, Any]) -> bool:
         """Add a tool-call fragment to its call; True when it started a new call."""
@@ -160,6 +173,35 @@ class TurnReader:
 
     def _keyed(self, state: dict[str, Any]) -> ProviderState:
         return {self._key: state} if state else {}
+
+
+def usage_of(raw: dict[str, Any]) -> Usage:
+    """A server's usage object as Usage, its parts read wherever the server puts them."""
+    prompt, completion = _count(raw, "prompt_tokens"), _count(raw, "completion_tokens")
+    prompt_details = raw.get("prompt_tokens_details")
+    prompt_details = prompt_details if isinstance(prompt_details, dict) else {}
+    completion_details = raw.get("completion_tokens_details")
+    completion_details = completion_details if isinstance(completion_details, dict) else {}
+    reasoning = _count(completion_details, "reasoning_tokens")
+    unreported = _count(raw, "total_tokens") - prompt - completion  # Gemini's thoughts
+    if unreported > 0:
+        completion += unreported
+        reasoning = reasoning or unreported
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cache_read_tokens=_count(prompt_details, "cached_tokens")
+        or _count(raw, "prompt_cache_hit_tokens")
+        or _count(raw, "cached_tokens"),
+        cache_write_tokens=_count(prompt_details, "cache_write_tokens"),
+        reasoning_tokens=reasoning,
+    )
+
+
+def _count(values: dict[str, Any], key: str) -> int:
+    """A token count, 0 when absent, null or not a count."""
+    value = values.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _starts_new_call(current: _Call, call_id: str, name: str, arguments: str) -> bool:

@@ -30,6 +30,13 @@ class TextDelta:
 
 
 @dataclass
+class ReasoningDelta:
+    """A piece of the model's reasoning (thinking) as it streams: to show, never part of the answer."""
+
+    text: str
+
+
+@dataclass
 class ToolCallReady:
     """A tool call whose id, name and complete JSON arguments are known."""
 
@@ -50,12 +57,12 @@ class TurnEnd:
     """Fields of the assistant message to send back to the same provider (DeepSeek's reasoning)."""
 
 
-ProviderEvent = TextDelta | ToolCallReady | TurnEnd
+ProviderEvent = TextDelta | ReasoningDelta | ToolCallReady | TurnEnd
 
 
 class Provider(Protocol):
     def stream(self, request: CompletionRequest) -> AsyncIterator[ProviderEvent]:
-        """Yield text deltas and tool calls as they arrive, then exactly one TurnEnd.
+        """Yield text and reasoning deltas and tool calls as they arrive, then exactly one TurnEnd.
 
         Raises core errors: Unavailable (unreachable, failing after retries, timed out),
         FailedPrecondition (the key was rejected), InvalidArgument (the request was refused)."""

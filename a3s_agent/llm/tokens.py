@@ -23,7 +23,8 @@ Model rule (`encoding_for_model`). The name is lowercased and stripped of a prov
 
 Message rule (`TokenCounter.count_message`), after OpenAI's cookbook: 3 tokens per message, plus the
 role, content text parts, `name` (+1), `tool_call_id` and each tool call's name and arguments;
-every image part costs a fixed `IMAGE_TOKENS`. `count_messages` adds 3 for the reply priming.
+an image part costs what the provider bills for its size (image_tokens.py: Anthropic's rule for
+`claude` models, OpenAI's for the others). `count_messages` adds 3 for the reply priming.
 Message counts are kept in a bounded LRU keyed by the hash of the counted fields, so recounting a
 long conversation costs a hash and a lookup per message.
 """
@@ -43,6 +44,8 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .image_tokens import image_tokens
+
 if TYPE_CHECKING:
     from tiktoken import Encoding
 
@@ -52,7 +55,6 @@ DEFAULT_ENCODING = "o200k_base"
 MESSAGE_OVERHEAD = 3
 NAME_OVERHEAD = 1
 REPLY_PRIMING = 3
-IMAGE_TOKENS = 85
 
 # sha256 of the raw .tiktoken files, as pinned in tiktoken_ext.openai_public.
 _BUNDLED_SHA256 = {
@@ -215,7 +217,7 @@ def _as_text(value: Any) -> str:
     return "" if value is None else json.dumps(value, ensure_ascii=False)
 
 
-def _content_key(content: Any) -> str | tuple[str | int, ...]:
+def _content_key(content: Any, anthropic: bool) -> str | tuple[str | int, ...]:
     """Content as a string, or a tuple of text parts and image costs."""
     if not isinstance(content, list):
         return _as_text(content)
@@ -227,17 +229,17 @@ def _content_key(content: Any) -> str | tuple[str | int, ...]:
             if isinstance(part.get("text"), str):
                 parts.append(part["text"])
             elif str(part.get("type", "")).startswith(("image", "input_image")):
-                parts.append(IMAGE_TOKENS)
+                parts.append(image_tokens(part, anthropic))
     return tuple(parts)
 
 
-def _message_key(message: Mapping[str, Any]) -> tuple[Any, ...]:
+def _message_key(message: Mapping[str, Any], anthropic: bool) -> tuple[Any, ...]:
     """Everything `count_message` counts, as a hashable tuple."""
     content = message.get("content")
     calls = message.get("tool_calls")
     return (
         _as_text(message.get("role")),
-        content if isinstance(content, str) else _content_key(content),
+        content if isinstance(content, str) else _content_key(content, anthropic),
         _as_text(message.get("name")),
         _as_text(message.get("tool_call_id")),
         _calls_key(calls) if calls else (),
@@ -260,6 +262,7 @@ class TokenCounter:
     def __init__(self, model: str, *, approximate: bool = False) -> None:
         self.model = model
         self._encoding_name = None if approximate else encoding_for_model(model)
+        self._anthropic = "claude" in model.lower()  # images cost what Anthropic bills (image_tokens.py)
         self._resolved = False
         self._encoding: Encoding | None = None
 
@@ -313,7 +316,7 @@ class TokenCounter:
 
     def _count_cached(self, messages: list[Mapping[str, Any]]) -> list[int]:
         tag = self._cache_tag()
-        keys = [_message_key(message) for message in messages]
+        keys = [_message_key(message, self._anthropic) for message in messages]
         cache_keys = [(tag, hash(key)) for key in keys]
         counts: list[int] = []
         fresh: list[tuple[Hashable, int]] = []

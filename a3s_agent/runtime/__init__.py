@@ -12,6 +12,7 @@ from .. import DESCRIPTION, HOMEPAGE, LICENSE, NAME, __version__
 from ..base.models import LLMConfig
 from ..config import Settings
 from ..core.agent import Agent
+from ..core.budget import effective_budget
 from ..core.client_tools import ClientTools
 from ..core.context import ContextManager
 from ..core.control import ControlPlane
@@ -26,10 +27,12 @@ from ..core.tool_runner import ToolRunner
 from ..datadir import make_data_dir
 from ..llm.modes import speaks_text_protocol
 from ..llm.provider import Provider
+from ..llm.vision import WithoutImages, takes_images, vision_models
 from ..spaces.service import Spaces
 from ..tools import containment
 from ..tools.registry import Tool, ToolContext, ToolRegistry
-from .initialization import Initialization, InitializeRequest, withheld_names
+from .initialization import Initialization, InitializeRequest, token_budget, withheld_names
+from .mcp import McpServers, initialize_servers
 from .providers import ProviderCache, ProviderFactory
 
 log = logging.getLogger(__name__)
@@ -110,6 +113,7 @@ class Runtime:
             max_generations=settings.max_generations,
         )
         self.init = Initialization()
+        self.mcp = McpServers(settings, self.skills, lambda: self.init.mcp_servers, self.tool_context)
         self.spaces = Spaces(
             settings.resolved_data_dir,
             self.registry,
@@ -142,6 +146,7 @@ class Runtime:
 
     async def close(self) -> None:
         await self.spaces.close()  # its running runs are cancelled, their commands killed
+        await self.mcp.close()  # MCP servers are asked to stop (their stdin closed) before the kill
         if self.containment is not None:  # every tool process still running ends with the server
             containment.deactivate(self.containment)
         self.events.close()
@@ -167,6 +172,9 @@ class Runtime:
                 disabled_tools=list(request.disabled_tools),
                 tool_config=dict(request.tool_config),
                 log_level=request.log_level or self.init.log_level,
+                token_budget=token_budget(request.custom),
+                vision_models=vision_models(request.custom),
+                mcp_servers=self.mcp.from_api(initialize_servers(request.custom)),
             )
             self.registry.configure(init.enabled_tools, init.disabled_tools)  # raises on unknown names
             try:
@@ -176,6 +184,7 @@ class Runtime:
                 raise
             self.workspace = new_workspace
             self.init = init
+            await self.mcp.server_changed()
         if request.log_level:
             logging.getLogger("a3s_agent").setLevel(request.log_level)
 
@@ -239,21 +248,32 @@ class Runtime:
         return models
 
     def provider_for(self, llm: LLMConfig) -> Provider:
-        return self.providers.get(llm)
+        """The endpoint's provider, as the model uses it: without tool results' images when it
+        does not take images (llm/vision.py)."""
+        provider = self.providers.get(llm)
+        return provider if takes_images(llm.model, self.init.vision_models) else WithoutImages(provider)
 
     def tools_for(self, session: Session | None) -> list[Tool]:
         """What a session's model may call: the built-in tools the registry offers its model, skill
-        tools and client tools."""
+        tools, client tools and the tools of its MCP servers (as last listed: see prepare_tools)."""
         provider = self.llm_for(session).provider
         return [
             *self.registry.offered(text_protocol=speaks_text_protocol(provider, self.settings.llm_tool_mode)),
             *self.skills.tools_for(session),
             *self.client_tools.for_session(session),
+            *self.mcp.tools_for(session),
         ]
+
+    async def prepare_tools(self, session: Session | None) -> None:
+        """Connect the session's MCP servers whose tools are not known yet (runtime/mcp.py)."""
+        await self.mcp.prepare(session)
 
     def prompt_for(self, session: Session) -> str:
         workspace = session.config.workspace or str(self.workspace)
         return system_prompt(session.config.system_prompt, workspace, self.skills.instructions_for(session))
+
+    def token_budget_for(self, session: Session) -> int:
+        return effective_budget(session, self.init.token_budget)
 
     def tool_context(self, session: Session | None) -> ToolContext:
         workspace = Path(session.config.workspace) if session is not None else self.workspace

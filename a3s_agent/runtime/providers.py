@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..base.models import LLMConfig
-from ..llm.modes import RELAY_PROVIDER, ToolMode, tool_mode
-from ..llm.openai_compat import OpenAICompatibleProvider
+from ..llm.modes import RELAY_PROVIDER, ToolMode, anthropic_thinking, tool_mode
 from ..llm.provider import Provider
 
 ProviderFactory = Callable[[LLMConfig], Provider]
@@ -26,14 +25,14 @@ class ProviderCache:
         connect: ProviderFactory | None = None,
         relay: ProviderFactory | None = None,
     ) -> None:
-        """`connect` replaces the OpenAI-compatible HTTP provider (the relay and the text tool mode
-        still apply on top of it): the seam through which tests plug in an in-process model.
+        """`connect` replaces the HTTP providers (the relay and the text tool mode still apply on top
+        of it): the seam through which tests plug in an in-process model.
         `relay` replaces the relay provider (the relay CLI's waits and prompts)."""
         self._timeout_s = timeout_s
         self._max_retries = max_retries
         self._tool_mode: ToolMode = tool_mode
         self._relay_dir = relay_dir
-        self._connect = connect or self._openai_compatible
+        self._connect = connect or self._http
         self._relay = relay or self._relay_at
         self._providers: dict[tuple[str, str, str], Provider] = {}
 
@@ -45,8 +44,9 @@ class ProviderCache:
         return provider
 
     def _build(self, llm: LLMConfig) -> Provider:
-        """`relay` is the copy-paste relay; every other name speaks the OpenAI Chat Completions
-        protocol, with tools as CodingAgent text commands in text tool mode (`openai+text`)."""
+        """`relay` is the copy-paste relay; `anthropic` and `claude` speak Anthropic's Messages API;
+        every other name the OpenAI Chat Completions protocol. Tools are CodingAgent text commands in
+        text tool mode (`openai+text`)."""
         name, mode = tool_mode(llm.provider, self._tool_mode)
         if name == RELAY_PROVIDER:
             return self._relay(llm)
@@ -62,7 +62,17 @@ class ProviderCache:
 
         return RelayProvider(relay_dir_of(llm.base_url, self._relay_dir))
 
-    def _openai_compatible(self, llm: LLMConfig) -> Provider:
+    def _http(self, llm: LLMConfig) -> Provider:
+        """The provider for the protocol the name speaks (each imported when first used)."""
+        thinking = anthropic_thinking(tool_mode(llm.provider, self._tool_mode)[0])
+        if thinking is not None:
+            from ..llm.anthropic_provider import AnthropicProvider
+
+            return AnthropicProvider(
+                llm, thinking=thinking, timeout_s=self._timeout_s, max_retries=self._max_retries
+            )
+        from ..llm.openai_compat import OpenAICompatibleProvider
+
         return OpenAICompatibleProvider(llm, timeout_s=self._timeout_s, max_retries=self._max_retries)
 
     async def close(self) -> None:

@@ -1,12 +1,23 @@
-"""The one way the agent requests a URL it was given: web_fetch and the http tools of skills.
+"""Which URLs the agent may request when it was given them (web_fetch, the http tools of skills, MCP
+servers over HTTP), and through which proxy; tools/checked_fetch.py makes the requests.
 
-Every request, the first and each redirect, goes through CheckedTransport: it resolves the host
-name once, refuses the request unless every address is public (A3S_FETCH_ALLOW_PRIVATE=1 allows
-the others), and then connects to exactly an address it checked. A DNS answer that changes
-between the check and the connection (DNS rebinding) therefore cannot send the request anywhere
-else. The Host header, the TLS server name (SNI) and the certificate check stay those of the URL's
-host name. Proxies from the environment are not used: a proxy would resolve the name itself.
-"""
+Every request, the first and each redirect, goes through CheckedTransport (checked_fetch.py): it
+resolves the host name once (`checked_addresses`), refuses the request unless every address is
+public (`refusal`; A3S_FETCH_ALLOW_PRIVATE=1 allows the others), and then connects to exactly an
+address it checked. A DNS answer that changes between the check and the connection (DNS
+rebinding) therefore cannot send the request anywhere else. The Host header, the TLS server name
+(SNI) and the certificate check stay those of the URL's host name.
+
+Through a proxy (HTTPS_PROXY / HTTP_PROXY of the server's environment, unless NO_PROXY lists the
+host: base/proxies.py) the name is still resolved and checked here first, and refused unless every
+address is public; then the request goes to the proxy by name (CONNECT host:port for https), since
+proxies allow and deny by name and may resolve names this machine cannot. The proxy resolves the
+name again: a DNS answer that changes in between can lead it elsewhere, so with a proxy the proxy's
+own rules are the last word. A name this machine cannot resolve is refused, as without a proxy;
+A3S_FETCH_ALLOW_PRIVATE=1 skips the check, and the proxy alone resolves and decides.
+
+Nothing here imports httpx: the server imports this module at start, httpx (with its command line,
+which loads rich and pygments when they are installed) only on the first request."""
 
 from __future__ import annotations
 
@@ -14,23 +25,17 @@ import asyncio
 import ipaddress
 import os
 import socket
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any
-
-import httpx
 
 from .. import __version__
+from ..base.errors import FailedPrecondition
+from ..base.proxies import Proxy, proxy_for
 from .registry import ToolContext, ToolFailure
 
-MAX_REDIRECTS = 5
 USER_AGENT = f"a3s-agent/{__version__}"
 ALLOW_PRIVATE = "A3S_FETCH_ALLOW_PRIVATE"
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-_SCHEMES = ("http", "https")
 _SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT
 # IPv6 ranges whose last 32 bits are an IPv4 address (IPv4-mapped ::ffff:0:0/96 and 6to4 and
 # Teredo have their own ipaddress properties).
@@ -132,112 +137,21 @@ def _check(host: str, addresses: list[IPAddress]) -> None:
             )
 
 
-class CheckedTransport(httpx.AsyncBaseTransport):
-    """Resolves each request's host once, checks the addresses, and dials only those addresses."""
-
-    def __init__(self, allow_private: bool) -> None:
-        self._allow_private = allow_private
-        # SSL_CERT_FILE / SSL_CERT_DIR still name the CA certificates, as for any httpx client.
-        self._http = httpx.AsyncHTTPTransport(verify=httpx.create_ssl_context(), trust_env=False)
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        host = url.raw_host.decode("ascii")
-        addresses = await _resolve(host)
-        if not self._allow_private:
-            _check(host, addresses)
-        failure: httpx.ConnectError | None = None
-        for address in addresses:
-            pinned = httpx.Request(
-                request.method,
-                url.copy_with(host=str(address)),
-                headers=request.headers,  # with the Host header of the name
-                stream=request.stream,
-                extensions={**request.extensions, "sni_hostname": host},
-            )
-            try:
-                return await self._http.handle_async_request(pinned)
-            except httpx.ConnectError as exc:  # nothing sent yet: the next address may answer
-                failure = exc
-        assert failure is not None  # _resolve() returns at least one address
-        raise failure
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
+async def checked_addresses(host: str, *, allow_private: bool) -> list[IPAddress]:
+    """The addresses of `host` a request may be sent to (resolved once, to connect to exactly
+    those): all of them, when every one is public or `allow_private`; ToolFailure otherwise."""
+    addresses = await _resolve(host)
+    if not allow_private:
+        _check(host, addresses)
+    return addresses
 
 
-@dataclass
-class Fetched:
-    response: httpx.Response  # its body not read yet
-    redirects: int
-
-
-def _checked_url(url: httpx.URL | str, shown: str) -> httpx.URL:
-    """`url` when it is an http(s) URL with a host; errors call it `shown`."""
+def tool_proxy(url: str) -> Proxy | None:
+    """The proxy the server's environment names for `url` (base/proxies.py); a bad one fails the tool."""
     try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        raise ToolFailure(f"{shown} is not a valid URL: {exc}") from exc
-    if parsed.scheme not in _SCHEMES:
-        raise ToolFailure(f"{shown} is not an http or https URL; only those can be fetched")
-    if not parsed.raw_host:
-        raise ToolFailure(f"{shown} has no host name")
-    return parsed
-
-
-@asynccontextmanager
-async def fetch(
-    method: str,
-    url: str,
-    *,
-    allow_private: bool,
-    timeout_s: float,
-    headers: Mapping[str, str] | None = None,
-    shown_url: str | None = None,
-    **body: Any,
-) -> AsyncIterator[Fetched]:
-    """Request `url`, following at most MAX_REDIRECTS redirects, each checked like the first.
-
-    `timeout_s` bounds everything, the caller's reading of the body included (TimeoutError).
-    `body` is httpx's `content=` or `json=`. Errors name the URL as `shown_url` (a skill's URL
-    template, since the real URL may carry a value from the environment); a redirect target is
-    named as it is. Redirects keep httpx's rules: 301/302/303 turn a POST into a GET, and an
-    Authorization header is not sent on to another origin.
-    """
-    shown = repr(shown_url if shown_url is not None else url)
-    target = _checked_url(url, shown)
-    async with (
-        asyncio.timeout(timeout_s),
-        httpx.AsyncClient(
-            transport=CheckedTransport(allow_private),
-            timeout=timeout_s,
-            trust_env=False,
-            headers={"User-Agent": USER_AGENT},
-        ) as client,
-    ):
-        request = client.build_request(method, target, headers=headers, **body)
-        for redirects in range(MAX_REDIRECTS + 1):
-            response = await client.send(request, stream=True)
-            try:
-                if response.next_request is None:
-                    yield Fetched(response, redirects)
-                    return
-                request = response.next_request
-            finally:
-                await response.aclose()  # a redirect's body is never read
-            location = str(request.url)
-            _checked_url(location, f"{shown} redirected to {location!r}, which")
-        raise ToolFailure(f"{shown} redirected more than {MAX_REDIRECTS} times (last to {location}); gave up")
-
-
-async def read_capped(response: httpx.Response, max_bytes: int) -> tuple[bytes, bool]:
-    """At most max_bytes of the body, and whether there was more (which is left unread)."""
-    body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) > max_bytes:
-            return bytes(body[:max_bytes]), True
-    return bytes(body), False
+        return proxy_for(url)
+    except FailedPrecondition as exc:
+        raise ToolFailure(str(exc)) from exc
 
 
 def decode(body: bytes, charset: str | None) -> str:

@@ -17,9 +17,11 @@ from typing import BinaryIO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..base.models import Attachment
 from .atomic import write_atomically_at
 from .beneath import Located
 from .gitignore import TreeEntry, walk_tree
+from .images import MAGIC_BYTES, MAX_IMAGE_BYTES, MAX_IMAGE_SIDE, image_of, looks_like_image
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
 from .sandbox import locate_in_workspace, open_in_workspace, relative_to_workspace, workspace_root
 
@@ -174,7 +176,7 @@ def _numbered(texts: list[str], first: int, budget: int) -> tuple[list[str], int
     return lines, sum(len(text) > _MAX_LINE_CHARS for text in texts[: len(lines)]) if long_lines else 0
 
 
-def _read_text(handle: BinaryIO, shown: str, args: ReadFileArgs, size: int, budget: int) -> ToolOutput:
+def read_text(handle: BinaryIO, shown: str, args: ReadFileArgs, size: int, budget: int) -> ToolOutput:
     try:
         if b"\0" in handle.read(_SNIFF_BYTES):
             raise ToolFailure(f'{shown} is a binary file; use encoding="base64" to read its raw bytes')
@@ -215,6 +217,36 @@ def _read_base64(handle: BinaryIO, shown: str, size: int, budget: int) -> ToolOu
     return ToolOutput(output=base64.b64encode(data).decode("ascii"), metadata={"bytes": len(data)})
 
 
+def _read_image(handle: BinaryIO, shown: str, size: int) -> ToolOutput | None:
+    """The image the file holds, described, and attached when a model may be shown it; None when the
+    file is no image (its header does not parse: read_file reads it as any other file)."""
+    try:
+        data = handle.read(MAX_IMAGE_BYTES + 1)  # a bigger image is described from its start
+    except OSError as exc:
+        raise ToolFailure(f"cannot read {shown}: {exc.strerror or exc}") from exc
+    image = image_of(data)
+    if image is None:
+        handle.seek(0)
+        return None
+    output = f"{shown} is a {image.format} image, {image.width}x{image.height} pixels, {size} bytes."
+    attachments = []
+    if image.fits(len(data)):  # (what was read: a file growing meanwhile is cut at the bound)
+        attachments.append(Attachment(kind="image", name=shown, mime_type=image.mime_type, content=data))
+    else:
+        output += (
+            f" It is too large to be shown: images up to {MAX_IMAGE_BYTES} bytes and {MAX_IMAGE_SIDE}"
+            " pixels a side are."
+        )
+    metadata = {
+        "bytes": size,
+        "mime_type": image.mime_type,
+        "width": image.width,
+        "height": image.height,
+        "image_attached": bool(attachments),
+    }
+    return ToolOutput(output=output, metadata=metadata, attachments=attachments)
+
+
 def _open_file(workspace: Path, raw: str) -> BinaryIO:
     """The regular file `raw` leads to, open for reading (O_NONBLOCK: a FIFO is refused, not waited on)."""
     try:
@@ -238,24 +270,32 @@ def _open_file(workspace: Path, raw: str) -> BinaryIO:
     truncation_hint="read a smaller range with offset and limit",
 )
 async def read_file(args: ReadFileArgs, ctx: ToolContext) -> ToolOutput:
-    """Read a text file, with line numbers.
+    """Read a text file, with line numbers, or look at an image.
 
     Lines come as `cat -n` shows them: the 1-based line number right-aligned, a tab, then the
     line's text. The line numbers are not part of the file: leave them out of edit_file's
     old_string. At most `limit` lines (default 2000) from `offset` (0-based) are returned;
     a footer "(lines X-Y of N)" says which, and how to continue when there is more, e.g.
     {"path": "src/app.py", "offset": 2000}. Lines over 2000 characters are cut.
-    Binary files are refused; read them with {"path": "logo.png", "encoding": "base64"},
-    which returns the whole file's bytes base64-encoded (no numbering), for files up to
-    about 75 KB. Use list_files or search_files to find paths, and grep to find text.
+    A PNG, JPEG, GIF or WebP image comes back as the image itself (when you can see images)
+    with a line giving its format and size. Other binary files are refused; read them with
+    {"path": "data.bin", "encoding": "base64"}, which returns the whole file's bytes
+    base64-encoded (no numbering), for files up to about 75 KB. Use list_files or search_files
+    to find paths, and grep to find text.
     """
     with _open_file(ctx.workspace, args.path) as handle:
         size = os.fstat(handle.fileno()).st_size
         if args.encoding == "base64":
             return _read_base64(handle, args.path, size, ctx.max_output_bytes)
+        if looks_like_image(handle.read(MAGIC_BYTES)):
+            handle.seek(0)
+            image = await asyncio.to_thread(_read_image, handle, args.path, size)
+            if image is not None:
+                return image
+        handle.seek(0)
         if size > _INLINE_READ_BYTES:
-            return await asyncio.to_thread(_read_text, handle, args.path, args, size, ctx.max_output_bytes)
-        return _read_text(handle, args.path, args, size, ctx.max_output_bytes)
+            return await asyncio.to_thread(read_text, handle, args.path, args, size, ctx.max_output_bytes)
+        return read_text(handle, args.path, args, size, ctx.max_output_bytes)
 
 
 # write_file
@@ -423,13 +463,35 @@ def rewrite_text_file(
     return place.rel, before, after
 
 
+def check_edit(args: EditFileArgs) -> None:
+    """Refuse an edit that cannot change anything, before the file is read."""
+    if not args.old_string:
+        raise ToolFailure(
+            "old_string is empty; give the exact text to replace (use write_file to create a file)"
+        )
+    if args.old_string == args.new_string:
+        raise ToolFailure("old_string and new_string are identical; there is nothing to change")
+
+
+def apply_edit(before: str, args: EditFileArgs, shown: str) -> tuple[str, int]:
+    """The text after the edit (line endings as the file's) and the number of replacements."""
+    old, new = _like_file_line_endings(before, args.old_string, args.new_string)
+    return _replaced(before, old, new, args.replace_all, shown)
+
+
+def edit_output(shown: str, before: str, after: str, count: int) -> ToolOutput:
+    return ToolOutput(
+        output=f"Edited {shown}: {count} replacement(s)\n{_unified_diff(before, after, shown)}",
+        metadata={"path": shown, "replacements": count},
+    )
+
+
 def _edit(workspace: Path, raw: str, args: EditFileArgs) -> tuple[str, str, str, int]:
     """Apply the edit on disk; returns the path as shown, the text before and after, and the count."""
     counted: list[int] = []
 
     def replace(before: str) -> str:
-        old, new = _like_file_line_endings(before, args.old_string, args.new_string)
-        after, count = _replaced(before, old, new, args.replace_all, raw)
+        after, count = apply_edit(before, args, raw)
         counted.append(count)
         return after
 
@@ -456,17 +518,9 @@ async def edit_file(args: EditFileArgs, ctx: ToolContext) -> ToolOutput:
     atomically. Use write_file to create a file or replace all of it.
     Example: {"path": "app.py", "old_string": "    return a - b\\n", "new_string": "    return a + b\\n"}
     """
-    if not args.old_string:
-        raise ToolFailure(
-            "old_string is empty; give the exact text to replace (use write_file to create a file)"
-        )
-    if args.old_string == args.new_string:
-        raise ToolFailure("old_string and new_string are identical; there is nothing to change")
+    check_edit(args)
     shown, before, after, count = await asyncio.to_thread(_edit, ctx.workspace, args.path, args)
-    return ToolOutput(
-        output=f"Edited {shown}: {count} replacement(s)\n{_unified_diff(before, after, shown)}",
-        metadata={"path": shown, "replacements": count},
-    )
+    return edit_output(shown, before, after, count)
 
 
 # delete_file

@@ -19,10 +19,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..base.errors import InvalidArgument, NotFound
 from ..base.jsontext import parse_json
+from ..base.models import Attachment
 
 DEFAULT_MAX_OUTPUT_BYTES = 100_000
 
-Family = Literal["file", "code", "command", "git", "web", "interaction"]
+Family = Literal["file", "code", "command", "git", "web", "interaction", "mcp"]
 Lane = Literal["query", "execute"]
 
 
@@ -40,6 +41,9 @@ class ToolOutput:
     output: str = ""
     error: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    attachments: list[Attachment] = field(default_factory=list)
+    """What the model is shown beside `output` (read_file's image). They go into the history with the
+    result; `output` describes them, and it is all ExecuteTool's clients get."""
 
     def string_metadata(self) -> dict[str, str]:
         """Metadata as the wire wants it: strings, JSON for everything else ("true", 3, [...])."""

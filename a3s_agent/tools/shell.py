@@ -75,7 +75,7 @@ async def bash(args: BashArgs, ctx: ToolContext) -> ToolOutput:
     if not cwd.is_dir():
         raise ToolFailure(f"cwd {args.cwd!r} is not a directory in the workspace")
     result = await _run(ctx, [_interpreter("bash"), "-c", args.command], cwd, args.timeout_ms)
-    return _command_output(result, args.timeout_ms)
+    return command_output(result, args.timeout_ms)
 
 
 @tool("run_script", family="command", lane="execute", truncation_hint=_REDIRECT_HINT)
@@ -103,7 +103,7 @@ async def run_script(args: RunScriptArgs, ctx: ToolContext) -> ToolOutput:
             script = Path(temp) / f"script{_SCRIPT_SUFFIX[args.language]}"
             script.write_text(args.code, encoding="utf-8")
             result = await _run(ctx, [interpreter, str(script), *args.args], workspace, args.timeout_ms)
-    output = _command_output(result, args.timeout_ms)
+    output = command_output(result, args.timeout_ms)
     output.metadata["language"] = args.language
     return output
 
@@ -117,17 +117,22 @@ def _interpreter(name: str) -> str:
     return exe
 
 
+def output_cap(ctx: ToolContext) -> int:
+    """The bytes of output a command may give, leaving room for the notes command_output adds."""
+    return max(ctx.max_output_bytes - _NOTE_RESERVE_BYTES, 1)
+
+
 async def _run(ctx: ToolContext, argv: list[str], cwd: Path, timeout_ms: int) -> ProcessResult:
     return await run_process(
         argv,
         cwd=cwd,
         extra_env=ctx.env,
         timeout_s=timeout_ms / 1000,
-        max_output_bytes=max(ctx.max_output_bytes - _NOTE_RESERVE_BYTES, 1),
+        max_output_bytes=output_cap(ctx),
     )
 
 
-def _command_output(result: ProcessResult, timeout_ms: int) -> ToolOutput:
+def command_output(result: ProcessResult, timeout_ms: int) -> ToolOutput:
     """The shape bash and run_script share: output, success from the exit code, and why it failed."""
     output = result.output
     if result.truncated:

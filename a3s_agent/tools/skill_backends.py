@@ -6,7 +6,7 @@
   is, other values as JSON). Python interpreters (`python`, `python3`) run as the agent's own.
 - `binary`: an argv list, run without a shell; `[echo, "${msg}"]`.
 - `http`: a request; `body` is a string template, or JSON data in which a string that is exactly
-  `${arg}` keeps the argument's type. Requests go through tools/fetcher.py, as web_fetch's do:
+  `${arg}` keeps the argument's type. Requests go through tools/checked_fetch.py, as web_fetch's do:
   public addresses only (unless A3S_FETCH_ALLOW_PRIVATE=1), the checked address is the one
   connected to, at most 5 redirects.
 
@@ -31,10 +31,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import quote
 
-import httpx
 from pydantic import BaseModel
 
-from .fetcher import connection_problem, decode, fetch, private_allowed, read_capped
+from .fetcher import connection_problem, decode, private_allowed
 from .process import ProcessResult, find_binary, run_process
 from .registry import Family, JsonArguments, Tool, ToolContext, ToolFailure, ToolOutput
 
@@ -229,6 +228,10 @@ class HttpBackend:
     async def run(
         self, arguments: Mapping[str, Any], ctx: ToolContext, variables: Mapping[str, str], timeout_s: float
     ) -> ToolOutput:
+        import httpx
+
+        from .checked_fetch import fetch, read_capped  # on first use, with httpx
+
         url = _substitute(self.url, arguments, variables, encode=True)
         headers = {name: _substitute(value, arguments, variables) for name, value in self.headers.items()}
         body = _render(self.body, arguments, variables)

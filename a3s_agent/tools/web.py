@@ -3,8 +3,9 @@
 web_search reads its backend from the session's env, then the server's environment:
 A3S_SEARCH_PROVIDER (searxng | brave | tavily), A3S_SEARCH_URL (the backend's base URL;
 required for SearXNG, a proxy or test endpoint for the others) and A3S_SEARCH_API_KEY
-(or BRAVE_API_KEY / TAVILY_API_KEY). web_fetch requests pages through tools/fetcher.py, which
-fetches only public addresses and connects to exactly the address it checked.
+(or BRAVE_API_KEY / TAVILY_API_KEY). web_fetch requests pages through tools/checked_fetch.py, which
+fetches only public addresses and connects to exactly the address it checked. Both go through the
+proxy the server's environment names (HTTPS_PROXY, HTTP_PROXY, NO_PROXY: base/proxies.py).
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ import html
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..base.secrets import withheld
-from .fetcher import USER_AGENT, connection_problem, decode, fetch, private_allowed, read_capped
+from .fetcher import USER_AGENT, connection_problem, decode, private_allowed, tool_proxy
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+
+if TYPE_CHECKING:
+    import httpx
 
 SEARCH_TIMEOUT_S = 20.0
 
@@ -162,9 +165,18 @@ async def web_search(args: WebSearchArgs, ctx: ToolContext) -> ToolOutput:
     Example: {"query": "httpx AsyncClient stream timeout", "max_results": 5}
     Fails when no search backend is configured on the server (the error says how to set one up).
     """
+    import httpx  # on first use: see tools/checked_fetch.py
+
     backend = _search_backend(ctx)
+    proxy = tool_proxy(backend.endpoint)
     try:
-        async with httpx.AsyncClient(timeout=SEARCH_TIMEOUT_S, headers={"User-Agent": USER_AGENT}) as client:
+        async with httpx.AsyncClient(
+            timeout=SEARCH_TIMEOUT_S,
+            headers={"User-Agent": USER_AGENT},
+            proxy=proxy.url if proxy else None,
+            trust_env=False,  # proxies as base/proxies.py reads them, not as httpx does
+            verify=httpx.create_ssl_context(),  # which still reads SSL_CERT_FILE / SSL_CERT_DIR
+        ) as client:
             response = await _send_query(client, backend, args.query, args.max_results)
     except httpx.TimeoutException as exc:
         raise ToolFailure(
@@ -301,6 +313,8 @@ async def _read_page(response: httpx.Response, max_bytes: int, redirects: int) -
             url=url,
             content_type=content_type,
         )
+    from .checked_fetch import read_capped
+
     body, truncated = await read_capped(response, max_bytes)
     kind = kind or _sniff(body)
     if kind == "binary":
@@ -347,6 +361,10 @@ async def web_fetch(args: WebFetchArgs, ctx: ToolContext) -> ToolOutput:
     Redirects are followed (at most 5). Only http:// and https:// URLs of public addresses.
     Example: {"url": "https://peps.python.org/pep-0008/", "format": "markdown"}
     """
+    import httpx
+
+    from .checked_fetch import fetch  # on first use, with httpx
+
     timeout_s = args.timeout_ms / 1000
     try:
         async with fetch(

@@ -415,3 +415,24 @@ async def test_hostile_json_is_a_400_on_the_spaces_routes(workspace: Path, tmp_p
                     assert reply.status == 400, (route, name, await reply.text())
                     await error_of(reply, 400, "INVALID_ARGUMENT")
         assert not (workspace / "x.txt").exists()
+
+
+async def test_an_allowed_origin_may_send_and_read_the_a3s_call_metadata(tmp_path: Path) -> None:
+    """The a3s-* request headers (budget, paging, ...) pass a preflight, and a page's script may read
+    the a3s-* reply headers; a foreign origin gets neither."""
+    async with face(tmp_path, allowed_origins=["https://App.example:443/"], auth_token=TOKEN) as http:
+        ask = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "a3s-token-budget"}
+        preflight = await http.client.options("/sessions", headers={"Origin": APP, **ask})
+        allowed = set(preflight.headers["Access-Control-Allow-Headers"].split(", "))
+        assert {"a3s-token-budget", "a3s-page-size", "a3s-page-token", "a3s-config-mode"} <= allowed
+        browser = {"Origin": APP, "Sec-Fetch-Site": "cross-site", "Authorization": f"Bearer {TOKEN}"}
+        created = await http.client.post(
+            "/sessions", json={"session_id": "budgeted"}, headers={**browser, "a3s-token-budget": "5000"}
+        )
+        assert created.status == 201
+        exposed = {name.lower() for name in created.headers["Access-Control-Expose-Headers"].split(", ")}
+        assert "a3s-token-budget" in exposed and created.headers["a3s-token-budget"] == "5000"
+        foreign = await http.client.get(
+            "/sessions/budgeted", headers={**browser, "Origin": "https://attacker.example"}
+        )
+        assert "Access-Control-Expose-Headers" not in foreign.headers

@@ -12,7 +12,7 @@ from typing import Any
 from ...app import Application
 from ...base.errors import AgentError, Cancelled, InvalidArgument, NotFound
 from ...base.models import Attachment, Message, Usage
-from ...core.agent import GenerateOptions, TextEvent, ToolCallEvent, ToolResultEvent, TurnEvent
+from ...core.agent import DoneEvent, GenerateOptions, TextEvent, ToolCallEvent, ToolResultEvent, TurnEvent
 from ...proto import coven_pb2 as pb
 from .threads import Threads, session_id_for
 from .tools import WATCHED_EVENTS, ToolStates
@@ -164,10 +164,12 @@ class RequestRun:
                     await asyncio.shield(self._store(immediate))
                 self._respond(thinking=THINKING)
         elif isinstance(event, TurnEvent):
-            self._usage = Usage(
-                self._usage.prompt_tokens + event.usage.prompt_tokens,
-                self._usage.completion_tokens + event.usage.completion_tokens,
-            )
+            self._usage += event.usage
+        elif isinstance(event, DoneEvent) and event.generation.budget_spent is not None:
+            # The run stopped before a model call: say why, as the last text of the answer.
+            note = event.generation.budget_spent.message
+            self._text.append(("\n\n" if self._text else "") + note)
+            self._respond(text=self._text[-1])
 
     async def _store(self, messages: list[Message]) -> None:
         if not messages:
@@ -186,7 +188,11 @@ class RequestRun:
         if self._usage.total_tokens:
             self._respond(
                 usage=pb.TokenUsage(
-                    input_tokens=self._usage.prompt_tokens, output_tokens=self._usage.completion_tokens
+                    input_tokens=self._usage.prompt_tokens,
+                    output_tokens=self._usage.completion_tokens,
+                    cache_read_tokens=self._usage.cache_read_tokens,
+                    cache_write_tokens=self._usage.cache_write_tokens,
+                    thinking_tokens=self._usage.reasoning_tokens,
                 )
             )
         self._respond(**terminal)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import cast
 
 from ...app.lifecycle import AgentInfo
@@ -18,6 +16,7 @@ from ...core.agent import (
     Generation,
     NoticeEvent,
     TextEvent,
+    ThinkingEvent,
     ToolCallEvent,
     ToolResultEvent,
     TurnEvent,
@@ -32,10 +31,10 @@ from ...tools.registry import Tool, ToolOutput
 from ..agent_service import (
     check_message_count,
     check_message_size,
-    done_metadata,
     generate_options,
     generation_metadata,
     lane_handler,
+    thinking_metadata,
     tool_call_id,
     turn_metadata,
     yolo_lanes,
@@ -99,48 +98,6 @@ def session_config_from_pb(config: pb.SessionConfig) -> SessionConfig:
         max_context_length=config.max_context_length,
         auto_compact=config.auto_compact,
     )
-
-
-CONFIG_MODE_KEY = "a3s-config-mode"
-COMPACT_THRESHOLD_KEY = "a3s-compact-threshold"
-COMPACT_TARGET_KEY = "a3s-compact-target"
-_SHARE_KEYS = {COMPACT_THRESHOLD_KEY: "threshold", COMPACT_TARGET_KEY: "target"}
-
-
-@dataclass
-class ConfigMetadata:
-    """What CreateSession and ConfigureSession read from request metadata: `a3s-config-mode`
-    (`merge`, the default, or `replace`: the request's config replaces the session's, so false and
-    empty values count) and the compaction shares `a3s-compact-threshold`, `a3s-compact-target`."""
-
-    replace_all: bool
-    compaction: dict[str, float]
-
-
-def config_metadata(metadata: Sequence[tuple[str, str]]) -> ConfigMetadata:
-    values = dict(metadata)
-    mode = values.get(CONFIG_MODE_KEY, "merge").strip().lower()
-    if mode not in ("merge", "replace"):
-        raise InvalidArgument(f"{CONFIG_MODE_KEY} must be merge or replace, not {mode[:50]!r}")
-    shares = {name: _share(values[key], key) for key, name in _SHARE_KEYS.items() if key in values}
-    return ConfigMetadata(mode == "replace", shares)
-
-
-def compaction_metadata(threshold: float, target: float) -> tuple[tuple[str, str], ...]:
-    """The session's compaction shares, as replies carry them in trailing metadata."""
-    return (COMPACT_THRESHOLD_KEY, f"{threshold:g}"), (COMPACT_TARGET_KEY, f"{target:g}")
-
-
-def _share(text: str, key: str) -> float:
-    try:
-        share = float(text)
-    except ValueError:
-        share = math.nan
-    if not 0 < share < 1:
-        raise InvalidArgument(
-            f"{key} must be a share of the context window above 0 and below 1, not {text[:50]!r}"
-        )
-    return share
 
 
 def session_config_to_pb(config: SessionConfig) -> pb.SessionConfig:
@@ -333,13 +290,19 @@ def event_to_chunk(session_id: str, event: AgentEvent, with_steps: bool) -> pb.G
             session_id=session_id,
             metadata=turn_metadata(event),
         )
+    if isinstance(event, ThinkingEvent):
+        return pb.GenerateChunk(
+            type=pb.GenerateChunk.CHUNK_TYPE_METADATA,
+            session_id=session_id,
+            metadata=thinking_metadata(event),
+        )
     assert isinstance(event, DoneEvent)
     generation = event.generation
     return pb.GenerateChunk(
         type=pb.GenerateChunk.CHUNK_TYPE_DONE,
         session_id=session_id,
         content=generation.message.content,
-        metadata=done_metadata(generation, with_steps),
+        metadata=generation_metadata(generation, with_steps),
     )
 
 

@@ -20,6 +20,7 @@ from ...core.agent import TextEvent
 from ...core.structured import StructuredDone
 from ...proto import code_agent_pb2 as pb
 from ...proto import code_agent_pb2_grpc as pb_grpc
+from .. import call_metadata
 from ..agent_service import (
     DEFAULT_MODEL_PROVIDER,
     FEATURES,
@@ -30,7 +31,7 @@ from ..agent_service import (
     lane,
     structured_metadata,
 )
-from . import convert, paging
+from . import convert, metadata
 from .errors import decoding, rpc
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ _LOG_LEVELS = {
 
 
 class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
-    """Each RPC: the request converted (convert.py, metadata by paging.py and convert.py), one call
+    """Each RPC: the request converted (convert.py, its `a3s-*` metadata by metadata.py), one call
     into the application layer, the reply converted."""
 
     def __init__(self, app: Application) -> None:
@@ -67,6 +68,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     async def GetCapabilities(
         self, request: pb.GetCapabilitiesRequest, context: Any
     ) -> pb.GetCapabilitiesResponse:
+        await self.app.tools.ready(None)  # the server's own MCP servers' tools are listed too
         capabilities = self.app.lifecycle.capabilities()
         limits = capabilities.limits
         return pb.GetCapabilitiesResponse(
@@ -104,6 +106,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
                 tool_config=dict(config.tools.tool_config),
                 log_level=level or "",
                 env=dict(request.env),
+                custom=dict(config.custom),
             )
         )
         return pb.InitializeResponse(
@@ -121,14 +124,16 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
 
     @rpc
     async def CreateSession(self, request: pb.CreateSessionRequest, context: Any) -> pb.CreateSessionResponse:
-        metadata = convert.config_metadata(paging.call_metadata(context))
+        given = call_metadata.config_metadata(metadata.given(context))
         view = await self.app.sessions.create(
             request.session_id if request.HasField("session_id") else None,
             convert.session_config_from_pb(request.config),
             await self._messages(request.initial_context, "initial_context"),
-            metadata.compaction,
+            given.compaction,
+            given.token_budget,
+            given.mcp_servers,
         )
-        _hand_out_compaction(context, view)
+        metadata.hand_out(context, call_metadata.session_metadata(view))
         return pb.CreateSessionResponse(session_id=view.session.id, session=_session_to_pb(view))
 
     @rpc
@@ -140,32 +145,33 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
 
     @rpc
     async def ListSessions(self, request: pb.ListSessionsRequest, context: Any) -> pb.ListSessionsResponse:
-        """A page of sessions (see paging.py), without reading any history: context_usage carries
-        the message count only; GetSession and GetContextUsage count the tokens."""
-        size, after = paging.requested_page(context)
+        """A page of sessions (see call_metadata.py), without reading any history: context_usage
+        carries the message count only; GetSession and GetContextUsage count the tokens."""
+        size, after = call_metadata.requested_page(metadata.given(context))
         page = self.app.sessions.page(after, size)
-        if page.next_after is not None:
-            paging.hand_out(context, paging.token(page.next_after))
+        metadata.hand_out(context, call_metadata.next_page(page.next_after))
         return pb.ListSessionsResponse(sessions=[convert.session_to_pb(s, None) for s in page.sessions])
 
     @rpc
     async def GetSession(self, request: pb.GetSessionRequest, context: Any) -> pb.GetSessionResponse:
         view = await self.app.sessions.get(request.session_id)
-        _hand_out_compaction(context, view)
+        metadata.hand_out(context, call_metadata.session_metadata(view))
         return pb.GetSessionResponse(session=_session_to_pb(view))
 
     @rpc
     async def ConfigureSession(
         self, request: pb.ConfigureSessionRequest, context: Any
     ) -> pb.ConfigureSessionResponse:
-        metadata = convert.config_metadata(paging.call_metadata(context))
+        given = call_metadata.config_metadata(metadata.given(context))
         view = await self.app.sessions.configure(
             request.session_id,
             convert.session_config_from_pb(request.config),
-            replace_all=metadata.replace_all,
-            compaction=metadata.compaction,
+            replace_all=given.replace_all,
+            compaction=given.compaction,
+            token_budget=given.token_budget,
+            mcp_servers=given.mcp_servers,
         )
-        _hand_out_compaction(context, view)
+        metadata.hand_out(context, call_metadata.session_metadata(view))
         return pb.ConfigureSessionResponse(session=_session_to_pb(view))
 
     async def _messages(self, messages: Sequence[pb.Message], field: str) -> list[CoreMessage]:
@@ -265,6 +271,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
 
     @rpc
     async def ListTools(self, request: pb.ListToolsRequest, context: Any) -> pb.ListToolsResponse:
+        await self.app.tools.ready(request.session_id or None)
         tools = self.app.tools.available(request.session_id or None)
         return pb.ListToolsResponse(tools=[convert.tool_to_pb(t) for t in tools])
 
@@ -425,11 +432,6 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
 
 def _session_to_pb(view: SessionView) -> pb.Session:
     return convert.session_to_pb(view.session, view.usage)
-
-
-def _hand_out_compaction(context: Any, view: SessionView) -> None:
-    """The session's compaction threshold and target, in the reply's trailing metadata."""
-    context.set_trailing_metadata(convert.compaction_metadata(*view.compaction))
 
 
 def add_to_server(app: Application, server: grpc.aio.Server) -> CodeAgentService:

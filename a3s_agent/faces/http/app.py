@@ -20,6 +20,11 @@ of the table in methods.py, a conversion and one call into the application layer
     POST   /rpc/{method}                     any RPC by name (body: its request); streaming ones as SSE
     GET    /ws                               the WebSocket JSON form of every RPC (ws.py)
 
+A unary call's `a3s-*` metadata (faces/call_metadata.py: the session's token budget, compaction
+settings and config mode, ListSessions' paging) is sent as request headers of the same names; what
+the gRPC face puts in trailing metadata (the session's usage, budget and compaction settings, the
+next page token) comes back as response headers.
+
 Errors are `{"error": {"code": "NOT_FOUND", "message": ..., "details": object|null}}` with the
 HTTP status of errors.HTTP_STATUS; a body over MAX_BODY_BYTES (body.py) is 413. Before any route, guard.py
 refuses a foreign Host (421), a foreign browser Origin (403) and a body that is not JSON (415);
@@ -48,7 +53,7 @@ from .auth import http_middleware
 from .body import MAX_BODY_BYTES, json_body, json_text
 from .errors import CallError
 from .guard import RequestGuard
-from .methods import find_method, parse
+from .methods import CallMetadata, find_method, parse
 from .probes import Probes
 from .ws import WebSocketFace
 
@@ -102,6 +107,13 @@ async def _errors(
 
 def _json(value: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response(value, status=status, headers=headers, dumps=json_text)
+
+
+def _call_metadata(request: web.Request) -> CallMetadata:
+    """The request's `a3s-*` headers, as the call's metadata."""
+    return CallMetadata(
+        {name.lower(): value for name, value in request.headers.items() if name.lower().startswith("a3s-")}
+    )
 
 
 class _EventStream:
@@ -191,10 +203,19 @@ class RestApi:
             web.post("/rpc/{method}", self.rpc),
         ]
 
-    async def _call(self, name: str, params: object, **fields: str) -> dict[str, Any]:
-        """A unary RPC from JSON to JSON; `fields` are path parameters."""
+    async def _call(
+        self, name: str, params: object, request: web.Request, **fields: str
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """A unary RPC from JSON to JSON, and the reply's metadata as headers; `fields` are path
+        parameters, the request's `a3s-*` headers the call's metadata."""
         method = find_method(name)
-        return await method.call(self._app, parse(method, params, **fields))
+        metadata = _call_metadata(request)
+        reply = await method.call(self._app, parse(method, params, **fields), metadata)
+        return reply, dict(metadata.reply)
+
+    async def _reply(self, name: str, params: object, request: web.Request, **fields: str) -> web.Response:
+        reply, headers = await self._call(name, params, request, **fields)
+        return _json(reply, headers=headers)
 
     async def _stream(self, request: web.Request, params: object, **fields: str) -> web.StreamResponse:
         method = find_method("StreamGenerate")
@@ -217,27 +238,27 @@ class RestApi:
         )
 
     async def health(self, request: web.Request) -> web.Response:
-        return _json(await self._call("HealthCheck", {}))
+        return await self._reply("HealthCheck", {}, request)
 
     async def capabilities(self, request: web.Request) -> web.Response:
-        return _json(await self._call("GetCapabilities", {}))
+        return await self._reply("GetCapabilities", {}, request)
 
     async def create_session(self, request: web.Request) -> web.Response:
-        reply = await self._call("CreateSession", await json_body(request))
-        return _json(reply, 201, {"Location": f"/sessions/{reply['session_id']}"})
+        reply, headers = await self._call("CreateSession", await json_body(request), request)
+        return _json(reply, 201, {**headers, "Location": f"/sessions/{reply['session_id']}"})
 
     async def list_sessions(self, request: web.Request) -> web.Response:
-        return _json(await self._call("ListSessions", {}))
+        return await self._reply("ListSessions", {}, request)
 
     async def get_session(self, request: web.Request) -> web.Response:
-        return _json(await self._call("GetSession", {}, session_id=request.match_info["id"]))
+        return await self._reply("GetSession", {}, request, session_id=request.match_info["id"])
 
     async def destroy_session(self, request: web.Request) -> web.Response:
-        return _json(await self._call("DestroySession", {}, session_id=request.match_info["id"]))
+        return await self._reply("DestroySession", {}, request, session_id=request.match_info["id"])
 
     async def generate(self, request: web.Request) -> web.Response:
         body = await json_body(request)
-        return _json(await self._call("Generate", body, session_id=request.match_info["id"]))
+        return await self._reply("Generate", body, request, session_id=request.match_info["id"])
 
     async def stream_generate(self, request: web.Request) -> web.StreamResponse:
         return await self._stream(request, await json_body(request), session_id=request.match_info["id"])
@@ -260,14 +281,13 @@ class RestApi:
         if not isinstance(arguments, dict):
             raise CallError("INVALID_ARGUMENT", "the body must be the tool's arguments as a JSON object")
         path = request.match_info
-        return _json(
-            await self._call(
-                "ExecuteTool",
-                {},
-                session_id=path["id"],
-                tool_name=path["name"],
-                arguments=json.dumps(arguments),
-            )
+        return await self._reply(
+            "ExecuteTool",
+            {},
+            request,
+            session_id=path["id"],
+            tool_name=path["name"],
+            arguments=json.dumps(arguments),
         )
 
     async def rpc(self, request: web.Request) -> web.StreamResponse:
@@ -275,7 +295,9 @@ class RestApi:
         message = parse(method, await json_body(request))
         if method.streaming:
             return await _sse(request, method.stream(self._app, message), self._readiness)
-        return _json(await method.call(self._app, message))
+        metadata = _call_metadata(request)
+        reply = await method.call(self._app, message, metadata)
+        return _json(reply, headers=dict(metadata.reply))
 
 
 def build_app(

@@ -20,6 +20,7 @@ from ...core.agent import (
     Generation,
     NoticeEvent,
     TextEvent,
+    ThinkingEvent,
     ToolCallEvent,
     ToolResultEvent,
     TurnEvent,
@@ -33,10 +34,10 @@ from ...tools.registry import Tool, ToolOutput
 from ..agent_service import (
     check_message_count,
     check_message_size,
-    done_metadata,
     generate_options,
     generation_metadata,
     lane_handler,
+    thinking_metadata,
     tool_call_id,
     turn_metadata,
     yolo_lanes,
@@ -373,13 +374,19 @@ def chunk(session_id: str, event: AgentEvent, with_steps: bool) -> Plain:
             "session_id": session_id,
             "metadata": turn_metadata(event),
         }
+    if isinstance(event, ThinkingEvent):
+        return {
+            "type": _CHUNK["CHUNK_TYPE_METADATA"],
+            "session_id": session_id,
+            "metadata": thinking_metadata(event),
+        }
     assert isinstance(event, DoneEvent)
     generation = event.generation
     return {
         "type": _CHUNK["CHUNK_TYPE_DONE"],
         "session_id": session_id,
         "content": generation.message.content,
-        "metadata": done_metadata(generation, with_steps),
+        "metadata": generation_metadata(generation, with_steps),
     }
 
 

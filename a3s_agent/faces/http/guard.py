@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from ..call_metadata import REQUEST_KEYS
 from ..refusals import RefusalLog
 from .auth import HTTP_OPEN_PATHS
 from .hosts import HostPolicy
@@ -31,7 +32,8 @@ CROSS_SITE = frozenset({"cross-site", "same-site"})
 PREFLIGHT_MAX_AGE_S = 600
 PREFLIGHT_HEADERS = {
     "Access-Control-Allow-Methods": "GET, POST, PUT, PATCH, DELETE",
-    "Access-Control-Allow-Headers": "authorization, content-type",
+    # The a3s-* call metadata travels as request headers (call_metadata.py).
+    "Access-Control-Allow-Headers": ", ".join(("authorization", "content-type", *REQUEST_KEYS)),
     "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S),
 }
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -143,6 +145,9 @@ class RequestGuard:
         allowed = self._allowed_origin(request)
         if allowed is not None:
             response.headers["Access-Control-Allow-Origin"] = allowed
+            exposed = [name for name in response.headers if name.lower().startswith("a3s-")]
+            if exposed:  # so that a page's script can read the reply's a3s-* metadata
+                response.headers["Access-Control-Expose-Headers"] = ", ".join(exposed)
 
 
 def _origin_refusal(origin: str | None) -> str:

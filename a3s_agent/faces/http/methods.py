@@ -2,8 +2,9 @@
 (codec.decode) converted (convert.py), one call into the application layer, and the reply's plain
 form encoded (codec.encode), as faces/grpc/service.py does for protobuf.
 
-The HTTP face has no call metadata: ListSessions answers the first page, CreateSession and
-ConfigureSession merge with the server's compaction shares, as a gRPC call without metadata does.
+A unary call's `a3s-*` metadata (faces/call_metadata.py) comes in and goes out as CallMetadata:
+app.py fills it from the request's headers of those names and answers its reply pairs as
+response headers; a WebSocket call has none, as a gRPC call without metadata.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...app import Application
@@ -22,6 +23,8 @@ from ...base.models import Message
 from ...core.agent import TextEvent
 from ...core.structured import StructuredDone
 from .. import agent_service as service
+from .. import call_metadata
+from ..call_metadata import Metadata, Pairs
 from . import convert
 from .codec import CodecError, decode, encode
 from .convert import Given, Plain, number
@@ -29,7 +32,17 @@ from .errors import CallError, stream_call, unary_call
 from .schema import METHODS as RPCS
 from .schema import Method as Rpc
 
-Unary = Callable[[Application, Given], Awaitable[Plain]]
+
+@dataclass
+class CallMetadata:
+    """A call's `a3s-*` metadata: `given` with the request, `reply` for the reply."""
+
+    given: Metadata = field(default_factory=dict)
+    reply: Pairs = field(default_factory=list)
+
+
+Plainly = Callable[[Application, Given], Awaitable[Plain]]
+Unary = Callable[[Application, Given, CallMetadata], Awaitable[Plain]]
 Streaming = Callable[[Application, Given], AsyncIterator[Plain]]
 
 
@@ -44,9 +57,13 @@ class Method:
     _unary: Unary | None = None
     _streaming: Streaming | None = None
 
-    async def call(self, app: Application, request: Given) -> dict[str, Any]:
-        """A unary RPC: the reply's JSON, or CallError with the status the gRPC face would send."""
-        return await unary_call(self.name, _session_of(request), self._reply(app, request))
+    async def call(
+        self, app: Application, request: Given, metadata: CallMetadata | None = None
+    ) -> dict[str, Any]:
+        """A unary RPC: the reply's JSON (and `metadata.reply`), or CallError with the status the
+        gRPC face would send."""
+        reply = self._reply(app, request, metadata or CallMetadata())
+        return await unary_call(self.name, _session_of(request), reply)
 
     def stream(self, app: Application, request: Given) -> AsyncGenerator[dict[str, Any], None]:
         """The replies' JSON of a server-streaming RPC; a failure is CallError, as in `call`.
@@ -55,9 +72,9 @@ class Method:
         runs in, and Cancel cancels that task."""
         return stream_call(self.name, _session_of(request), self._replies(app, request))
 
-    async def _reply(self, app: Application, request: Given) -> dict[str, Any]:
+    async def _reply(self, app: Application, request: Given, metadata: CallMetadata) -> dict[str, Any]:
         assert self._unary is not None
-        return encode(self.reply, await self._unary(app, request))
+        return encode(self.reply, await self._unary(app, request, metadata))
 
     async def _replies(self, app: Application, request: Given) -> AsyncIterator[dict[str, Any]]:
         assert self._streaming is not None
@@ -107,7 +124,20 @@ _UNARY: dict[str, Unary] = {}
 _STREAMING: dict[str, Streaming] = {}
 
 
-def _rpc(name: str) -> Callable[[Unary], Unary]:
+def _rpc(name: str) -> Callable[[Plainly], Plainly]:
+    """A handler that reads no call metadata."""
+
+    def register(handler: Plainly) -> Plainly:
+        async def unary(app: Application, request: Given, metadata: CallMetadata) -> Plain:
+            return await handler(app, request)
+
+        _UNARY[name] = unary
+        return handler
+
+    return register
+
+
+def _rpc_with_metadata(name: str) -> Callable[[Unary], Unary]:
     def register(handler: Unary) -> Unary:
         _UNARY[name] = handler
         return handler
@@ -150,6 +180,7 @@ async def _health_check(app: Application, request: Given) -> Plain:
 
 @_rpc("GetCapabilities")
 async def _get_capabilities(app: Application, request: Given) -> Plain:
+    await app.tools.ready(None)  # the server's own MCP servers' tools are listed too
     capabilities = app.lifecycle.capabilities()
     limits = capabilities.limits
     return {
@@ -190,6 +221,7 @@ async def _initialize(app: Application, request: Given) -> Plain:
             tool_config=dict(tools["tool_config"]),
             log_level=level or "",
             env=dict(request["env"]),
+            custom=dict(config["custom"]),
         )
     )
     return {
@@ -208,14 +240,18 @@ async def _shutdown(app: Application, request: Given) -> Plain:
 # sessions
 
 
-@_rpc("CreateSession")
-async def _create_session(app: Application, request: Given) -> Plain:
+@_rpc_with_metadata("CreateSession")
+async def _create_session(app: Application, request: Given, metadata: CallMetadata) -> Plain:
+    given = call_metadata.config_metadata(metadata.given)
     view = await app.sessions.create(
         request["session_id"],
         convert.session_config_from(request["config"]),
         await _messages(app, request["initial_context"], "initial_context"),
-        {},
+        given.compaction,
+        given.token_budget,
+        given.mcp_servers,
     )
+    metadata.reply = call_metadata.session_metadata(view)
     return {"session_id": view.session.id, "session": _session(view)}
 
 
@@ -225,26 +261,34 @@ async def _destroy_session(app: Application, request: Given) -> Plain:
     return {"success": True}
 
 
-@_rpc("ListSessions")
-async def _list_sessions(app: Application, request: Given) -> Plain:
-    """The first page of sessions, without reading any history (see the gRPC face's ListSessions)."""
-    page = app.sessions.page(None, service.MAX_PAGE_SIZE)
+@_rpc_with_metadata("ListSessions")
+async def _list_sessions(app: Application, request: Given, metadata: CallMetadata) -> Plain:
+    """A page of sessions, without reading any history (see the gRPC face's ListSessions)."""
+    size, after = call_metadata.requested_page(metadata.given)
+    page = app.sessions.page(after, size)
+    metadata.reply = call_metadata.next_page(page.next_after)
     return {"sessions": [convert.session(s, None) for s in page.sessions]}
 
 
-@_rpc("GetSession")
-async def _get_session(app: Application, request: Given) -> Plain:
-    return {"session": _session(await app.sessions.get(request["session_id"]))}
+@_rpc_with_metadata("GetSession")
+async def _get_session(app: Application, request: Given, metadata: CallMetadata) -> Plain:
+    view = await app.sessions.get(request["session_id"])
+    metadata.reply = call_metadata.session_metadata(view)
+    return {"session": _session(view)}
 
 
-@_rpc("ConfigureSession")
-async def _configure_session(app: Application, request: Given) -> Plain:
+@_rpc_with_metadata("ConfigureSession")
+async def _configure_session(app: Application, request: Given, metadata: CallMetadata) -> Plain:
+    given = call_metadata.config_metadata(metadata.given)
     view = await app.sessions.configure(
         request["session_id"],
         convert.session_config_from(request["config"]),
-        replace_all=False,
-        compaction={},
+        replace_all=given.replace_all,
+        compaction=given.compaction,
+        token_budget=given.token_budget,
+        mcp_servers=given.mcp_servers,
     )
+    metadata.reply = call_metadata.session_metadata(view)
     return {"session": _session(view)}
 
 
@@ -338,6 +382,7 @@ async def _execute_tool_batch(app: Application, request: Given) -> Plain:
 
 @_rpc("ListTools")
 async def _list_tools(app: Application, request: Given) -> Plain:
+    await app.tools.ready(request["session_id"] or None)
     return {"tools": [convert.tool(t) for t in app.tools.available(request["session_id"] or None)]}
 
 

@@ -1,0 +1,113 @@
+"""Permission: what a session made over ACP may do unasked, and the editor's answer when it must
+ask (`session/request_permission`) mapped onto our confirmation flow.
+
+A session made over ACP reads, searches and plans unasked; every other call asks (its permission
+policy's default decision is "ask", with the read-only tools allowed), and confirmation is on so
+that the ask waits for the editor's answer. Allow once approves the call; allow always also adds
+an allow rule to the session's policy (stored with it, so it holds after a restart); reject rejects
+it. A session made elsewhere keeps its own policies.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+from collections.abc import Iterable
+from typing import Any
+
+from acp.interfaces import Client
+from acp.schema import AllowedOutcome, PermissionOption, ToolCallUpdate
+
+from ...app import Application
+from ...base.errors import AgentError, NotFound
+from ...core.control import ConfirmationPolicy, Lane
+from ...core.permissions import PermissionPolicy
+from ...tools.registry import Tool
+from .plan import PLAN_TOOL
+
+log = logging.getLogger(__name__)
+
+ALLOW_ONCE, ALLOW_ALWAYS, REJECT = "allow-once", "allow-always", "reject-once"
+READ_ONLY_FAMILIES = frozenset({"file", "code", "git"})
+CONFIRMATION_TIMEOUT_MS = 30 * 60_000
+"""How long a call waits for the editor's answer before it is rejected."""
+_COMMAND_WORD = re.compile(r"[A-Za-z0-9_./+-]+")
+
+
+def editor_policy(tools: Iterable[Tool]) -> PermissionPolicy:
+    """Ask for everything but the local read-only tools (query lane: read, list, search, git
+    status/diff/log) and the plan."""
+    allowed = [t.name for t in tools if t.lane == "query" and t.family in READ_ONLY_FAMILIES]
+    return PermissionPolicy(allow=[*allowed, PLAN_TOOL], default_decision="ask")
+
+
+def editor_confirmation() -> ConfirmationPolicy:
+    """Confirmation on, asked only where the permission policy says ask (every lane is a "yolo"
+    lane for the confirmation policy's own list, which would otherwise ask for every call)."""
+    return ConfirmationPolicy(
+        enabled=True, default_timeout_ms=CONFIRMATION_TIMEOUT_MS, yolo_lanes=[int(lane) for lane in Lane]
+    )
+
+
+def always_rule(tool_name: str, arguments: dict[str, Any]) -> str | None:
+    """The allow rule "allow always" adds: the command's first word for bash (`bash(pytest:*)`),
+    the whole tool otherwise; None when a command has no plain first word to allow."""
+    if tool_name != "bash":
+        return tool_name
+    command = arguments.get("command")
+    try:
+        words = shlex.split(command) if isinstance(command, str) else []
+    except ValueError:
+        return None
+    if not words or "=" in words[0] or not _COMMAND_WORD.fullmatch(words[0]):
+        return None
+    return f"bash({words[0]}:*)"
+
+
+def options(rule: str | None) -> list[PermissionOption]:
+    choices = [PermissionOption(option_id=ALLOW_ONCE, name="Allow once", kind="allow_once")]
+    if rule is not None:
+        choices.append(
+            PermissionOption(option_id=ALLOW_ALWAYS, name=f"Always allow {rule}", kind="allow_always")
+        )
+    choices.append(PermissionOption(option_id=REJECT, name="Reject", kind="reject_once"))
+    return choices
+
+
+class Asker:
+    """Asks the editor about one call and gives its answer to the waiting tool call."""
+
+    def __init__(self, app: Application, client: Client) -> None:
+        self._app = app
+        self._client = client
+
+    async def ask(
+        self, session_id: str, call: ToolCallUpdate, tool_name: str, arguments: dict[str, Any]
+    ) -> None:
+        rule = always_rule(tool_name, arguments)
+        offered = options(rule)
+        try:
+            response = await self._client.request_permission(
+                session_id=session_id, tool_call=call, options=offered
+            )
+        except Exception as exc:  # no answer, or not one of ACP's: the call is not approved
+            self._decide(session_id, call.tool_call_id, False, f"the editor did not answer: {exc}")
+            return
+        outcome = response.outcome
+        chosen = outcome.option_id if isinstance(outcome, AllowedOutcome) else None
+        if chosen not in {option.option_id for option in offered}:
+            self._decide(session_id, call.tool_call_id, False, f"{chosen or 'cancelled'} in the editor")
+            return
+        if chosen == ALLOW_ALWAYS and rule is not None:
+            try:
+                await self._app.permissions.add_rule(session_id, "allow", rule)
+            except AgentError as exc:
+                log.warning("could not keep the rule %s for session %s: %s", rule, session_id, exc)
+        self._decide(session_id, call.tool_call_id, chosen != REJECT, f"{chosen} in the editor")
+
+    def _decide(self, session_id: str, tool_id: str, approved: bool, reason: str) -> None:
+        try:
+            self._app.control.confirm(session_id, tool_id, approved, reason)
+        except NotFound:
+            log.info("tool call %s no longer waits for confirmation (%s)", tool_id, reason)

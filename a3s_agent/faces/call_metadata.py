@@ -1,0 +1,137 @@
+"""The `a3s-*` call metadata, for what the A3S messages have no field for: gRPC request and
+trailing metadata, HTTP request and response headers of the same names (both faces use this).
+
+CreateSession and ConfigureSession read `a3s-config-mode` (`merge`, the default, or `replace`:
+the request's config replaces the session's, so false and empty values count), the compaction
+shares `a3s-compact-threshold` and `a3s-compact-target`, `a3s-token-budget` (the session's
+cap on its total tokens, 0: none) and `a3s-mcp-servers` (its own MCP servers: JSON of the
+mcpServers shape; `{}` drops them). Their replies and GetSession's carry the session's effective
+compaction shares and token budget and its usage so far (`session_metadata`).
+
+ListSessions pages by `a3s-page-size` (1..MAX_PAGE_SIZE, default MAX_PAGE_SIZE) and
+`a3s-page-token` (from a previous reply); when more sessions follow, the reply carries
+`a3s-next-page-token`. Sessions come oldest first, so a page token stays valid while sessions
+are created and destroyed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..app.sessions import PageKey, ServersGiven, SessionView
+from ..base.errors import InvalidArgument
+from ..core.budget import parse_budget
+from .agent_service import MAX_PAGE_SIZE, usage_metadata
+
+CONFIG_MODE_KEY = "a3s-config-mode"
+COMPACT_THRESHOLD_KEY = "a3s-compact-threshold"
+COMPACT_TARGET_KEY = "a3s-compact-target"
+TOKEN_BUDGET_KEY = "a3s-token-budget"
+MCP_SERVERS_KEY = "a3s-mcp-servers"
+PAGE_SIZE_KEY = "a3s-page-size"
+PAGE_TOKEN_KEY = "a3s-page-token"
+NEXT_PAGE_TOKEN_KEY = "a3s-next-page-token"
+REQUEST_KEYS = (
+    CONFIG_MODE_KEY,
+    COMPACT_THRESHOLD_KEY,
+    COMPACT_TARGET_KEY,
+    TOKEN_BUDGET_KEY,
+    MCP_SERVERS_KEY,
+    PAGE_SIZE_KEY,
+    PAGE_TOKEN_KEY,
+)
+"""Every name a caller may send (as gRPC metadata or HTTP request headers)."""
+_SHARE_KEYS = {COMPACT_THRESHOLD_KEY: "threshold", COMPACT_TARGET_KEY: "target"}
+
+Metadata = Mapping[str, str]
+"""A call's metadata by (lower-case) name."""
+Pairs = list[tuple[str, str]]
+"""What a reply carries, in order."""
+
+
+@dataclass
+class ConfigMetadata:
+    """What CreateSession and ConfigureSession read from the call's metadata."""
+
+    replace_all: bool
+    compaction: dict[str, float]
+    token_budget: int | None
+    """None: not given."""
+    mcp_servers: ServersGiven | None = None
+    """The session's own MCP servers (`a3s-mcp-servers`, JSON of the mcpServers shape); None: not given."""
+
+
+def config_metadata(metadata: Metadata) -> ConfigMetadata:
+    mode = metadata.get(CONFIG_MODE_KEY, "merge").strip().lower()
+    if mode not in ("merge", "replace"):
+        raise InvalidArgument(f"{CONFIG_MODE_KEY} must be merge or replace, not {mode[:50]!r}")
+    shares = {name: _share(metadata[key], key) for key, name in _SHARE_KEYS.items() if key in metadata}
+    budget = metadata.get(TOKEN_BUDGET_KEY)
+    servers = metadata.get(MCP_SERVERS_KEY)
+    return ConfigMetadata(
+        mode == "replace",
+        shares,
+        None if budget is None else parse_budget(budget, TOKEN_BUDGET_KEY),
+        None if servers is None else ServersGiven.from_text(servers, MCP_SERVERS_KEY),
+    )
+
+
+def _share(text: str, key: str) -> float:
+    try:
+        share = float(text)
+    except ValueError:
+        share = math.nan
+    if not 0 < share < 1:
+        raise InvalidArgument(
+            f"{key} must be a share of the context window above 0 and below 1, not {text[:50]!r}"
+        )
+    return share
+
+
+def session_metadata(view: SessionView) -> Pairs:
+    """The session's compaction shares, token budget and usage, for the replies of CreateSession,
+    ConfigureSession and GetSession: `a3s-prompt-tokens`, `a3s-cache-read-tokens` and so on, one
+    per key of the Generate metadata's usage."""
+    threshold, target = view.compaction
+    usage = usage_metadata(view.session.usage)
+    return [
+        (COMPACT_THRESHOLD_KEY, f"{threshold:g}"),
+        (COMPACT_TARGET_KEY, f"{target:g}"),
+        (TOKEN_BUDGET_KEY, str(view.token_budget)),
+        *(("a3s-" + name.replace("_", "-"), value) for name, value in usage.items()),
+    ]
+
+
+def requested_page(metadata: Metadata) -> tuple[int, PageKey | None]:
+    """(page size, key of the last session already listed)."""
+    size_text = metadata.get(PAGE_SIZE_KEY)
+    size = MAX_PAGE_SIZE
+    if size_text is not None:
+        if not (_is_number(size_text) and 1 <= int(size_text) <= MAX_PAGE_SIZE):
+            raise InvalidArgument(
+                f"{PAGE_SIZE_KEY} must be a whole number from 1 to {MAX_PAGE_SIZE}, not {size_text[:50]!r}"
+            )
+        size = int(size_text)
+    token = metadata.get(PAGE_TOKEN_KEY)
+    return size, _parse_token(token) if token else None
+
+
+def next_page(after: PageKey | None) -> Pairs:
+    """The reply's `a3s-next-page-token` when more sessions follow the session keyed `after`."""
+    if after is None:
+        return []
+    created_at, session_id = after
+    return [(NEXT_PAGE_TOKEN_KEY, f"{created_at}:{session_id}")]
+
+
+def _parse_token(text: str) -> PageKey:
+    created_at, _, session_id = text.partition(":")
+    if not (_is_number(created_at) and session_id):
+        raise InvalidArgument(f"{PAGE_TOKEN_KEY} {text[:100]!r} is not a page token this server handed out")
+    return int(created_at), session_id
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 20
