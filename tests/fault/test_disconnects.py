@@ -128,7 +128,12 @@ async def test_cancelled_streams_leak_no_task(
 
 
 async def subscribe_and_hang_up(agent: LiveServer) -> None:
-    """A subscriber on its own channel gets an event, then its channel closes under the stream."""
+    """A subscriber on its own channel gets an event, then its channel closes under the stream.
+    The previous round's subscription must be gone first (its channel closed): else `subscribed`
+    would count it and the event could be published before this one is in place."""
+    await eventually(
+        lambda: agent.runtime.events.subscriber_count == 0, "closed channels' subscriptions gone"
+    )
     channel = grpc.aio.insecure_channel(agent.address)
     events = pb_grpc.CodeAgentServiceStub(channel).SubscribeEvents(pb.SubscribeEventsRequest())
     await subscribed(agent)
