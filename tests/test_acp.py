@@ -658,3 +658,28 @@ def test_the_acp_face_is_given_the_application_not_the_runtime(path: Path) -> No
     source = path.read_text(encoding="utf-8")
     assert runtime_imports(source, path.name, ("a3s_agent", "faces", "acp")) == []
     assert runtime_reaches(source, path.name) == []
+
+
+async def test_an_editor_that_never_answers_fails_the_call_in_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file request the editor never answers ends the tool call with a failure naming it, not a hang."""
+    from a3s_agent.faces.acp import editor as routed
+    from a3s_agent.tools.files import ReadFileArgs
+    from a3s_agent.tools.registry import ToolContext, ToolFailure
+
+    class SilentEditor:
+        async def read_text_file(self, **_: Any) -> Any:
+            await asyncio.Event().wait()
+
+    monkeypatch.setattr(routed, "EDITOR_ANSWER_S", 0.2)
+    (tmp_path / "a.txt").write_text("x\n")
+    call = routed.read_file(
+        routed.Editor(enabled=True),
+        SilentEditor(),  # type: ignore[arg-type]
+        "s",
+        ReadFileArgs(path="a.txt"),
+        ToolContext(workspace=tmp_path),
+    )
+    with pytest.raises(ToolFailure, match="did not answer fs/read_text_file within"):
+        await asyncio.wait_for(call, 5)  # without the bound, TimeoutError after 5 s fails the test

@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from acp import RequestError
 from acp.interfaces import Client
@@ -99,6 +99,19 @@ def routed(local: Tool, remote: Remote, offered: Callable[[Editor], bool], edito
     return replace(local, run=run)
 
 
+EDITOR_ANSWER_S = 60.0
+"""How long a file or terminal request waits for the editor before the tool call fails."""
+_T = TypeVar("_T")
+
+
+async def _asked(what: str, request: Awaitable[_T]) -> _T:
+    """The editor's answer to `request`; a tool failure naming `what` if none comes in time."""
+    try:
+        return await asyncio.wait_for(request, EDITOR_ANSWER_S)
+    except TimeoutError:
+        raise ToolFailure(f"the editor did not answer {what} within {EDITOR_ANSWER_S:.0f} s") from None
+
+
 async def read_file(
     editor: Editor, client: Client, session_id: str, args: files.ReadFileArgs, ctx: ToolContext
 ) -> ToolOutput | None:
@@ -107,7 +120,9 @@ async def read_file(
     path = resolve_in_workspace(ctx.workspace, args.path)
     if _is_image(path):  # the editor has text only: read_file shows the image from the disk
         return None
-    text = (await client.read_text_file(session_id=session_id, path=str(path))).content
+    text = (
+        await _asked("fs/read_text_file", client.read_text_file(session_id=session_id, path=str(path)))
+    ).content
     data = text.encode("utf-8")
     # The same numbered lines and footer as from the disk (and the same refusals: binary, not ascii).
     return files.read_text(io.BytesIO(data), args.path, args, len(data), ctx.max_output_bytes)
@@ -130,7 +145,10 @@ async def write_file(
             f"{args.path} already exists; pass overwrite=true to replace it, or use edit_file to change part of it"
         )
     path.parent.mkdir(parents=True, exist_ok=True)  # as write_file does (the path is inside the workspace)
-    await client.write_text_file(session_id=session_id, path=str(path), content=args.content)
+    await _asked(
+        "fs/write_text_file",
+        client.write_text_file(session_id=session_id, path=str(path), content=args.content),
+    )
     shown = relative_to_workspace(ctx.workspace, path)
     return ToolOutput(
         output=f"{'Overwrote' if existed else 'Created'} {shown} ({size} bytes)",
@@ -143,9 +161,13 @@ async def edit_file(
 ) -> ToolOutput | None:
     files.check_edit(args)
     path = resolve_in_workspace(ctx.workspace, args.path)
-    before = (await client.read_text_file(session_id=session_id, path=str(path))).content
+    before = (
+        await _asked("fs/read_text_file", client.read_text_file(session_id=session_id, path=str(path)))
+    ).content
     after, count = files.apply_edit(before, args, args.path)
-    await client.write_text_file(session_id=session_id, path=str(path), content=after)
+    await _asked(
+        "fs/write_text_file", client.write_text_file(session_id=session_id, path=str(path), content=after)
+    )
     return files.edit_output(relative_to_workspace(ctx.workspace, path), before, after, count)
 
 
@@ -157,13 +179,16 @@ async def bash(
     cwd = resolve_in_workspace(ctx.workspace, args.cwd, field="cwd")
     if not cwd.is_dir():
         raise ToolFailure(f"cwd {args.cwd!r} is not a directory in the workspace")
-    created = await client.create_terminal(
-        session_id=session_id,
-        command="bash",
-        args=["-c", args.command],
-        env=[EnvVariable(name=name, value=value) for name, value in ctx.env.items()],
-        cwd=str(cwd),
-        output_byte_limit=shell.output_cap(ctx),
+    created = await _asked(
+        "terminal/create",
+        client.create_terminal(
+            session_id=session_id,
+            command="bash",
+            args=["-c", args.command],
+            env=[EnvVariable(name=name, value=value) for name, value in ctx.env.items()],
+            cwd=str(cwd),
+            output_byte_limit=shell.output_cap(ctx),
+        ),
     )
     terminal = created.terminal_id
     editor.show_terminal(session_id, "bash", args.command, terminal)
@@ -178,7 +203,9 @@ async def bash(
             ended = True
         except TimeoutError:
             status = None
-        output = await client.terminal_output(session_id=session_id, terminal_id=terminal)
+        output = await _asked(
+            "terminal/output", client.terminal_output(session_id=session_id, terminal_id=terminal)
+        )
     finally:
         editor.release_later(session_id, terminal, kill=not ended)
     result = ProcessResult(
