@@ -112,6 +112,16 @@ def _parser() -> argparse.ArgumentParser:
         help="let MCP servers given over the API (Initialize, session metadata, skills sent as content)"
         " be commands run here, not only URLs (env A3S_ALLOW_API_MCP_COMMANDS=1)",
     )
+    serve.add_argument(
+        "--store",
+        help="postgresql://user:password@host:port/database: keep sessions, event logs and leases there,"
+        " so that several replicas serve the same sessions (env A3S_STORE; default the SQLite file in"
+        " the data directory)",
+    )
+    serve.add_argument(
+        "--replica-id",
+        help="this replica's name in leases and logs (env A3S_REPLICA_ID; default host-pid)",
+    )
     mcp = commands.add_parser(
         "mcp", help="serve the tools and the agent (agent_task) as an MCP server over stdin and stdout"
     )
@@ -460,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
                 mcp_http=args.mcp_http,
                 mcp_config=args.mcp_config,
                 allow_api_mcp_commands=args.allow_api_mcp_commands,
+                store=args.store,
+                replica_id=args.replica_id,
             )
             check_serving(settings)
             _check_mcp_config(settings)

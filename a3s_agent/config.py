@@ -36,6 +36,9 @@ DEFAULT_MAX_HTTP_CONNECTIONS = 512
 DEFAULT_MAX_TOOL_CALLS = 64
 DEFAULT_MAX_SPACE_RUNS = 16
 DEFAULT_MAX_REQUEST_MESSAGES = 10_000
+DEFAULT_LEASE_TTL_S = 10.0  # a running generation's lease: renewed every third of it
+DEFAULT_EVENT_RETENTION_HOURS = 168.0  # event log entries older than this are removed
+DEFAULT_EVENT_RETENTION_COUNT = 10_000  # and all but the newest this many of each session
 BOX_SKILLS_DIR = Path("/a3s/skills")  # A3S Box mounts skills here, read-only
 
 
@@ -60,6 +63,11 @@ class Settings:
     workspace: Path = field(default_factory=Path.cwd)
     data_dir: Path | None = None
     durability: Durability = "full"  # how store commits are synced (A3S_DURABILITY): see core/sqlite.connect
+    store: str = ""  # postgresql://... (A3S_STORE) for replicas on one database; "" the SQLite file
+    replica_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+    event_retention_hours: float = DEFAULT_EVENT_RETENTION_HOURS
+    event_retention_count: int = DEFAULT_EVENT_RETENTION_COUNT
     log_level: str = "INFO"
     llm: LLMConfig = field(default_factory=LLMConfig)
     max_sessions: int = DEFAULT_MAX_SESSIONS
@@ -211,6 +219,8 @@ def settings_from(
     mcp_http: bool = False,
     mcp_config: str | None = None,
     allow_api_mcp_commands: bool = False,
+    store: str | None = None,
+    replica_id: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Settings:
     """Build settings from flag values (None = not given) over the environment."""
@@ -240,6 +250,11 @@ def settings_from(
         workspace=Path(workspace_value).resolve() if workspace_value else Path.cwd(),
         data_dir=Path(data_value) if data_value else None,
         durability=_durability(env),
+        store=_store(store or env.get("A3S_STORE", "")),
+        replica_id=_replica_id(replica_id or env.get("A3S_REPLICA_ID", "")),
+        lease_ttl_s=_number(env, "A3S_LEASE_TTL_S", DEFAULT_LEASE_TTL_S, float),
+        event_retention_hours=_number(env, "A3S_EVENT_RETENTION_HOURS", DEFAULT_EVENT_RETENTION_HOURS, float),
+        event_retention_count=int(_number(env, "A3S_EVENT_RETENTION_COUNT", DEFAULT_EVENT_RETENTION_COUNT)),
         log_level=(log_level or env.get("A3S_LOG_LEVEL") or "INFO").upper(),
         llm=llm_from_env(env),
         max_sessions=max_sessions or int(_number(env, "A3S_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)),
@@ -260,6 +275,28 @@ def settings_from(
             Path(p) for p in [*(skills_dirs or []), *env.get("A3S_SKILL_DIRS", "").split(os.pathsep)] if p
         ],
     )
+
+
+_REPLICA_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+
+def _store(value: str) -> str:
+    """--store (A3S_STORE): empty (the SQLite file in the data directory) or a PostgreSQL URL."""
+    value = value.strip()
+    if value and not value.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(
+            f"--store (A3S_STORE) must be a postgresql://user:password@host:port/database URL, not {value[:60]!r}"
+        )
+    return value
+
+
+def _replica_id(value: str) -> str:
+    """--replica-id (A3S_REPLICA_ID): names this process in leases and logs; default host-pid."""
+    if not value:
+        return f"{socket.gethostname()}-{os.getpid()}"[:64]
+    if not _REPLICA_ID.fullmatch(value):
+        raise ConfigError("--replica-id (A3S_REPLICA_ID) must be 1-64 letters, digits, '.', '_', ':' or '-'")
+    return value
 
 
 def _path(value: str | None) -> Path | None:

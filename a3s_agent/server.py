@@ -122,6 +122,7 @@ class AgentServer:
         cancelled = await self.readiness.drain(grace_s)
         if cancelled:
             log.warning("cancelled %d calls still running at the end of the %.0f s grace", cancelled, grace_s)
+        await self.app.generation.stop_runs()  # those whose client went away too
         await self.server.stop(FLUSH_S)
 
 

@@ -32,6 +32,8 @@ from a3s_agent.tools.builtin import builtin_registry
 from .fake_llm import FakeLLM
 from .scripted_model import ScriptedProvider
 
+pytest_plugins = ["tests.postgres"]  # a real PostgreSQL server: postgres_server, postgres_url
+
 T = TypeVar("T")
 WITHIN_S = 10.0
 

@@ -159,7 +159,7 @@ async def test_a_thread_session_is_made_once_with_its_confirmation_policy(script
     assert await app.sessions.ensure("coven:t1", SessionConfig(name="thread"), policy) is True
     assert await app.sessions.ensure("coven:t1", SessionConfig(name="other")) is False
     assert (await app.sessions.get("coven:t1")).session.config.name == "thread"
-    assert app.control.confirmation_policy("coven:t1").enabled
+    assert (await app.control.confirmation_policy("coven:t1")).enabled
     await app.sessions.append("coven:t1", [Message(role="user", content="context")])
     assert (await app.sessions.get("coven:t1")).usage.message_count == 1
 
@@ -171,8 +171,8 @@ async def test_a_running_generation_is_seen_and_takes_injected_context(
     await app.sessions.ensure("s", SessionConfig())
     release = asyncio.Event()
     scripted.script(after(release, text("done")))
-    subscription = app.events.subscription("s", {EventType.GENERATION_STARTED})
-    assert not app.control.inject("s", [Message(role="user", content="too early")])
+    subscription = await app.events.subscription("s", {EventType.GENERATION_STARTED})
+    assert not await app.control.inject("s", [Message(role="user", content="too early")])
 
     async def generate() -> list[object]:
         return [
@@ -183,7 +183,7 @@ async def test_a_running_generation_is_seen_and_takes_injected_context(
     task = asyncio.create_task(generate())
     await eventually(lambda: scripted.requests, "the model call")
     assert app.control.runs_in("s", task) and not app.control.runs_in("nobody", task)
-    assert app.control.inject("s", [Message(role="user", content="later")])
+    assert await app.control.inject("s", [Message(role="user", content="later")])
     release.set()
     done = (await task)[-1]
     assert isinstance(done, DoneEvent) and done.generation.message.content == "done"

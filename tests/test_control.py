@@ -11,7 +11,6 @@ import grpc
 import pytest
 
 from a3s_agent.base.models import Message
-from a3s_agent.core.events import EventBus, EventType
 from a3s_agent.proto import code_agent_pb2 as pb
 
 from .conftest import LiveServer, agent_settings, alive, eventually, new_session, running, subscribed, user
@@ -82,18 +81,6 @@ async def test_event_type_filters_take_both_name_forms_and_refuse_unknown_ones(l
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await bad.read()
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "tool_exploded" in err.value.details()
-
-
-async def test_a_slow_subscriber_loses_events_and_is_told_how_many() -> None:
-    bus = EventBus()
-    slow = bus.subscribe(size=5)
-    for index in range(100):
-        bus.publish(EventType.INFO, "s", f"event {index}")  # never waits for the subscriber
-    bus.close()
-    received = [event async for event in slow]
-    assert [e.message for e in received[:5]] == [f"event {i}" for i in range(5)]
-    warning = received[5]
-    assert warning.type == EventType.WARNING and warning.data["dropped"] == "95"
 
 
 async def test_the_bus_counts_the_subscriptions_a_client_holds(live: LiveServer) -> None:

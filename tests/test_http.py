@@ -379,7 +379,11 @@ async def test_a_quiet_stream_gets_keepalive_comments(
     assert (":", "keepalive") in events and events[-1] == ("done", {})
 
 
-async def test_a_client_going_away_cancels_the_run_and_its_process(api: Http, fake: FakeLLM) -> None:
+async def test_a_client_going_away_leaves_the_run_going_until_cancel_stops_it(
+    api: Http, fake: FakeLLM
+) -> None:
+    # The generation no longer stops with its stream: the client may come back with Last-Event-ID
+    # (tests/test_resume.py). Cancel stops it and its process.
     marker = api.server.workspace / "pid"
     fake.script(tool_call("bash", {"command": f"echo $$ > {marker}; sleep 30"}), text("never"))
     session_id = await new_session(api.server)
@@ -389,6 +393,11 @@ async def test_a_client_going_away_cancels_the_run_and_its_process(api: Http, fa
             break
     pid = int(await eventually(lambda: marker.exists() and marker.read_text().strip(), "the tool runs"))
     response.close()
+    await eventually(lambda: api.server.runtime.events.subscriber_count == 0, "the stream is gone")
+    await asyncio.sleep(0.2)  # what a disconnect would have stopped by now
+    assert alive(pid)
+    cancelled = await api.client.post("/rpc/Cancel", json={"session_id": session_id})
+    assert (await cancelled.json()) == {"success": True}
     await eventually(lambda: not alive(pid), "the tool's process is gone")
     assert len(fake.requests) == 1  # the run stopped; the model was not called again
 

@@ -207,7 +207,7 @@ async def test_cancelling_agent_task_stops_the_run_and_its_tool(
         listed = await client.list_tools()  # the connection goes on
     assert listed.tools
     assert len(fake.requests) == 1  # the model was not called again
-    [session] = served.app.sessions.page(None, 10).sessions
+    [session] = (await served.app.sessions.page(None, 10)).sessions
     history = await served.app.sessions.history(session.id)
     assert "cancelled" in history[-2].content  # the open call answered
     assert history[-1].content == "[the run was cancelled by the client]"

@@ -145,7 +145,7 @@ async def test_grpc_stream_sends_reasoning_as_metadata_never_as_content(
         if c.type == pb.GenerateChunk.CHUNK_TYPE_METADATA and c.metadata["type"] == "reasoning_delta"
     ]
     assert "".join(c.metadata["text"] for c in reasoning) == deepseek_reasoning(1) + deepseek_reasoning(2)
-    assert all(set(c.metadata) == {"type", "text"} and not c.content for c in reasoning)
+    assert all(set(c.metadata) == {"type", "text", "seq"} and not c.content for c in reasoning)
     content = [c for c in chunks if c.type == pb.GenerateChunk.CHUNK_TYPE_CONTENT]
     assert "".join(c.content for c in content) == "Read."
     assert chunks.index(reasoning[-1]) < chunks.index(content[0])  # the turn's reasoning, then its answer

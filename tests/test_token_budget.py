@@ -104,18 +104,18 @@ async def test_a_stream_says_so_in_a_metadata_chunk_and_events_tell_subscribers(
 
     used = str(fake.usages[0]["total_tokens"])
     notice, done = chunks
-    assert dict(notice.metadata) == {
-        "type": "token_budget_spent",
-        "token_budget": "1",
-        "token_budget_used": used,
-    }
+    metadata = dict(notice.metadata)
+    assert int(metadata.pop("seq")) < int(done.metadata["seq"])  # every chunk's place in the log
+    assert metadata == {"type": "token_budget_spent", "token_budget": "1", "token_budget_used": used}
     assert done.type == pb.GenerateChunk.CHUNK_TYPE_DONE and done.metadata["finish_reason"] == "length"
     assert "token budget of 1 tokens is spent" in done.content
     warning = await asyncio.wait_for(anext(aiter(events)), 10)
     completed = await asyncio.wait_for(anext(aiter(events)), 10)
     events.cancel()
     assert warning.type == pb.AgentEvent.EVENT_TYPE_WARNING and warning.message == done.content
-    assert dict(warning.data) == {"token_budget": "1", "token_budget_used": used}
+    data = dict(warning.data)
+    assert int(data.pop("seq")) > 0  # every event's place in the log
+    assert data == {"token_budget": "1", "token_budget_used": used}
     assert completed.data["finish_reason"] == "length" and completed.data["turns"] == "0"
     assert len(fake.requests) == 1
 

@@ -11,6 +11,7 @@ class Context:
         self._rt = runtime
 
     async def usage(self, session_id: str) -> ContextUsage:
+        await self._rt.sessions.refresh(session_id)
         return await self._rt.context.usage(session_id)
 
     def window(self, session_id: str) -> int:
@@ -18,11 +19,13 @@ class Context:
         return self._rt.context.window(self._rt.sessions.get(session_id))
 
     async def compact(self, session_id: str) -> Compaction:
-        """Compact now, after any running generation of the session."""
-        async with self._rt.sessions.generation_lock(session_id):
+        """Compact now, after any running generation of the session (on any replica)."""
+        await self._rt.sessions.refresh(session_id)
+        async with self._rt.sessions.generation_lock(session_id), self._rt.own_run(session_id, "compaction"):
             return await self._rt.context.compact(session_id)
 
     async def clear(self, session_id: str) -> None:
-        """Empty the history, after any running generation of the session."""
-        async with self._rt.sessions.generation_lock(session_id):
+        """Empty the history, after any running generation of the session (on any replica)."""
+        await self._rt.sessions.refresh(session_id)
+        async with self._rt.sessions.generation_lock(session_id), self._rt.own_run(session_id, "clearing"):
             await self._rt.sessions.replace_history(session_id, [])

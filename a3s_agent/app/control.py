@@ -1,4 +1,7 @@
-"""Control of running generations: cancel, pause and resume, tool confirmation, lanes, external tasks."""
+"""Control of running generations: cancel, pause and resume, tool confirmation, lanes, external tasks.
+
+What acts on a running generation goes to the replica that runs it (runtime/replicas.py route),
+wherever the call arrived."""
 
 from __future__ import annotations
 
@@ -15,13 +18,22 @@ class Control:
     def __init__(self, runtime: Runtime) -> None:
         self._rt = runtime
 
-    def cancel(self, session_id: str, operation_id: str | None) -> bool:
-        """Whether something was running to cancel."""
-        return self._rt.control.cancel(session_id, operation_id)
+    async def _route(self, session_id: str, action: str, args: dict[str, Any]) -> Any:
+        await self._rt.sessions.refresh(session_id)
+        runs_here = self._rt.control.of(session_id).run_task is not None  # NotFound for an unknown session
+        return await self._rt.replicas.route(session_id, action, args, runs_here)
 
-    def inject(self, session_id: str, messages: list[Message]) -> bool:
+    async def cancel(self, session_id: str, operation_id: str | None) -> bool:
+        """Whether something was running to cancel."""
+        return bool(await self._route(session_id, "cancel", {"operation_id": operation_id or ""}))
+
+    async def inject(self, session_id: str, messages: list[Message]) -> bool:
         """Context for the running generation's next model call; False when none runs."""
-        return self._rt.control.inject(session_id, messages)
+        wire = [{"role": m.role, "content": m.content, "data": m.to_json()} for m in messages]
+        return bool(await self._route(session_id, "inject", {"messages": wire}))
+
+    # For faces whose generation runs in their own task (Generation.stream: coven, ACP, MCP), so
+    # it is this replica's: no routing, and no waiting.
 
     def runs_in(self, session_id: str, task: asyncio.Task[Any]) -> bool:
         """Whether the session's running generation is `task` (False too for an unknown session)."""
@@ -30,36 +42,54 @@ class Control:
         except NotFound:
             return False
 
+    def cancel_own(self, session_id: str, task: asyncio.Task[Any]) -> bool:
+        """Cancel the session's generation when it is `task`; whether it was."""
+        return self.runs_in(session_id, task) and self._rt.control.cancel(session_id, None)
+
+    def inject_own(self, session_id: str, task: asyncio.Task[Any], messages: list[Message]) -> bool:
+        """`inject` into the session's generation when it is `task`; whether it was."""
+        return self.runs_in(session_id, task) and self._rt.control.inject(session_id, messages)
+
+    def confirm_own(self, session_id: str, tool_id: str, approved: bool, reason: str) -> None:
+        """`confirm` a tool call of a generation running here (NotFound when none waits)."""
+        self._rt.control.confirm(session_id, tool_id, approved, reason)
+
     async def pause(self, session_id: str) -> None:
-        await self._rt.control.pause(session_id)
+        await self._route(session_id, "pause", {})
 
     async def resume(self, session_id: str) -> None:
-        await self._rt.control.resume(session_id)
+        await self._route(session_id, "resume", {})
 
-    def confirm(self, session_id: str, tool_id: str, approved: bool, reason: str) -> None:
-        self._rt.control.confirm(session_id, tool_id, approved, reason)
+    async def confirm(self, session_id: str, tool_id: str, approved: bool, reason: str) -> None:
+        await self._route(session_id, "confirm", {"tool_id": tool_id, "approved": approved, "reason": reason})
 
     async def set_confirmation_policy(
         self, session_id: str, policy: ConfirmationPolicy
     ) -> ConfirmationPolicy:
+        await self._rt.sessions.refresh(session_id)
         self._rt.sessions.get(session_id)
         return await self._rt.control.set_confirmation_policy(session_id, policy)
 
-    def confirmation_policy(self, session_id: str) -> ConfirmationPolicy:
+    async def confirmation_policy(self, session_id: str) -> ConfirmationPolicy:
+        await self._rt.sessions.refresh(session_id)
         return self._rt.control.confirmation_policy(session_id)
 
     async def set_lane_handler(self, session_id: str, lane: Lane, handler: LaneHandler) -> LaneHandler:
+        await self._rt.sessions.refresh(session_id)
         self._rt.sessions.get(session_id)
         return await self._rt.control.set_lane_handler(session_id, lane, handler)
 
-    def lane_handler(self, session_id: str, lane: Lane) -> LaneHandler:
+    async def lane_handler(self, session_id: str, lane: Lane) -> LaneHandler:
+        await self._rt.sessions.refresh(session_id)
         self._rt.sessions.get(session_id)
         return self._rt.control.lane_handler(session_id, lane)
 
-    def complete_external(
+    async def complete_external(
         self, session_id: str, task_id: str, success: bool, result: str, error: str
     ) -> None:
-        self._rt.control.complete_external(session_id, task_id, success, result, error)
+        args = {"task_id": task_id, "success": success, "result": result, "error": error}
+        await self._route(session_id, "complete_external", args)
 
     def pending_external(self, session_id: str) -> list[ExternalTask]:
+        """The external tasks this replica's run of the session waits for."""
         return self._rt.control.pending_external(session_id)

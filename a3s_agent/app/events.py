@@ -1,36 +1,82 @@
-"""Event subscriptions."""
+"""Event subscriptions, live or from a cursor in a session's log."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
 
-from ..core.events import Event, EventType, Subscription, parse_event_types
+from ..base.errors import InvalidArgument, NotFound
+from ..core.events import EVENT, Event, EventType, Filter, Subscription, entry_event, parse_event_types
+from ..core.store import LogEntry
 from ..runtime import Runtime
+
+MAX_PAGE = 1000
+
+
+class Feed:
+    """Events of a subscription in place (it sees everything committed after it was made); iterate
+    it, then close it."""
+
+    def __init__(self, subscription: Subscription) -> None:
+        self._subscription = subscription
+
+    async def __aiter__(self) -> AsyncIterator[Event]:
+        async for entry in self._subscription:
+            yield entry_event(entry)
+
+    def close(self) -> None:
+        self._subscription.close()
 
 
 class Events:
     def __init__(self, runtime: Runtime) -> None:
         self._rt = runtime
 
-    async def subscribe(self, session_id: str | None, event_types: Iterable[str]) -> AsyncIterator[Event]:
+    async def subscribe(
+        self, session_id: str | None, event_types: Iterable[str], after_seq: int | None = None
+    ) -> AsyncIterator[Event]:
         """Events of one session (None: of all) and of the named types (none: every type), until
-        the server closes the bus; NotFound for an unknown session."""
-        if session_id is not None:
-            self._rt.sessions.get(session_id)
-        types = parse_event_types(event_types)
-        subscription = self._rt.events.subscribe(session_id, types)
+        the server closes the bus; with `after_seq`, first those of the session's log after it
+        (Resync when they are no longer retained). NotFound for an unknown session."""
+        feed = await self.subscription(session_id, parse_event_types(event_types), after_seq)
         try:
-            async for event in subscription:
+            async for event in feed:
                 yield event
         finally:
-            subscription.close()
+            feed.close()
 
-    def subscription(self, session_id: str, types: Iterable[EventType]) -> Subscription:
+    async def subscription(
+        self, session_id: str | None, types: Iterable[EventType], after_seq: int | None = None
+    ) -> Feed:
         """A subscription in place at once, so that it sees everything a call started next
         publishes; the caller iterates and closes it. NotFound for an unknown session."""
-        self._rt.sessions.get(session_id)
-        return self._rt.events.subscribe(session_id, set(types))
+        if session_id is not None:
+            await self._check_session(session_id, with_log=after_seq is not None)
+        wanted = Filter(session_id, EVENT, frozenset(types))
+        return Feed(await self._rt.events.subscribe(wanted, after_seq=after_seq))
+
+    async def page(self, session_id: str, after_seq: int, limit: int) -> tuple[list[Event | LogEntry], int]:
+        """Up to `limit` entries of the session's log after `after_seq` (events as Events, chunks
+        as they are stored), and the last seq handed out; Resync when the entries after the cursor
+        are no longer retained."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidArgument(f"limit must be 1 to {MAX_PAGE}, not {limit}")
+        await self._check_session(session_id, with_log=True)
+        await self._rt.events.check_cursor(session_id, after_seq)
+        entries = await self._rt.store.read_log(session_id, after_seq, limit)
+        _, last = await self._rt.store.log_bounds(session_id)
+        return [entry_event(e) if e.kind == EVENT else e for e in entries], last
+
+    async def _check_session(self, session_id: str, *, with_log: bool) -> None:
+        """NotFound for an unknown session; `with_log`: unless it left a log (a destroyed
+        session's log can still be read from a cursor until retention removes it)."""
+        await self._rt.sessions.refresh(session_id)
+        try:
+            self._rt.sessions.get(session_id)
+        except NotFound:
+            if not with_log or (await self._rt.store.log_bounds(session_id))[1] == 0:
+                raise
 
     def end_all(self) -> None:
-        """End every subscription now (at a stop: streams would otherwise run through the grace)."""
-        self._rt.events.close()
+        """End every event subscription now (at a stop: streams would otherwise run through the
+        grace); streams following a generation go on while it runs."""
+        self._rt.events.end_subscriptions()

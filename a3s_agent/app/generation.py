@@ -1,4 +1,8 @@
-"""Generation, plain and structured: as a stream of domain events or as the final result."""
+"""Generation, plain and structured: as a stream of domain events or as the final result.
+
+`chunks` and `generate` run on when their caller goes away (runtime/runs.py): each event is in
+the session's log with its seq before the caller sees it, and a caller that lost its stream
+resumes it from the last seq it saw. `stream` runs in the caller's task."""
 
 from __future__ import annotations
 
@@ -9,20 +13,43 @@ from ..core.agent import AgentEvent, DoneEvent, GenerateOptions
 from ..core.agent import Generation as Result
 from ..core.structured import StructuredDone, run_structured
 from ..runtime import Runtime
+from ..runtime.runs import Chunk
 
 
 class Generation:
     def __init__(self, runtime: Runtime) -> None:
         self._rt = runtime
 
-    def stream(
+    async def chunks(
+        self, session_id: str, messages: list[Message], options: GenerateOptions, after_seq: int | None = None
+    ) -> AsyncIterator[Chunk]:
+        """The generation's events with their seqs as they are committed, a DoneEvent last. With
+        `after_seq` nothing starts: the run that wrote that chunk is followed from the next one
+        (`messages` and `options` are not used)."""
+        if after_seq is None:
+            follow = await self._rt.runs.start(session_id, messages, options)
+        else:
+            follow = await self._rt.runs.resume(session_id, after_seq)
+        async for chunk in follow:
+            yield chunk
+
+    async def stop_runs(self) -> None:
+        """Stop every run still going (at a stop, once the grace is over): their tools are killed
+        and each one's stream ends with the reason."""
+        await self._rt.runs.stop()
+
+    async def stream(
         self, session_id: str, messages: list[Message], options: GenerateOptions
     ) -> AsyncGenerator[AgentEvent, None]:
-        """The generation's events as they happen, a DoneEvent last."""
-        return self._rt.agent.run(session_id, messages, options)
+        """A generation run by the caller's task, its events as they happen and a DoneEvent last:
+        it stops when the caller goes away (for faces that stop it themselves: coven, ACP, MCP)."""
+        await self._rt.sessions.refresh(session_id)
+        async for event in self._rt.agent.run(session_id, messages, options):
+            yield event
 
     async def generate(self, session_id: str, messages: list[Message], options: GenerateOptions) -> Result:
-        async for event in self.stream(session_id, messages, options):
+        """The result of a generation that runs on if the caller goes away (as `chunks`)."""
+        async for event, _ in self.chunks(session_id, messages, options):
             if isinstance(event, DoneEvent):
                 return event.generation
         raise AssertionError("the agent loop ended without a result")
@@ -31,6 +58,7 @@ class Generation:
         self, session_id: str, messages: list[Message], options: GenerateOptions, schema: str
     ) -> AsyncIterator[AgentEvent | StructuredDone]:
         """Events until the answer validates against `schema` (JSON Schema text); StructuredDone last."""
+        await self._rt.sessions.refresh(session_id)
         async for event in run_structured(self._rt.agent, session_id, messages, options, schema):
             yield event
 

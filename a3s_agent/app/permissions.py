@@ -14,22 +14,24 @@ class Permissions:
     def __init__(self, runtime: Runtime) -> None:
         self._rt = runtime
 
-    def get(self, session_id: str) -> PermissionPolicy:
+    async def get(self, session_id: str) -> PermissionPolicy:
+        await self._rt.sessions.refresh(session_id)
         return self._rt.sessions.get(session_id).settings.permission_policy
 
     async def set(self, session_id: str, policy: PermissionPolicy) -> PermissionPolicy:
+        await self._rt.sessions.refresh(session_id)
         settings = self._rt.sessions.get(session_id).settings
         await self._rt.sessions.set_settings(session_id, replace(settings, permissions=policy))
         return policy
 
     async def add_rule(self, session_id: str, rule_type: str, rule: str) -> None:
         """Append `rule` to the `rule_type` list (allow, deny or ask) of the session's policy."""
-        policy = add_rule(self.get(session_id), rule_type, rule)
+        policy = add_rule(await self.get(session_id), rule_type, rule)
         await self.set(session_id, policy)
 
-    def check(self, session_id: str, tool_name: str, arguments: str) -> Evaluation:
+    async def check(self, session_id: str, tool_name: str, arguments: str) -> Evaluation:
         """The decision for a call of `tool_name` with `arguments` (JSON object text; empty: {})."""
-        policy = self.get(session_id)
+        policy = await self.get(session_id)
         parsed = parse_json(arguments or "{}", "arguments")
         if not isinstance(parsed, dict):
             raise InvalidArgument("arguments must be a JSON object")

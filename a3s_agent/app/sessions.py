@@ -71,6 +71,7 @@ class Sessions:
     ) -> bool:
         """Create the session `session_id` with `config` (and `confirmation`, when given) unless it
         exists; whether it was created."""
+        await self._rt.sessions.refresh(session_id)
         try:
             self._rt.sessions.get(session_id)
             return False
@@ -83,9 +84,11 @@ class Sessions:
 
     async def append(self, session_id: str, messages: list[Message]) -> None:
         """Add messages to the history as they are (no generation answers them)."""
+        await self._rt.sessions.refresh(session_id)
         await self._rt.sessions.append_messages(session_id, messages)
 
     async def get(self, session_id: str) -> SessionView:
+        await self._rt.sessions.refresh(session_id)
         return await self._view(self._rt.sessions.get(session_id))
 
     async def configure(
@@ -102,6 +105,7 @@ class Sessions:
         budget and MCP servers); `token_budget` None keeps the session's (with `replace_all`: the
         server's); `mcp_servers` replaces the session's own servers, None keeps them (with
         `replace_all`: none)."""
+        await self._rt.sessions.refresh(session_id)
         current = self._rt.sessions.get(session_id).settings
         checked = self._rt.context.checked_settings({} if replace_all else current.compaction, compaction)
         if token_budget is None and not replace_all:
@@ -120,6 +124,7 @@ class Sessions:
 
     async def destroy(self, session_id: str) -> None:
         """NotFound for an unknown session; a running generation stops with its session."""
+        await self._rt.sessions.refresh(session_id)
         self._rt.sessions.get(session_id)
         self._rt.control.forget(session_id)
         await self._rt.sessions.destroy(session_id)
@@ -128,16 +133,18 @@ class Sessions:
     async def release(self, session_id: str) -> None:
         """Stop what the session holds open (its own MCP servers) without destroying it: what it
         needs starts again when it runs next. NotFound for an unknown session."""
+        await self._rt.sessions.refresh(session_id)
         self._rt.sessions.get(session_id)
         await self._rt.mcp.session_ended(session_id)
 
-    def page(self, after: PageKey | None, size: int, workspace: str | None = None) -> SessionPage:
+    async def page(self, after: PageKey | None, size: int, workspace: str | None = None) -> SessionPage:
         """Up to `size` sessions after `after`, oldest first, without reading any history; with
         `workspace`, only the sessions that work in that directory."""
+        await self._rt.sessions.refresh_all()
         if workspace is None:
             sessions, more = self._rt.sessions.page(after, size)
             return SessionPage(sessions, listing_key(sessions[-1]) if more else None)
-        target = str(Path(workspace).resolve())
+        target = _resolved(workspace)
         rest, _ = self._rt.sessions.page(after, len(self._rt.sessions))
         matching = [s for s in rest if s.config.workspace == target]
         page = matching[:size]
@@ -146,6 +153,7 @@ class Sessions:
     async def history(self, session_id: str) -> list[Message]:
         """The live history, oldest first: what the model is sent next (compaction and clearing
         archive the rest)."""
+        await self._rt.sessions.refresh(session_id)
         return await self._rt.sessions.history(session_id)
 
     async def _view(self, session: Session) -> SessionView:
@@ -155,3 +163,7 @@ class Sessions:
             self._rt.context.shares(session),
             self._rt.token_budget_for(session),
         )
+
+
+def _resolved(path: str) -> str:
+    return str(Path(path).resolve())

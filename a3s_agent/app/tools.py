@@ -25,6 +25,7 @@ class Tools:
     async def ready(self, session_id: str | None) -> None:
         """Make `available` complete: connect the MCP servers whose tools are not known yet (each
         within its startup timeout; one that is down is tried again later, not waited for)."""
+        await self._rt.sessions.refresh(session_id or "")
         await self._rt.prepare_tools(self._rt.sessions.get(session_id) if session_id else None)
 
     def available(self, session_id: str | None) -> list[Tool]:

@@ -1,7 +1,8 @@
 """The server's own secrets, read once at start and then kept only in this process's memory.
 
 `withhold_secrets` takes every variable named like a secret (`is_secret_name`: A3S_AUTH_TOKEN,
-*_API_KEY, A3S_LLM_*, *_TOKEN, *_SECRET, *_PASSWORD and the names in A3S_SECRET_ENV) out of
+*_API_KEY, A3S_LLM_*, A3S_STORE (its URL may hold the database password), PGPASSWORD, *_TOKEN,
+*_SECRET, *_PASSWORD and the names in A3S_SECRET_ENV) out of
 os.environ, so no process the server starts inherits them, and blanks them in the environment
 block the process was started with, which is what /proc/<pid>/environ shows (unsetenv does not
 change it). Then it makes the process non-dumpable, so processes of the same user can no longer
@@ -23,7 +24,9 @@ log = logging.getLogger(__name__)
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 _ENV_START_FIELD = 50  # /proc/<pid>/stat field numbers, proc(5); env_end follows
 _withheld: dict[str, str] = {}
-_SECRET_PATTERN = re.compile(r"(^A3S_AUTH_TOKEN(_FILE)?$|^A3S_LLM_|(^|_)(API_KEY|SECRET|TOKEN|PASSWORD)$)")
+_SECRET_PATTERN = re.compile(
+    r"(^A3S_AUTH_TOKEN(_FILE)?$|^A3S_LLM_|^A3S_STORE$|^PGPASSWORD$|(^|_)(API_KEY|SECRET|TOKEN|PASSWORD)$)"
+)
 SECRET_NAMES_VARIABLE = "A3S_SECRET_ENV"
 """A comma-separated list of further variable names the operator marks secret."""
 

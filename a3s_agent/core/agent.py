@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ class GenerateOptions:
     stop_sequences: list[str] = field(default_factory=list)
     return_intermediate_steps: bool = False
     response_format: dict[str, Any] | None = None
+    run_id: str = ""  # names the run in its lease and its log entries (runtime/runs.py); "" a new one
 
 
 @dataclass
@@ -158,7 +160,7 @@ class Agent:
     async def _run_locked(
         self, session_id: str, llm: LLMConfig, run: _Run, messages: list[Message]
     ) -> AsyncIterator[AgentEvent]:
-        async with self._sessions.generation_lock(session_id):
+        async with self._sessions.generation_lock(session_id), self._host.own_run(session_id, run.run_id):
             control = self._control.start_run(session_id)
             self._events.publish(
                 EventType.GENERATION_STARTED, session_id, "generation started", {"model": llm.model}
@@ -239,6 +241,7 @@ class _Run:
         self.llm = llm
         self.provider = provider
         self.options = options
+        self.run_id = options.run_id or f"run_{uuid.uuid4().hex}"
         self.tools = {t.name: t for t in agent.offered_tools(session, options)}
         self.notices: asyncio.Queue[dict[str, str]] = asyncio.Queue()
         self.context = agent._host.tool_context(session)

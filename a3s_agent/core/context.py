@@ -26,7 +26,7 @@ from ..llm.messages import to_openai, tool_schema
 from ..llm.provider import CompletionRequest, TextDelta, TurnEnd
 from ..llm.tokens import REPLY_PRIMING, TokenCounter
 from .budget import budget_spent
-from .events import EventBus, EventType
+from .events import EventBus, EventType, event_entry
 from .host import AgentHost
 from .sessions import SessionManager
 
@@ -207,14 +207,14 @@ class ContextManager:
                 kept, how = await asyncio.to_thread(_fallback, plan, cost, room, budget), "fallback"
                 summary = next((m.content for m in kept if m.metadata.get(COMPACTION) == "note"), "")
         kept = await asyncio.to_thread(_trimmed, kept, meter, budget)
-        await self._sessions.replace_history(session_id, kept)
         after = await asyncio.to_thread(meter, kept)
-        self._events.publish(
+        compacted = event_entry(
             EventType.INFO, session_id, "context_compacted",
             {"before_tokens": before.total_tokens, "after_tokens": after.total_tokens,
              "before_messages": before.message_count, "after_messages": after.message_count,
              "by": how, "summary": summary},
         )  # fmt: skip
+        await self._sessions.replace_history(session_id, kept, [compacted])
         return Compaction(before, after, how, summary)
 
     async def _summarize(

@@ -1,21 +1,33 @@
-"""Live events: published by the core as things happen, fanned out to any number of subscribers.
+"""Events: every AgentEvent (and every generation chunk worth replaying) is appended to its
+session's durable log (core/store.py LogEntry) and, once committed, handed to the subscribers.
 
-Publishing never waits: each subscriber has a bounded queue, and a subscriber that falls behind
-loses events and is then told how many with a WARNING event. A slow subscriber never slows the agent.
+Publishing never waits: `publish` queues the entry and a writer commits whatever has queued in
+one transaction (a group commit). A write that changes state carries its events in the same
+transaction (`EventBus.write`). Subscribers read committed entries in seq order with no gap and
+no repeat: a subscriber that falls behind (its bounded queue is full) or resumes from a cursor
+reads the log at its own pace, so a slow subscriber never slows the agent nor loses an event.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from ..base.errors import InvalidArgument
+from ..base.errors import FailedPrecondition, InvalidArgument
+from .store import LogEntry, Store
+
+log = logging.getLogger(__name__)
 
 DEFAULT_QUEUE_SIZE = 1000
-_GAP = object()
+PAGE = 500  # entries read from the log at a time while catching up
+EVENT = "event"
+CHUNK = "chunk"
+T = TypeVar("T")
 
 
 class EventType(enum.IntEnum):
@@ -50,99 +62,303 @@ def parse_event_types(names: Iterable[str]) -> set[EventType]:
     return types
 
 
+class Resync(FailedPrecondition):
+    """A cursor older than the retained log: the entries after it are gone."""
+
+    def __init__(self, after_seq: int, oldest: int) -> None:
+        shown = f"the oldest available is {oldest}" if oldest else "none is retained"
+        super().__init__(
+            f"resync: the events after seq {after_seq} are no longer retained ({shown});"
+            " read the session's state again and subscribe from there"
+        )
+        self.oldest = oldest
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 @dataclass
 class Event:
     type: EventType
     session_id: str | None
     message: str
     data: dict[str, str] = field(default_factory=dict)
-    timestamp: int = field(default_factory=lambda: time.time_ns() // 1_000_000)
+    timestamp: int = field(default_factory=now_ms)
+    seq: int = 0
+
+
+def event_entry(
+    type: EventType, session_id: str, message: str, data: Mapping[str, object] | None = None
+) -> LogEntry:
+    body = {"type": int(type), "message": message, "data": {k: str(v) for k, v in (data or {}).items()}}
+    return LogEntry(session_id, EVENT, body, now_ms())
+
+
+def entry_event(entry: LogEntry) -> Event:
+    """The event an entry of kind "event" records, its seq also in `data["seq"]`."""
+    body = entry.body
+    data = {**body["data"], "seq": str(entry.seq)}
+    return Event(EventType(body["type"]), entry.session_id, body["message"], data, entry.timestamp, entry.seq)
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Which entries a subscriber wants."""
+
+    session_id: str | None = None  # None: every session
+    kind: str = EVENT
+    types: frozenset[EventType] = frozenset()  # events: empty means every type
+    run_id: str = ""  # chunks: of this run only
+
+    def wants(self, entry: LogEntry) -> bool:
+        if self.session_id is not None and entry.session_id != self.session_id:
+            return False
+        if entry.kind != self.kind:
+            return False
+        if self.kind == EVENT:
+            return not self.types or entry.body["type"] in self.types
+        return not self.run_id or entry.body.get("run") == self.run_id
 
 
 class Subscription:
-    """An async iterator of events matching a session and a set of types."""
+    """Committed entries matching a filter, per session in seq order, each once. Iterate it
+    (`async for entry in subscription`); it ends when the bus closes or `close` is called."""
 
-    def __init__(self, bus: EventBus, session_id: str | None, types: set[EventType], size: int) -> None:
+    def __init__(self, bus: EventBus, wanted: Filter, size: int, after_seq: int | None) -> None:
         self._bus = bus
-        self.session_id = session_id
-        self.types = types
+        self.filter = wanted
         self._size = size
-        # Unbounded underneath; the size is enforced in offer() so the end marker and the
-        # marker of a gap always fit.
-        self._queue: asyncio.Queue[Event | object | None] = asyncio.Queue()
-        self.dropped = 0
+        self._queue: asyncio.Queue[LogEntry | None] = asyncio.Queue()
+        self._behind = after_seq is not None  # read the log before the live entries
+        self._next: dict[str, int] = {}  # per session: the seq to deliver next
+        if after_seq is not None and wanted.session_id is not None:
+            self._next[wanted.session_id] = after_seq + 1
+        self._last_id = 0  # the largest log position delivered (catching up on every session)
+        self._first_id = 0  # the first position offered: where catching up on every session starts
+        self._closed = False
 
-    def wants(self, event: Event) -> bool:
-        if self.session_id and event.session_id != self.session_id:
-            return False
-        return not self.types or event.type in self.types
+    @property
+    def session_id(self) -> str | None:
+        return self.filter.session_id
 
-    def offer(self, event: Event | None) -> None:
-        if event is not None and self._queue.qsize() >= self._size:
-            if not self.dropped:
-                self._queue.put_nowait(_GAP)  # where the lost events were
-            self.dropped += 1
-            return
-        self._queue.put_nowait(event)
+    def offer(self, entry: LogEntry | None) -> None:
+        if entry is None:
+            self._queue.put_nowait(None)
+        elif not self._behind and self._queue.qsize() >= self._size:
+            # Too far behind: drop what is queued and read the log from the cursor instead.
+            if not self._last_id and self._first_id:
+                self._last_id = self._first_id - 1
+            self._behind = True
+            self._queue = asyncio.Queue()
+        elif not self._behind:
+            self._first_id = self._first_id or entry.id
+            self._queue.put_nowait(entry)
 
     def close(self) -> None:
-        self._bus._subscriptions.discard(self)
+        if not self._closed:
+            self._closed = True
+            self._bus._subscriptions.discard(self)
+            self._queue.put_nowait(None)
 
-    def __aiter__(self) -> AsyncIterator[Event]:
-        return self._events()
+    def __aiter__(self) -> AsyncIterator[LogEntry]:
+        return self._entries()
 
-    async def _events(self) -> AsyncIterator[Event]:
+    async def _entries(self) -> AsyncIterator[LogEntry]:
         try:
-            while True:
-                event = await self._queue.get()
-                if event is None:
+            while not self._closed:
+                if self._behind:
+                    self._behind = False  # live entries queue again from here; duplicates are skipped
+                    async for entry in self._catch_up():
+                        yield entry
+                    continue
+                queued = await self._queue.get()
+                if queued is None:
                     return
-                if event is _GAP:
-                    count, self.dropped = self.dropped, 0
-                    yield Event(
-                        EventType.WARNING,
-                        self.session_id,
-                        f"{count} events were dropped because this subscriber fell behind",
-                        {"dropped": str(count)},
-                    )
-                else:
-                    assert isinstance(event, Event)
-                    yield event
+                async for ready in self._in_order(queued):
+                    yield ready
         finally:
             self.close()
 
+    async def _catch_up(self) -> AsyncIterator[LogEntry]:
+        store = self._bus.store
+        while True:
+            if self.filter.session_id is not None:
+                session_id = self.filter.session_id
+                page = await store.read_log(session_id, self._next.get(session_id, 1) - 1, PAGE)
+            else:
+                page = await store.read_log_since(self._last_id, PAGE)
+            for entry in page:
+                async for ready in self._in_order(entry):
+                    yield ready
+            if len(page) < PAGE:
+                return
+
+    async def _in_order(self, entry: LogEntry) -> AsyncIterator[LogEntry]:
+        """`entry` once, after any entries of its session between the last delivered and it
+        (read from the log: another replica's, or committed while this one was starting)."""
+        expected = self._next.get(entry.session_id)
+        if expected is not None and entry.seq < expected:
+            return  # delivered already
+        if expected is not None and entry.seq > expected:
+            missing = await self._bus.store.read_log(entry.session_id, expected - 1, entry.seq - expected)
+            for earlier in missing:
+                if earlier.seq < entry.seq:
+                    self._deliver(earlier)
+                    if self.filter.wants(earlier):
+                        yield earlier
+        self._deliver(entry)
+        if self.filter.wants(entry):
+            yield entry
+
+    def _deliver(self, entry: LogEntry) -> None:
+        self._next[entry.session_id] = entry.seq + 1
+        self._last_id = max(self._last_id, entry.id)
+
 
 class EventBus:
-    def __init__(self) -> None:
-        self._subscriptions: set[Subscription] = set()
+    """The log writer and the live fan-out of one process."""
 
-    def subscribe(
-        self,
-        session_id: str | None = None,
-        types: set[EventType] | None = None,
-        size: int = DEFAULT_QUEUE_SIZE,
+    def __init__(self, store: Store, fence_for: Callable[[str], int | None] = lambda _: None) -> None:
+        self.store = store
+        self.fence_for = fence_for  # the lease token this process holds for a session, if any
+        self.on_fenced: Callable[[str], None] = lambda _: None  # told when a session's entries were refused
+        self._subscriptions: set[Subscription] = set()
+        self._pending: list[LogEntry] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._writing = asyncio.Lock()  # one log-bearing write at a time keeps each session's order
+        self._closed = False
+
+    # --- subscribing ------------------------------------------------------------------------
+
+    async def subscribe(
+        self, wanted: Filter, size: int = DEFAULT_QUEUE_SIZE, after_seq: int | None = None
     ) -> Subscription:
-        subscription = Subscription(self, session_id, types or set(), size)
+        """A subscription in place at once (it sees every entry committed from now on), starting
+        after `after_seq` when given (of `wanted.session_id`): Resync when the entries after it
+        are no longer retained, InvalidArgument when it is past the last."""
+        if after_seq is not None:
+            if wanted.session_id is None:
+                raise InvalidArgument("a cursor (after_seq) needs a session: each session's log is numbered")
+            await self.check_cursor(wanted.session_id, after_seq)
+        subscription = Subscription(self, wanted, size, after_seq)
         self._subscriptions.add(subscription)
         return subscription
+
+    async def check_cursor(self, session_id: str, after_seq: int) -> None:
+        """InvalidArgument for a cursor past the last seq, Resync for one older than the log."""
+        if after_seq < 0:
+            raise InvalidArgument(f"after_seq must be 0 or more, not {after_seq}")
+        oldest, last = await self.store.log_bounds(session_id)
+        if after_seq > last:
+            raise InvalidArgument(
+                f"after_seq {after_seq} is past the last event of session {session_id!r} (seq {last})"
+            )
+        if after_seq < last and (oldest == 0 or oldest > after_seq + 1):
+            raise Resync(after_seq, oldest)
 
     @property
     def subscriber_count(self) -> int:
         """Subscriptions open now: a client's subscription is in place once this counts it."""
         return len(self._subscriptions)
 
-    def publish(
-        self, type: EventType, session_id: str | None, message: str, data: Mapping[str, object] | None = None
-    ) -> None:
-        if not self._subscriptions:
-            return
-        event = Event(type, session_id, message, {k: str(v) for k, v in (data or {}).items()})
-        for subscription in tuple(self._subscriptions):
-            if subscription.wants(event):
-                subscription.offer(event)
+    # --- writing ----------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """End every subscription (at shutdown)."""
+    def publish(
+        self, type: EventType, session_id: str, message: str, data: Mapping[str, object] | None = None
+    ) -> None:
+        """Queue an event for the log; it reaches subscribers once committed."""
+        self.submit(event_entry(type, session_id, message, data))
+
+    def submit(self, entry: LogEntry) -> None:
+        if self._closed:
+            return
+        entry.fence = self.fence_for(entry.session_id)
+        self._pending.append(entry)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_pending())
+
+    async def append(self, entry: LogEntry) -> LogEntry:
+        """Queue an entry and wait until it is committed (its seq set; 0 when it was refused)."""
+        self.submit(entry)
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        await waiter
+        return entry
+
+    async def flush(self) -> None:
+        """Wait until everything published so far is committed."""
+        if self._pending or (self._writer is not None and not self._writer.done()):
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            if self._writer is None or self._writer.done():
+                self._writer = asyncio.get_running_loop().create_task(self._write_pending())
+            await waiter
+
+    async def _write_pending(self) -> None:
+        while self._pending or self._waiters:
+            async with self._writing:
+                batch, self._pending = self._pending, []
+                waiters, self._waiters = self._waiters, []
+                try:
+                    if batch:
+                        await self.store.append_log(batch)
+                except Exception:
+                    log.exception("could not append %d event(s) to the log", len(batch))
+                    for entry in batch:
+                        entry.seq = 0
+                    batch = []
+            self._delivered(batch)
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def write(
+        self, session_id: str, entries: Sequence[LogEntry], change: Callable[[list[LogEntry]], Awaitable[T]]
+    ) -> T:
+        """Run a state change that carries log entries in its transaction (`change(entries)`),
+        preceded by the session's queued entries so that its log keeps the order of events."""
+        fence = self.fence_for(session_id)
+        for entry in entries:
+            entry.fence = fence
+        async with self._writing:
+            queued = [e for e in self._pending if e.session_id == session_id]
+            self._pending = [e for e in self._pending if e.session_id != session_id]
+            carried = [*queued, *entries]
+            try:
+                result = await change(carried)
+            except BaseException:
+                self._pending[:0] = queued  # not written: they go with the next batch
+                raise
+        self._delivered(carried)
+        return result
+
+    def deliver(self, entries: Iterable[LogEntry]) -> None:
+        """Hand committed entries (another replica's) to the subscribers."""
+        for entry in entries:
+            for subscription in tuple(self._subscriptions):
+                if subscription.filter.session_id in (None, entry.session_id):
+                    subscription.offer(entry)
+
+    def _delivered(self, entries: Sequence[LogEntry]) -> None:
+        refused = {e.session_id for e in entries if e.seq == 0}
+        for session_id in refused:
+            self.on_fenced(session_id)
+        self.deliver(e for e in entries if e.seq)
+
+    async def close(self) -> None:
+        """Commit what is queued, then end every subscription (at shutdown)."""
+        await self.flush()
+        self._closed = True
         for subscription in tuple(self._subscriptions):
             subscription.offer(None)
         self._subscriptions.clear()
+
+    def end_subscriptions(self) -> None:
+        """End every event subscription now (at a stop: streams would otherwise run through the
+        grace); those following a generation go on while it runs."""
+        for subscription in tuple(self._subscriptions):
+            if subscription.filter.kind == EVENT:
+                subscription.offer(None)
+                self._subscriptions.discard(subscription)

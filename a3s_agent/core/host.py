@@ -3,6 +3,7 @@ collaborator (the Runtime implements it) instead of loose callables."""
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
 from ..base.models import LLMConfig
@@ -38,4 +39,9 @@ class AgentHost(Protocol):
 
     def token_budget_for(self, session: Session) -> int:
         """The cap on the session's total tokens (core/budget.py; 0: none)."""
+        ...
+
+    def own_run(self, session_id: str, run_id: str) -> AbstractAsyncContextManager[None]:
+        """Hold the session's run lease while a generation runs (waiting while another process's
+        run holds it), so that one process at a time writes the session's history."""
         ...

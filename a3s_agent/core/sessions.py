@@ -8,16 +8,16 @@ import re
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from ..base.errors import InvalidArgument, NotFound, ResourceExhausted
 from ..base.models import Message, SessionConfig, SessionState, Usage
 from ..core.session import Session
-from .events import EventBus, EventType
+from .events import EventBus, EventType, event_entry
 from .session import SessionSettings
-from .store import Store
+from .store import LogEntry, Store
 
 SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 # Histories kept in memory, the most recently used; the others are read from the store when needed.
@@ -87,6 +87,32 @@ class SessionManager:
     async def load(self) -> None:
         self._sessions = {s.id: s for s in await self._store.list_sessions()}
 
+    async def refresh(self, session_id: str) -> None:
+        """On a store other replicas write too: make the cached session what the store holds (one
+        read of its stamp; the header again, and the history when next needed, if it moved)."""
+        if not self._store.shared or not session_id:
+            return
+        stamp = await self._store.session_stamp(session_id)
+        cached = self._sessions.get(session_id)
+        if cached is not None and stamp == cached.updated_at:
+            return
+        loaded = None if stamp is None else await self._store.load_session(session_id)
+        self._histories.pop(session_id, None)
+        if loaded is None:
+            self._sessions.pop(session_id, None)
+        else:
+            self._sessions[session_id] = loaded
+
+    async def refresh_all(self) -> None:
+        """On a shared store: every session as the store holds it (for listings)."""
+        if self._store.shared:
+            loaded = {s.id: s for s in await self._store.list_sessions()}
+            for session_id, session in loaded.items():
+                cached = self._sessions.get(session_id)
+                if cached is None or cached.updated_at != session.updated_at:
+                    self._histories.pop(session_id, None)
+            self._sessions = loaded
+
     def __len__(self) -> int:
         return len(self._sessions)
 
@@ -141,19 +167,23 @@ class SessionManager:
             message_count=len(initial_context),
             settings=settings or SessionSettings(),
         )
-        await self._store.create_session(session, initial_context)
+        created = event_entry(EventType.SESSION_CREATED, session_id, f"session {session_id} created")
+        await self._events.write(
+            session_id, [created], lambda log: self._store.create_session(session, initial_context, log)
+        )
         self._sessions[session_id] = session
         self._keep_history(session_id, list(initial_context))
-        self._events.publish(EventType.SESSION_CREATED, session_id, f"session {session_id} created")
         return session
 
     async def destroy(self, session_id: str) -> None:
         self.get(session_id)
-        await self._store.delete_session(session_id)
+        destroyed = event_entry(EventType.SESSION_DESTROYED, session_id, f"session {session_id} destroyed")
+        await self._events.write(
+            session_id, [destroyed], lambda log: self._store.delete_session(session_id, log)
+        )
         self._sessions.pop(session_id, None)
         self._locks.pop(session_id, None)
         self._histories.pop(session_id, None)
-        self._events.publish(EventType.SESSION_DESTROYED, session_id, f"session {session_id} destroyed")
 
     async def configure(
         self,
@@ -186,18 +216,28 @@ class SessionManager:
             settings=settings or session.settings,
             updated_at=self._next_stamp(session),
         )
-        await self._store.update_session(updated)
+        await self._store.update_session(updated, fence=self._events.fence_for(session_id))
         self._sessions[session_id] = updated
         return updated
 
     async def append_messages(
-        self, session_id: str, messages: list[Message], usage: Usage | None = None
+        self,
+        session_id: str,
+        messages: list[Message],
+        usage: Usage | None = None,
+        log: Sequence[LogEntry] = (),
     ) -> Session:
-        """Store messages, adding `usage` (a model turn's) to the session's totals in the same write."""
+        """Store messages, adding `usage` (a model turn's) to the session's totals, with the log
+        entries that report them, in one write."""
         session = self.get(session_id)
         stamp = self._next_stamp(session)
         totals = None if usage is None else session.usage + usage
-        await self._store.append_messages(session_id, messages, stamp, totals)
+        fence = self._events.fence_for(session_id)
+        await self._events.write(
+            session_id,
+            log,
+            lambda entries: self._store.append_messages(session_id, messages, stamp, totals, entries, fence),
+        )
         if session_id in self._histories:
             self._histories[session_id].extend(messages)
         session.message_count += len(messages)
@@ -210,14 +250,14 @@ class SessionManager:
         """Make `settings` the session's (one store transaction)."""
         session = self.get(session_id)
         updated = replace(session, settings=settings, updated_at=self._next_stamp(session))
-        await self._store.update_session(updated)
+        await self._store.update_session(updated, fence=self._events.fence_for(session_id))
         self._sessions[session_id] = updated
         return updated
 
     async def set_state(self, session_id: str, state: SessionState) -> Session:
         session = self.get(session_id)
         updated = replace(session, state=state, updated_at=self._next_stamp(session))
-        await self._store.update_session(updated)
+        await self._store.update_session(updated, fence=self._events.fence_for(session_id))
         self._sessions[session_id] = updated
         return updated
 
@@ -250,11 +290,19 @@ class SessionManager:
         self.get(session_id)
         return await self._store.load_archived(session_id)
 
-    async def replace_history(self, session_id: str, messages: list[Message]) -> Session:
-        """Archive the live history and make `messages` the new one (compaction, clearing)."""
+    async def replace_history(
+        self, session_id: str, messages: list[Message], log: Sequence[LogEntry] = ()
+    ) -> Session:
+        """Archive the live history and make `messages` the new one (compaction, clearing), with
+        the log entries that report it, in one write."""
         session = self.get(session_id)
         stamp = self._next_stamp(session)
-        await self._store.replace_history(session_id, messages, stamp)
+        fence = self._events.fence_for(session_id)
+        await self._events.write(
+            session_id,
+            log,
+            lambda entries: self._store.replace_history(session_id, messages, stamp, entries, fence),
+        )
         self._keep_history(session_id, list(messages))
         session.message_count = len(messages)
         session.updated_at = stamp

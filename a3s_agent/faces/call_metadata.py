@@ -12,6 +12,14 @@ ListSessions pages by `a3s-page-size` (1..MAX_PAGE_SIZE, default MAX_PAGE_SIZE) 
 `a3s-page-token` (from a previous reply); when more sessions follow, the reply carries
 `a3s-next-page-token`. Sessions come oldest first, so a page token stays valid while sessions
 are created and destroyed.
+
+StreamGenerate and SubscribeEvents resume from a cursor, `a3s-after-seq`: the seq of the last
+chunk or event received (every chunk's `metadata["seq"]`, every event's `data["seq"]`). A
+StreamGenerate with it starts nothing: it follows the run that wrote that chunk from the next one
+(its messages are not read). SubscribeEvents with it needs a session_id and first replays the
+session's events after the cursor. A cursor older than the retained log fails with
+FAILED_PRECONDITION ("resync ..."), the oldest retained seq in the message and in the trailing
+`a3s-oldest-seq` (HTTP: the error's details, `oldest_seq`).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from dataclasses import dataclass
 from ..app.sessions import PageKey, ServersGiven, SessionView
 from ..base.errors import InvalidArgument
 from ..core.budget import parse_budget
+from ..core.events import Resync
 from .agent_service import MAX_PAGE_SIZE, usage_metadata
 
 CONFIG_MODE_KEY = "a3s-config-mode"
@@ -33,6 +42,11 @@ MCP_SERVERS_KEY = "a3s-mcp-servers"
 PAGE_SIZE_KEY = "a3s-page-size"
 PAGE_TOKEN_KEY = "a3s-page-token"
 NEXT_PAGE_TOKEN_KEY = "a3s-next-page-token"
+AFTER_SEQ_KEY = "a3s-after-seq"
+OLDEST_SEQ_KEY = "a3s-oldest-seq"
+SEQ = "seq"
+"""Where a chunk (its `metadata`) and an event (its `data`) carry their seq."""
+_MAX_SEQ = 2**63 - 1  # what the stores' integers hold
 REQUEST_KEYS = (
     CONFIG_MODE_KEY,
     COMPACT_THRESHOLD_KEY,
@@ -41,6 +55,7 @@ REQUEST_KEYS = (
     MCP_SERVERS_KEY,
     PAGE_SIZE_KEY,
     PAGE_TOKEN_KEY,
+    AFTER_SEQ_KEY,
 )
 """Every name a caller may send (as gRPC metadata or HTTP request headers)."""
 _SHARE_KEYS = {COMPACT_THRESHOLD_KEY: "threshold", COMPACT_TARGET_KEY: "target"}
@@ -131,6 +146,38 @@ def _parse_token(text: str) -> PageKey:
     if not (_is_number(created_at) and session_id):
         raise InvalidArgument(f"{PAGE_TOKEN_KEY} {text[:100]!r} is not a page token this server handed out")
     return int(created_at), session_id
+
+
+def after_seq(metadata: Metadata) -> int | None:
+    """StreamGenerate's cursor (`a3s-after-seq`); None: not given."""
+    text = metadata.get(AFTER_SEQ_KEY)
+    return None if text is None else seq_number(text, AFTER_SEQ_KEY)
+
+
+def events_after(metadata: Metadata, session_id: str | None) -> int | None:
+    """SubscribeEvents' cursor (`a3s-after-seq`), which names a seq of one session's events."""
+    after = after_seq(metadata)
+    if after is not None and session_id is None:
+        raise InvalidArgument(
+            f"{AFTER_SEQ_KEY} needs a session_id: each session's events are numbered on their own"
+        )
+    return after
+
+
+def seq_number(text: str, name: str) -> int:
+    """A seq given as text (`name` says where, for the error): a whole number, 0 or more."""
+    text = text.strip()
+    if not (_is_number(text) and int(text) <= _MAX_SEQ):
+        raise InvalidArgument(
+            f"{name} must be a whole number, 0 or more (the seq of the last chunk or event received),"
+            f" not {text[:50]!r}"
+        )
+    return int(text)
+
+
+def error_metadata(exc: BaseException) -> Pairs:
+    """What a failed call's trailing metadata carries: the oldest retained seq for a resync."""
+    return [(OLDEST_SEQ_KEY, str(exc.oldest))] if isinstance(exc, Resync) else []
 
 
 def _is_number(text: str) -> bool:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import DESCRIPTION, HOMEPAGE, LICENSE, NAME, __version__
-from ..base.models import LLMConfig
+from ..base.errors import FailedPrecondition, NotFound
+from ..base.models import LLMConfig, Message
 from ..config import Settings
 from ..core.agent import Agent
 from ..core.budget import effective_budget
@@ -34,6 +38,8 @@ from ..tools.registry import Tool, ToolContext, ToolRegistry
 from .initialization import Initialization, InitializeRequest, token_budget, withheld_names
 from .mcp import McpServers, initialize_servers
 from .providers import ProviderCache, ProviderFactory
+from .replicas import Replicas
+from .runs import Runs
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +69,9 @@ class Runtime:
         self.settings = settings
         self.info = AgentInfo()
         self.workspace: Path = settings.workspace.resolve()
-        self.store: Store = store or SqliteStore(
-            settings.resolved_data_dir / "sessions.db", settings.durability
-        )
+        self.store: Store = store or _store(settings)
         self.registry = registry or ToolRegistry()
-        self.events = EventBus()
+        self.events = EventBus(self.store, fence_for=lambda session_id: self.replicas.fence_for(session_id))
         self.sessions = SessionManager(
             self.store,
             default_workspace=lambda: self.workspace,
@@ -112,6 +116,18 @@ class Runtime:
             context=self.context,
             max_generations=settings.max_generations,
         )
+        self.replicas = Replicas(
+            self.store,
+            self.events,
+            self.sessions,
+            replica_id=settings.replica_id,
+            lease_ttl_s=settings.lease_ttl_s,
+            retention_hours=settings.event_retention_hours,
+            retention_count=settings.event_retention_count,
+        )
+        self.events.on_fenced = self.replicas.on_lost = self._stop_fenced_run
+        self._serve_control()
+        self.runs = Runs(self.agent, self.events, self.sessions)
         self.init = Initialization()
         self.mcp = McpServers(settings, self.skills, lambda: self.init.mcp_servers, self.tool_context)
         self.spaces = Spaces(
@@ -120,6 +136,9 @@ class Runtime:
             env=lambda: self.init.env,
             max_runs=settings.max_space_runs,
             durability=settings.durability,
+            store_url=settings.store,
+            replica_id=settings.replica_id,
+            lease_s=settings.lease_ttl_s,
         )
         self._initializing = asyncio.Lock()  # one Initialize at a time: its rollback restores the last
         self.started_at = time.monotonic()
@@ -133,6 +152,7 @@ class Runtime:
         # First: kill what a crashed previous server on this data dir left running.
         self.containment = containment.activate(self.settings.resolved_data_dir)
         await self.store.open()
+        await self.replicas.start()
         await self.spaces.open()
         await self._restore_initialization()
         await self.sessions.load()
@@ -145,11 +165,13 @@ class Runtime:
         )
 
     async def close(self) -> None:
+        await self.runs.stop()  # each run still going ends its stream in the log
         await self.spaces.close()  # its running runs are cancelled, their commands killed
         await self.mcp.close()  # MCP servers are asked to stop (their stdin closed) before the kill
         if self.containment is not None:  # every tool process still running ends with the server
             containment.deactivate(self.containment)
-        self.events.close()
+        await self.events.close()
+        await self.replicas.close()
         await self.providers.close()
         await self.store.close()
 
@@ -185,6 +207,7 @@ class Runtime:
             self.workspace = new_workspace
             self.init = init
             await self.mcp.server_changed()
+            await self.replicas.broadcast("initialized")
         if request.log_level:
             logging.getLogger("a3s_agent").setLevel(request.log_level)
 
@@ -208,6 +231,13 @@ class Runtime:
             len(self.registry.enabled()),
             f"; not stored, send Initialize again to set: {', '.join(missing)}" if missing else "",
         )
+
+    async def _initialized_elsewhere(self) -> None:
+        """Another replica applied an Initialize: take it from the store (secrets are never stored:
+        replicas take their keys from the environment)."""
+        async with self._initializing:
+            await self._restore_initialization()
+            await self.mcp.server_changed()
 
     def _restore_workspace(self, init: Initialization) -> None:
         if init.workspace and not Path(init.workspace).is_dir():
@@ -265,12 +295,54 @@ class Runtime:
         ]
 
     async def prepare_tools(self, session: Session | None) -> None:
-        """Connect the session's MCP servers whose tools are not known yet (runtime/mcp.py)."""
+        """Connect the session's MCP servers whose tools are not known yet (runtime/mcp.py).
+        FailedPrecondition when the session's workspace is not on this machine: replicas share
+        workspaces on one volume at one path, they do not route sessions to the replica holding them."""
+        if session is not None:
+            self._check_workspace(session)
         await self.mcp.prepare(session)
+
+    def _check_workspace(self, session: Session) -> None:
+        if not Path(session.config.workspace).is_dir():
+            raise FailedPrecondition(
+                f"the workspace {session.config.workspace} of session {session.id!r} is not on this replica"
+                f" ({self.settings.replica_id}): replicas must mount the workspaces on a shared volume"
+                " at the same path"
+            )
 
     def prompt_for(self, session: Session) -> str:
         workspace = session.config.workspace or str(self.workspace)
         return system_prompt(session.config.system_prompt, workspace, self.skills.instructions_for(session))
+
+    def own_run(self, session_id: str, run_id: str) -> AbstractAsyncContextManager[None]:
+        return self.replicas.own(session_id, run_id)
+
+    def _stop_fenced_run(self, session_id: str) -> None:
+        """Another replica took this run over (its lease expired here): stop the run here."""
+        try:
+            task = self.control.of(session_id).run_task
+        except NotFound:
+            return
+        if task is not None and not task.done():
+            log.error("stopping the generation of session %s: its lease is another replica's now", session_id)
+            task.cancel()
+
+    def _serve_control(self) -> None:
+        """What other replicas may ask this one to do to the runs it owns (app/control.py)."""
+        control = self.control
+        actions: dict[str, Callable[[str, dict[str, Any]], Any]] = {
+            "cancel": lambda sid, a: control.cancel(sid, a.get("operation_id") or None),
+            "inject": lambda sid, a: control.inject(sid, [Message.from_json(**m) for m in a["messages"]]),
+            "confirm": lambda sid, a: control.confirm(sid, a["tool_id"], a["approved"], a["reason"]),
+            "complete_external": lambda sid, a: control.complete_external(
+                sid, a["task_id"], a["success"], a["result"], a["error"]
+            ),
+        }
+        for name, action in actions.items():
+            self.replicas.handle(name, _as_async(action))
+        self.replicas.handle("pause", lambda sid, a: control.pause(sid))
+        self.replicas.handle("initialized", lambda sid, a: self._initialized_elsewhere())
+        self.replicas.handle("resume", lambda sid, a: control.resume(sid))
 
     def token_budget_for(self, session: Session) -> int:
         return effective_budget(session, self.init.token_budget)
@@ -282,3 +354,19 @@ class Runtime:
             env=dict(self.init.env),
             session_id=session.id if session is not None else None,
         )
+
+
+def _as_async(action: Callable[[str, dict[str, Any]], Any]) -> Callable[[str, dict[str, Any]], Any]:
+    async def run(session_id: str, args: dict[str, Any]) -> Any:
+        return action(session_id, args)
+
+    return run
+
+
+def _store(settings: Settings) -> Store:
+    """The SQLite file in the data directory, or PostgreSQL when --store names it."""
+    if settings.store:
+        from ..core.postgres_store import PostgresStore  # psycopg only when asked for
+
+        return PostgresStore(settings.store, settings.replica_id)
+    return SqliteStore(settings.resolved_data_dir / "sessions.db", settings.durability)

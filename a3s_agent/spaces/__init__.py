@@ -1,8 +1,9 @@
 """Agent Spaces (specs/agent-spaces-*.md): JSON operations messages run as events in a workspace
 under a policy, paused for approval and resumed.
 
-service.py is the service (spaces and runs), runner.py runs one batch, store.py keeps spaces, runs
-and events in SQLite, validation.py checks messages, policies.py, commands.py, shell_rules.py and
-paths.py decide what a policy allows. The runtime builds the service; faces reach it through the
+service.py is the service (spaces and runs), runner.py runs one batch, storage.py is what a store
+keeps and does, store.py keeps spaces, runs and events in SQLite and postgres_store.py in a
+PostgreSQL database replicas share, validation.py checks messages, policies.py, commands.py,
+shell_rules.py and paths.py decide what a policy allows. The runtime builds the service; faces reach it through the
 application layer (app/spaces.py).
 """

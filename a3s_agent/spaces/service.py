@@ -12,29 +12,41 @@ Runs are stored in `<data_dir>/spaces.db`, so a run paused for approval survives
 `Spaces` on the same data dir resumes it. Open one `Spaces` per data dir at a time: opening marks
 the runs a stopped process left running as failed (status "error"). At most `max_runs` runs execute
 at once (starts and resumes); beyond that, ResourceExhausted.
+
+With `store_url` (postgresql://...) they are stored in that database instead, and any number of
+`Spaces` (replicas, each its own `replica_id`) share them: any of them reads a space or run,
+resumes or cancels a run, wherever it started. A run executes on the replica that started or
+resumed it, which holds its lease and renews it every third of `lease_s`; each replica also
+sweeps: a run whose lease expired (its replica is gone) is failed as a restart fails it. Another
+replica sees an executing run as "running" with the events of its earlier segments, and cancels
+it through the store (the owner notices at its next renewal).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict, cast
 
-from ..base.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from ..base.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from ..base.sqlite import Durability
-from ..config import DEFAULT_MAX_SPACE_RUNS
+from ..config import DEFAULT_LEASE_TTL_S, DEFAULT_MAX_SPACE_RUNS
 from ..tools.registry import ToolRegistry
 from .policies import DEFAULT_PRESET, PolicySpec, SpacePolicy, build_policy
 from .runner import BatchRunner, Outcome, RunStatus, error_event, policy_denied_event, timestamp
-from .store import RunRecord, SpaceRecord, SpacesStore
+from .storage import LeasedSpacesStorage, RunRecord, SpaceRecord, SpacesStorage
+from .store import SpacesStore
 from .validation import PROTOCOL_VERSION, check_message
 
+log = logging.getLogger(__name__)
 _SPACE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_POLL_S = 0.1  # how often a cancel waits to see a run on another replica end
 
 
 class RunResult(TypedDict):
@@ -89,20 +101,32 @@ class Spaces:
         env: Callable[[], dict[str, str]] | None = None,
         max_runs: int = DEFAULT_MAX_SPACE_RUNS,
         durability: Durability = "full",
+        store_url: str = "",
+        replica_id: str = "",
+        lease_s: float = DEFAULT_LEASE_TTL_S,
     ) -> None:
         self._data_dir = Path(data_dir)
         self._registry = registry
         self._env = env or dict
         self._max_runs = max_runs
         self._running = 0  # runs started or resumed and not yet ended, including those still setting up
-        self._store = SpacesStore(self._data_dir / "spaces.db", durability)
+        self._store: SpacesStorage
+        self._leases: LeasedSpacesStorage | None = None  # the store, when replicas share it
+        if store_url:
+            from .postgres_store import PostgresSpacesStore  # psycopg is loaded only for it
+
+            self._store = self._leases = PostgresSpacesStore(store_url, replica_id, round(lease_s * 1000))
+        else:
+            self._store = SpacesStore(self._data_dir / "spaces.db", durability)
+        self._upkeep: asyncio.Task[None] | None = None
         self._spaces: dict[str, Space] = {}
         self._active: dict[str, _ActiveRun] = {}
 
     async def open(self) -> None:
         await self._store.open()
-        interrupted = error_event("system", "The run was interrupted: the server stopped while it ran")
-        await self._store.fail_running(interrupted, timestamp())
+        await self._store.fail_running(_interrupted(), timestamp())
+        if self._leases is not None:
+            self._upkeep = asyncio.create_task(self._keep_leases(self._leases))
 
     async def close(self) -> None:
         """Cancel the runs executing here (killing their commands), then close the store."""
@@ -111,6 +135,10 @@ class Spaces:
             run.runner.cancel()
         for run in active:
             await run.done.wait()
+        if self._upkeep is not None:
+            self._upkeep.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._upkeep
         await self._store.close()
 
     # --- spaces -----------------------------------------------------------------------------------
@@ -227,15 +255,53 @@ class Spaces:
                 return await self.get_run(space_id, run_id)
             record, _ = await self._run_record(space_id, run_id)
         active = self._active.get(run_id)
-        if active is None:
-            raise FailedPrecondition(
-                f"run {run_id!r} is {record.status}; only a running run or one awaiting approval can be cancelled"
-            )
-        active.runner.cancel()
-        await active.done.wait()
-        return await self.get_run(space_id, run_id)
+        if active is not None:
+            active.runner.cancel()
+            await active.done.wait()
+            return await self.get_run(space_id, run_id)
+        if (
+            self._leases is not None
+            and record.status == "running"
+            and await self._leases.request_cancel(run_id)
+        ):
+            return await self._ended(space_id, run_id, self._leases.lease_ms)
+        raise FailedPrecondition(
+            f"run {run_id!r} is {record.status}; only a running run or one awaiting approval can be cancelled"
+        )
 
     # --- internals --------------------------------------------------------------------------------
+
+    async def _keep_leases(self, leases: LeasedSpacesStorage) -> None:
+        """Every third of a lease: renew the leases of the runs executing here (stopping those lost
+        or asked to cancel elsewhere), and fail the runs of any replica whose lease expired."""
+        while True:
+            await asyncio.sleep(leases.lease_ms / 3000)
+            try:
+                for run_id in await leases.renew(list(self._active)):
+                    active = self._active.get(run_id)
+                    if active is not None:
+                        active.runner.cancel()
+                swept = await leases.fail_running(_interrupted(), timestamp())
+            except Exception:  # the database out of reach: try again at the next tick
+                log.warning("spaces: could not renew run leases or sweep", exc_info=True)
+                continue
+            if swept:
+                log.warning("spaces: %d runs of replicas that stopped renewing their leases failed", swept)
+
+    async def _ended(self, space_id: str, run_id: str, lease_ms: int) -> RunResult:
+        """The run once it has left "running": its owner stops it within a third of a lease, or, if
+        the owner is gone, a sweep fails it once the lease expires. Had it paused for an approval
+        meanwhile, that is dropped."""
+        deadline = asyncio.get_running_loop().time() + 2 * lease_ms / 1000
+        while True:
+            result = await self.get_run(space_id, run_id)
+            if result["status"] == "awaiting_approval":
+                return await self.cancel_run(space_id, run_id)
+            if result["status"] != "running":
+                return result
+            if asyncio.get_running_loop().time() > deadline:
+                raise Unavailable(f"run {run_id!r} was asked to cancel, but its replica has not ended it yet")
+            await asyncio.sleep(_POLL_S)
 
     @contextmanager
     def _run_slot(self) -> Iterator[None]:
@@ -281,15 +347,22 @@ class Spaces:
                 # The caller went away: the run ends cancelled instead of staying "running".
                 await asyncio.shield(self._save(run_id, Outcome("cancelled"), operations, offset, active))
                 raise
-            await self._save(run_id, outcome, operations, offset, active)
+            saved = await self._save(run_id, outcome, operations, offset, active)
         finally:
             del self._active[run_id]
             active.done.set()
-        return _result(run_id, outcome.status, runner.events)
+        if saved:
+            return _result(run_id, outcome.status, runner.events)
+        log.warning(
+            "spaces: run %s lost its lease (not renewed in time: the store out of reach, or this "
+            "process stalled) and another replica failed it; its last operations' events are not recorded",
+            run_id,
+        )
+        return await self.get_run(space.id, run_id)
 
     async def _save(
         self, run_id: str, outcome: Outcome, operations: Sequence[Any], offset: int, active: _ActiveRun
-    ) -> None:
+    ) -> bool:
         """One transaction: the segment's events, the status and, when paused, what is left to run."""
         pending = None
         if outcome.status == "awaiting_approval":
@@ -299,9 +372,13 @@ class Spaces:
                 "operations": list(operations[at:]),
                 "operationId": outcome.operation_id,
             }
-        await self._store.save_segment(
+        return await self._store.save_segment(
             run_id, outcome.status, pending, active.runner.events, active.first_seq, timestamp()
         )
+
+
+def _interrupted() -> dict[str, Any]:
+    return error_event("system", "The run was interrupted: the server stopped while it ran")
 
 
 def _existing_directory(workspace: Path) -> Path:

@@ -4,7 +4,8 @@ synced as the session store's are: `A3S_DURABILITY`).
 The connection lives on one worker thread (`core/sqlite.py`) and each method is one hop to it. A run's events are
 written in one transaction when an execution segment ends (paused, completed or cancelled), not
 one commit per event; a paused run keeps its remaining operations and its policy, so a new
-process can resume it.
+process can resume it. One process uses the file at a time, so runs need no lease
+(`storage.py`; `postgres_store.py` is the store replicas share).
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..base.errors import AlreadyExists
 from ..base.sqlite import Database, Durability, transaction
+from .storage import RunRecord, SpaceRecord
 
 # Each entry moves the schema one version up; PRAGMA user_version records where a file is.
 _MIGRATIONS: list[str] = [
@@ -49,28 +50,9 @@ _MIGRATIONS: list[str] = [
 ]
 
 
-@dataclass(frozen=True)
-class SpaceRecord:
-    id: str
-    workspace: str
-    policy: dict[str, Any]
-    created_at: str
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    id: str
-    space_id: str
-    status: str
-    policy: dict[str, Any]
-    # While awaiting approval: {"offset", "operations" (the rest of the batch), "operationId"}.
-    pending: dict[str, Any] | None
-    event_count: int
-    created_at: str
-    updated_at: str
-
-
 class SpacesStore:
+    """The SQLite `SpacesStorage`."""
+
     def __init__(self, path: Path, durability: Durability = "full") -> None:
         self.path = path
         # What was asked for until `open`; then what the connection reports (PRAGMA synchronous).
@@ -155,16 +137,16 @@ class SpacesStore:
         events: Sequence[Any],
         first_seq: int,
         updated_at: str,
-    ) -> None:
+    ) -> bool:
         """Record how an execution segment ended and its events, numbered from `first_seq`, at once."""
 
-        def write(db: sqlite3.Connection) -> None:
+        def write(db: sqlite3.Connection) -> bool:
             with transaction(db):
                 db.executemany(
                     "INSERT INTO events (run_id, seq, data) VALUES (?, ?, ?)",
                     ((run_id, seq, json.dumps(event)) for seq, event in enumerate(events, first_seq)),
                 )
-                db.execute(
+                cursor = db.execute(
                     "UPDATE runs SET status = ?, pending = ?, event_count = ?, updated_at = ? WHERE id = ?",
                     (
                         status,
@@ -174,11 +156,13 @@ class SpacesStore:
                         run_id,
                     ),
                 )
+            return cursor.rowcount == 1
 
-        await self._db.run(write)
+        return await self._db.run(write)
 
     async def fail_running(self, event: dict[str, Any], updated_at: str) -> int:
-        """Mark runs left `running` by a process that stopped as `error`, adding `event` to each."""
+        """Mark runs left `running` by a process that stopped as `error`, adding `event` to each
+        (every running run: call it before running any)."""
 
         def write(db: sqlite3.Connection) -> int:
             with transaction(db):

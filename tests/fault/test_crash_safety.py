@@ -1,5 +1,5 @@
 """Crash safety: a server killed with SIGKILL in the middle of a stream of writes keeps every write
-it acknowledged.
+it acknowledged, on the SQLite file and on PostgreSQL (`--store`).
 
 Writers create sessions (with initial context), run write_file and bash through ExecuteTool on them
 (recorded in their history) and reconfigure them, recording client-side what was acknowledged. The
@@ -30,6 +30,7 @@ from .conftest import LoggedServer, env_number
 pytestmark = pytest.mark.fault
 
 CYCLES = int(env_number("A3S_CRASH_CYCLES", 20))
+POSTGRES_CYCLES = int(env_number("A3S_CRASH_CYCLES_POSTGRES", 6))  # each start is slower
 SEED = int(env_number("A3S_CRASH_SEED", 20240607))
 WRITERS = 3
 MAX_SESSIONS = 150  # stays well under the server's default --max-sessions (1000)
@@ -170,13 +171,13 @@ async def write_until_killed(server: LoggedServer, ledger: Ledger, rng: random.R
         await asyncio.wait_for(asyncio.gather(*tasks), RPC_TIMEOUT_S + 5)
 
 
-async def verify_and_adopt(server: LoggedServer, ledger: Ledger) -> None:
+async def verify_and_adopt(server: LoggedServer, ledger: Ledger, backend: str) -> None:
     """Every acknowledged write is there; whatever landed of the writes in flight becomes acknowledged."""
     async with grpc.aio.insecure_channel(server.address) as channel:
         stub = pb_grpc.CodeAgentServiceStub(channel)
         health = await stub.HealthCheck(pb.HealthCheckRequest(), timeout=RPC_TIMEOUT_S)
         listed = await stub.ListSessions(pb.ListSessionsRequest(), timeout=RPC_TIMEOUT_S)
-    assert health.details["store"] == "sqlite"
+    assert health.details["store"] == backend
     stored = {s.session_id: s for s in listed.sessions}
     missing = sorted(set(ledger.sessions) - set(stored))
     assert not missing, f"acknowledged sessions lost: {missing[:5]} ({len(missing)})"
@@ -212,29 +213,40 @@ def integrity(database: Path) -> str:
         return db.execute("PRAGMA integrity_check").fetchone()[0]
 
 
-async def test_sigkill_mid_writes_loses_no_acknowledged_write(tmp_path: Path) -> None:
+def check_integrity(data: Path, backend: str) -> None:
+    """The SQLite file's own check (PostgreSQL checks its pages itself)."""
+    if backend == "sqlite":
+        assert integrity(data / "sessions.db") == "ok"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_sigkill_mid_writes_loses_no_acknowledged_write(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
     workspace, data = tmp_path / "workspace", tmp_path / "data"
     workspace.mkdir()
+    store = () if backend == "sqlite" else ("--store", request.getfixturevalue("postgres_url"))
+    cycles = CYCLES if backend == "sqlite" else POSTGRES_CYCLES
     rng = random.Random(SEED)
     ledger = Ledger()
-    for cycle in range(CYCLES):
-        server = LoggedServer(workspace, data, tmp_path / f"server-{cycle}.log").start()
+    for cycle in range(cycles):
+        server = LoggedServer(workspace, data, tmp_path / f"server-{cycle}.log", store).start()
         try:
             if cycle:
-                await verify_and_adopt(server, ledger)
-                assert integrity(data / "sessions.db") == "ok"
+                await verify_and_adopt(server, ledger, backend)
+                check_integrity(data, backend)
                 assert "Traceback" not in server.log(), server.log()[-4000:]
             await write_until_killed(server, ledger, rng)
         finally:
             server.kill()
-    server = LoggedServer(workspace, data, tmp_path / "server-final.log").start()
+    server = LoggedServer(workspace, data, tmp_path / "server-final.log", store).start()
     try:
-        await verify_and_adopt(server, ledger)
-        assert integrity(data / "sessions.db") == "ok"
+        await verify_and_adopt(server, ledger, backend)
+        check_integrity(data, backend)
     finally:
         code = server.stop()
     assert code == 0, server.log()[-4000:]  # SIGTERM: a graceful stop, the store closed
     print(
-        f"CRASH: {CYCLES} SIGKILLs, {ledger.writes} acknowledged writes, "
+        f"CRASH ({backend}): {cycles} SIGKILLs, {ledger.writes} acknowledged writes, "
         f"{len(ledger.sessions)} sessions, {len(ledger.files)} files, all present"
     )

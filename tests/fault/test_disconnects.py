@@ -1,6 +1,8 @@
-"""Disconnects: clients that vanish mid-stream. The run is cancelled, the tool's process is killed,
-the session is free again, and nothing leaks: the in-process server's asyncio tasks return to their
-baseline, a subprocess server's child processes to none.
+"""Disconnects: clients that vanish mid-stream. A generation goes on when its client goes away (the
+client may resume its stream from the last seq it saw, tests/test_resume.py); Cancel from another
+call stops it: the tool's process is killed, the session is free again, and nothing leaks: the
+in-process server's asyncio tasks return to their baseline, a subprocess server's child processes
+to none.
 
 Cases: StreamGenerate calls cancelled while the model's `bash sleep 30` runs (one client and many
 at once); a SubscribeEvents client whose channel is closed; an HTTP server-sent-events stream
@@ -96,7 +98,8 @@ async def no_task_leak(one_round: Callable[[], Awaitable[None]], caplog: pytest.
 
 
 async def cancel_streams(agent: LiveServer, fake: FakeLLM, clients: int) -> None:
-    """`clients` StreamGenerate calls, each cancelled while its bash runs; every bash must die."""
+    """`clients` StreamGenerate calls, each dropped while its bash runs: the runs go on; Cancel
+    stops them, and every bash must die."""
     marker = agent.workspace / f"pids-{uuid.uuid4().hex}"
     fake.script(*[tool_call("bash", {"command": sleeper(marker)}) for _ in range(clients)])
     sessions = [await new_session(agent) for _ in range(clients)]
@@ -107,6 +110,10 @@ async def cancel_streams(agent: LiveServer, fake: FakeLLM, clients: int) -> None
     await eventually(lambda: len(pids(marker)) == clients, "every bash recorded its pid")
     for call in calls:
         call.cancel()
+    await eventually(lambda: agent.runtime.events.subscriber_count == 0, "every stream is gone")
+    assert all(alive(p) for p in pids(marker)) and agent.runtime.runs.running == clients
+    for session_id in sessions:
+        assert (await agent.stub.Cancel(pb.CancelRequest(session_id=session_id))).success
     await eventually(lambda: not any(alive(p) for p in pids(marker)), "every bash is gone")
     fake.script(*[text("again") for _ in sessions])
     for session_id in sessions:  # each session is free for the next run
@@ -115,13 +122,13 @@ async def cancel_streams(agent: LiveServer, fake: FakeLLM, clients: int) -> None
 
 
 @pytest.mark.parametrize("clients", [1, 10])
-async def test_cancelled_streams_kill_their_tools_and_free_their_sessions(
+async def test_dropped_streams_runs_go_on_until_cancel_kills_their_tools_and_frees_their_sessions(
     agent: LiveServer, fake: FakeLLM, clients: int
 ) -> None:
     await cancel_streams(agent, fake, clients)
 
 
-async def test_cancelled_streams_leak_no_task(
+async def test_dropped_and_cancelled_streams_leak_no_task(
     agent: LiveServer, fake: FakeLLM, caplog: pytest.LogCaptureFixture
 ) -> None:
     await no_task_leak(lambda: cancel_streams(agent, fake, 10), caplog)
@@ -200,7 +207,7 @@ def bash_turns(marker: Path) -> str:
 
 
 @pytest.mark.parametrize("vanish", [drop_sse, cancel_grpc], ids=["http-sse", "grpc"])
-async def test_a_client_vanishing_from_a_server_process_leaves_no_child(
+async def test_a_client_vanishing_from_a_server_process_leaves_its_run_going_until_cancel(
     tmp_path: Path, vanish: Callable[[LoggedServer, str, Running], Awaitable[None]]
 ) -> None:
     workspace, marker, turns = tmp_path / "workspace", tmp_path / "pids", tmp_path / "turns.json"
@@ -216,7 +223,9 @@ async def test_a_client_vanishing_from_a_server_process_leaves_no_child(
                 session_id = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
                 assert child_pids(server.pid) == set()
                 await vanish(server, session_id, lambda: eventually(lambda: bool(pids(marker)), "bash runs"))
-                assert child_pids(server.pid) or not alive(pids(marker)[0])
+                await asyncio.sleep(0.3)  # what a disconnect would have stopped by now
+                assert alive(pids(marker)[0]) and child_pids(server.pid)  # the run goes on
+                assert (await stub.Cancel(pb.CancelRequest(session_id=session_id))).success
                 await eventually(lambda: not alive(pids(marker)[0]), "bash is gone")
                 await eventually(lambda: not child_pids(server.pid), "the server has no child left")
                 request = pb.GenerateRequest(session_id=session_id, messages=[user("again")])

@@ -273,6 +273,9 @@ class _SearchBackend(http.server.ThreadingHTTPServer):
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
+PG_PASSWORD = "pg-password-7c1e"
+
+
 def test_the_servers_secrets_reach_neither_tools_nor_proc_but_the_llm_gets_its_key(
     tmp_path: Path, servers: list[GuardedServer]
 ) -> None:
@@ -290,10 +293,11 @@ def test_the_servers_secrets_reach_neither_tools_nor_proc_but_the_llm_gets_its_k
             "A3S_LLM_RETRIES": "0",
             "DEPLOY_PASSPHRASE": MARKED,
             "A3S_SECRET_ENV": "DEPLOY_PASSPHRASE",
+            "PGPASSWORD": PG_PASSWORD,  # libpq's: a --store URL may leave the password to it
         }
         server = GuardedServer(tmp_path, env=env)
         servers.append(server.start())
-        secrets = (TOKEN, OPENAI_KEY, LLM_KEY, MARKED, SEARCH_KEY)
+        secrets = (TOKEN, OPENAI_KEY, LLM_KEY, MARKED, SEARCH_KEY, PG_PASSWORD)
         with server.channel() as channel:
             stub = pb_grpc.CodeAgentServiceStub(channel)
             command = "env; cat /proc/$PPID/environ | tr '\\0' '\\n'; cat /proc/$PPID/cmdline; echo; echo PPID=$PPID"

@@ -177,7 +177,9 @@ class EditorAgent:
         self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
     ) -> ListSessionsResponse:
         with answering("session/list"):
-            page = self._app.sessions.page(_page_key(cursor) if cursor else None, PAGE_SIZE, workspace=cwd)
+            page = await self._app.sessions.page(
+                _page_key(cursor) if cursor else None, PAGE_SIZE, workspace=cwd
+            )
             return ListSessionsResponse(
                 sessions=[_info(s) for s in page.sessions],
                 next_cursor=_cursor(page.next_after) if page.next_after is not None else None,

@@ -108,6 +108,6 @@ class Asker:
 
     def _decide(self, session_id: str, tool_id: str, approved: bool, reason: str) -> None:
         try:
-            self._app.control.confirm(session_id, tool_id, approved, reason)
+            self._app.control.confirm_own(session_id, tool_id, approved, reason)
         except NotFound:
             log.info("tool call %s no longer waits for confirmation (%s)", tool_id, reason)

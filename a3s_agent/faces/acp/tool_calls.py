@@ -13,8 +13,9 @@ from pathlib import Path
 
 from acp.schema import TerminalToolCallContent, ToolCallProgress, ToolCallStatus, ToolCallUpdate
 
+from ...app.events import Feed
 from ...base.models import ToolCall
-from ...core.events import Event, EventType, Subscription
+from ...core.events import Event, EventType
 from ...core.tool_runner import tool_message
 from ...tools.registry import Tool, ToolOutput
 from .describe import ToolContent, arguments_of, output_content, shown_output, started
@@ -108,7 +109,7 @@ class ToolCalls:
 
     # --- from the session's live events ----------------------------------------------------
 
-    async def follow(self, subscription: Subscription) -> None:
+    async def follow(self, subscription: Feed) -> None:
         async for event in subscription:
             self._on_event(event)
 

@@ -61,14 +61,12 @@ class Turn:
         self.cancel_requested = True
         if self.task is None or self.task.done():
             return
-        if not self._app.control.runs_in(self._session_id, self.task) or not self._app.control.cancel(
-            self._session_id, None
-        ):
+        if not self._app.control.cancel_own(self._session_id, self.task):
             self.task.cancel()
 
     async def run(self, message: Message) -> StopReason:
         self.task = asyncio.current_task()
-        subscription = self._app.events.subscription(self._session_id, WATCHED_EVENTS)
+        subscription = await self._app.events.subscription(self._session_id, WATCHED_EVENTS)
         follower = asyncio.create_task(self.calls.follow(subscription))
         reason = "the turn ended"
         try:

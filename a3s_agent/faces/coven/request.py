@@ -79,24 +79,16 @@ class RequestRun:
         if self._ended or self._cancel_reason is not None or self._task is None:
             return
         self._cancel_reason = reason
-        if self._owns_run():
-            self._app.control.cancel(self._session_id, None)  # the run stops and raises Cancelled
-        else:
+        if not self._app.control.cancel_own(self._session_id, self._task):  # the run raises Cancelled
             self._task.cancel()
-
-    def _owns_run(self) -> bool:
-        """Whether the session's running generation is this request's (not another client's)."""
-        task = self._task
-        return (
-            bool(self._session_id) and task is not None and self._app.control.runs_in(self._session_id, task)
-        )
 
     def approve(self, answer: pb.ToolApprovalResponse) -> bool:
         return self._tools.approve(answer)
 
     def inject(self, message: Message, *, immediate: bool) -> None:
         """IMMEDIATE goes to the running generation's next model call when one runs."""
-        if immediate and self._owns_run() and self._app.control.inject(self._session_id, [message]):
+        task = self._task
+        if immediate and task is not None and self._app.control.inject_own(self._session_id, task, [message]):
             return
         (self._immediate if immediate else self._later).append(message)
 
@@ -136,7 +128,7 @@ class RequestRun:
         if not self.request.thread_id:
             raise InvalidArgument("send_message.thread_id is required")
         await self._threads.session_for(self.request.thread_id)
-        subscription = self._app.events.subscription(self._session_id, WATCHED_EVENTS)
+        subscription = await self._app.events.subscription(self._session_id, WATCHED_EVENTS)
         follower = asyncio.create_task(self._tools.follow(subscription))
         run = self._app.generation.stream(self._session_id, [user_message(self.request)], GenerateOptions())
         try:

@@ -8,9 +8,10 @@ import logging
 from collections.abc import Callable
 
 from ...app.control import Control
+from ...app.events import Feed
 from ...base.errors import NotFound
 from ...base.models import ToolCall
-from ...core.events import Event, EventType, Subscription
+from ...core.events import Event, EventType
 from ...core.tool_runner import tool_message
 from ...proto import coven_pb2 as pb
 from ...tools.registry import ToolOutput
@@ -98,7 +99,7 @@ class ToolStates:
 
     # --- from the session's live events ----------------------------------------------------
 
-    async def follow(self, subscription: Subscription) -> None:
+    async def follow(self, subscription: Feed) -> None:
         async for event in subscription:
             self._on_event(event)
 
@@ -147,7 +148,7 @@ class ToolStates:
     def _confirm(self, tool_id: str, approved: bool) -> None:
         reason = "approved by the gateway user" if approved else "denied by the gateway user"
         try:
-            self._control.confirm(self._session_id, tool_id, approved, reason)
+            self._control.confirm_own(self._session_id, tool_id, approved, reason)
         except NotFound:
             log.warning("tool call %s is no longer waiting for confirmation", tool_id)
 

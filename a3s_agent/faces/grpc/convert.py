@@ -39,6 +39,7 @@ from ..agent_service import (
     turn_metadata,
     yolo_lanes,
 )
+from ..call_metadata import SEQ
 
 _ROLES = {
     pb.Message.ROLE_USER: "user",
@@ -260,8 +261,15 @@ def generate_response(session_id: str, generation: Generation, with_steps: bool)
     )
 
 
-def event_to_chunk(session_id: str, event: AgentEvent, with_steps: bool) -> pb.GenerateChunk:
-    """One stream chunk per agent event; TOOL_RESULT carries its call's id in tool_call."""
+def event_to_chunk(session_id: str, event: AgentEvent, with_steps: bool, seq: int) -> pb.GenerateChunk:
+    """One stream chunk per agent event, its seq in the session's log in `metadata["seq"]`."""
+    chunk = _chunk(session_id, event, with_steps)
+    chunk.metadata[SEQ] = str(seq)
+    return chunk
+
+
+def _chunk(session_id: str, event: AgentEvent, with_steps: bool) -> pb.GenerateChunk:
+    """TOOL_RESULT carries its call's id in tool_call."""
     if isinstance(event, TextEvent):
         return pb.GenerateChunk(
             type=pb.GenerateChunk.CHUNK_TYPE_CONTENT, session_id=session_id, content=event.text

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf.message import DecodeError, Message
 
+from ..call_metadata import error_metadata
 from ..status import MAX_MESSAGE_CHARS, call_log, failure, log_call, shortened, status_name
 
 
@@ -40,7 +41,7 @@ async def _raise(exc: BaseException, method: str, context: grpc.aio.ServicerCont
     code, message = _status_for(exc)
     if code is grpc.StatusCode.INTERNAL:
         call_log.error("rpc %s failed unexpectedly", method, exc_info=exc)
-    await context.abort(code, shortened(message, MAX_MESSAGE_CHARS))
+    await context.abort(code, shortened(message, MAX_MESSAGE_CHARS), tuple(error_metadata(exc)))
     raise AssertionError("unreachable: abort raises")
 
 

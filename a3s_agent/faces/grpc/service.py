@@ -148,7 +148,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         """A page of sessions (see call_metadata.py), without reading any history: context_usage
         carries the message count only; GetSession and GetContextUsage count the tokens."""
         size, after = call_metadata.requested_page(metadata.given(context))
-        page = self.app.sessions.page(after, size)
+        page = await self.app.sessions.page(after, size)
         metadata.hand_out(context, call_metadata.next_page(page.next_after))
         return pb.ListSessionsResponse(sessions=[convert.session_to_pb(s, None) for s in page.sessions])
 
@@ -220,10 +220,14 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     async def StreamGenerate(
         self, request: pb.GenerateRequest, context: Any
     ) -> AsyncIterator[pb.GenerateChunk]:
+        """A generation that runs on if the client goes away (Cancel stops it); with `a3s-after-seq`
+        (call_metadata.py) the one that wrote that chunk, followed from the next chunk."""
+        after = call_metadata.after_seq(metadata.given(context))
         options = convert.options_from_pb(request)
-        messages = await self._messages(request.messages, "messages")
-        async for event in self.app.generation.stream(request.session_id, messages, options):
-            yield convert.event_to_chunk(request.session_id, event, options.return_intermediate_steps)
+        messages = [] if after is not None else await self._messages(request.messages, "messages")
+        chunks = self.app.generation.chunks(request.session_id, messages, options, after)
+        async for event, seq in chunks:
+            yield convert.event_to_chunk(request.session_id, event, options.return_intermediate_steps, seq)
 
     @rpc
     async def GenerateStructured(
@@ -318,13 +322,14 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         self, request: pb.SubscribeEventsRequest, context: Any
     ) -> AsyncIterator[pb.AgentEvent]:
         session_id = request.session_id if request.HasField("session_id") and request.session_id else None
-        async for event in self.app.events.subscribe(session_id, request.event_types):
+        after = call_metadata.events_after(metadata.given(context), session_id)
+        async for event in self.app.events.subscribe(session_id, request.event_types, after):
             yield convert.event_to_pb(event)
 
     @rpc
     async def Cancel(self, request: pb.CancelRequest, context: Any) -> pb.CancelResponse:
         operation = request.operation_id if request.HasField("operation_id") else None
-        return pb.CancelResponse(success=self.app.control.cancel(request.session_id, operation))
+        return pb.CancelResponse(success=await self.app.control.cancel(request.session_id, operation))
 
     @rpc
     async def Pause(self, request: pb.PauseRequest, context: Any) -> pb.PauseResponse:
@@ -340,7 +345,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     async def ConfirmToolExecution(
         self, request: pb.ConfirmToolExecutionRequest, context: Any
     ) -> pb.ConfirmToolExecutionResponse:
-        self.app.control.confirm(request.session_id, request.tool_id, request.approved, request.reason)
+        await self.app.control.confirm(request.session_id, request.tool_id, request.approved, request.reason)
         return pb.ConfirmToolExecutionResponse(success=True)
 
     @rpc
@@ -358,7 +363,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     async def GetConfirmationPolicy(
         self, request: pb.GetConfirmationPolicyRequest, context: Any
     ) -> pb.GetConfirmationPolicyResponse:
-        policy = self.app.control.confirmation_policy(request.session_id)
+        policy = await self.app.control.confirmation_policy(request.session_id)
         return pb.GetConfirmationPolicyResponse(policy=convert.confirmation_policy_to_pb(policy))
 
     @rpc
@@ -376,14 +381,14 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     async def GetLaneHandler(
         self, request: pb.GetLaneHandlerRequest, context: Any
     ) -> pb.GetLaneHandlerResponse:
-        handler = self.app.control.lane_handler(request.session_id, lane(request.lane))
+        handler = await self.app.control.lane_handler(request.session_id, lane(request.lane))
         return pb.GetLaneHandlerResponse(config=convert.lane_handler_to_pb(handler))
 
     @rpc
     async def CompleteExternalTask(
         self, request: pb.CompleteExternalTaskRequest, context: Any
     ) -> pb.CompleteExternalTaskResponse:
-        self.app.control.complete_external(
+        await self.app.control.complete_external(
             request.session_id, request.task_id, request.success, request.result, request.error
         )
         return pb.CompleteExternalTaskResponse(success=True)
@@ -410,14 +415,14 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     async def GetPermissionPolicy(
         self, request: pb.GetPermissionPolicyRequest, context: Any
     ) -> pb.GetPermissionPolicyResponse:
-        policy = self.app.permissions.get(request.session_id)
+        policy = await self.app.permissions.get(request.session_id)
         return pb.GetPermissionPolicyResponse(policy=convert.permission_policy_to_pb(policy))
 
     @rpc
     async def CheckPermission(
         self, request: pb.CheckPermissionRequest, context: Any
     ) -> pb.CheckPermissionResponse:
-        verdict = self.app.permissions.check(request.session_id, request.tool_name, request.arguments)
+        verdict = await self.app.permissions.check(request.session_id, request.tool_name, request.arguments)
         return pb.CheckPermissionResponse(
             decision=convert.DECISION_NUMBERS[verdict.decision], matching_rules=list(verdict.matching_rules)
         )

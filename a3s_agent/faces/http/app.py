@@ -17,6 +17,7 @@ of the table in methods.py, a conversion and one call into the application layer
     POST   /sessions/{id}/generate/stream    StreamGenerate as server-sent events (body: GenerateRequest)
     GET    /sessions/{id}/generate/stream    the same, for one user message: ?content=<text>
     POST   /sessions/{id}/tools/{name}       ExecuteTool; the body is the tool's arguments object
+    GET    /sessions/{id}/events             a page of the session's log: ?after_seq=&limit= (events_page.py)
     POST   /rpc/{method}                     any RPC by name (body: its request); streaming ones as SSE
     GET    /ws                               the WebSocket JSON form of every RPC (ws.py)
 
@@ -32,7 +33,10 @@ probes.py refuses new work with 503 UNAVAILABLE while the server starts or stops
 
 A stream answers `data: <reply JSON>` per reply, then `event: done` (`data: {}`). A failure
 before the first reply is a plain error response with its status; after it, `event: error`
-with the error JSON ends the stream. A client that goes away cancels the call.
+with the error JSON ends the stream. A client that goes away cancels the call, except that a
+generation StreamGenerate started runs on (Cancel stops it). StreamGenerate's and
+SubscribeEvents' replies carry `id: <seq>`, and a request with `Last-Event-ID` (what EventSource
+sends when it reconnects) or `a3s-after-seq` resumes after that seq.
 """
 
 from __future__ import annotations
@@ -47,13 +51,16 @@ from typing import Any
 from aiohttp import web
 
 from ...app import Application
+from ...base.errors import InvalidArgument
+from ..call_metadata import AFTER_SEQ_KEY, seq_number
 from ..readiness import Phase, Readiness
 from ..refusals import RefusalLog
 from .auth import http_middleware
 from .body import MAX_BODY_BYTES, json_body, json_text
-from .errors import CallError
+from .errors import CallError, unary_call
+from .events_page import events_page
 from .guard import RequestGuard
-from .methods import CallMetadata, find_method, parse
+from .methods import CallMetadata, Cursor, Method, find_method, parse
 from .probes import Probes
 from .ws import WebSocketFace
 
@@ -116,6 +123,23 @@ def _call_metadata(request: web.Request) -> CallMetadata:
     )
 
 
+def _stream_metadata(request: web.Request) -> CallMetadata:
+    """A stream's metadata: its `Last-Event-ID` is its cursor (`a3s-after-seq`) too."""
+    metadata = _call_metadata(request)
+    last_event_id = request.headers.get("Last-Event-ID", "").strip()
+    if last_event_id:
+        try:
+            cursor = str(seq_number(last_event_id, "Last-Event-ID"))
+        except InvalidArgument as exc:
+            raise CallError("INVALID_ARGUMENT", str(exc)) from None
+        if metadata.given.get(AFTER_SEQ_KEY, cursor).strip() != cursor:
+            raise CallError(
+                "INVALID_ARGUMENT", f"Last-Event-ID and {AFTER_SEQ_KEY} name different cursors: send one"
+            )
+        metadata.given = {**metadata.given, AFTER_SEQ_KEY: cursor}
+    return metadata
+
+
 class _EventStream:
     """Server-sent events on a prepared response, with a keep-alive comment every KEEPALIVE_S."""
 
@@ -124,8 +148,8 @@ class _EventStream:
         self._lock = asyncio.Lock()
         self._keepalive = asyncio.create_task(self._beat())
 
-    async def send(self, data: dict[str, Any], event: str | None = None) -> None:
-        head = f"event: {event}\n" if event else ""
+    async def send(self, data: dict[str, Any], event: str | None = None, seq: str | None = None) -> None:
+        head = (f"id: {seq}\n" if seq else "") + (f"event: {event}\n" if event else "")
         await self._write(f"{head}data: {json_text(data)}\n\n".encode())
 
     async def _write(self, frame: bytes) -> None:
@@ -144,10 +168,15 @@ class _EventStream:
 
 
 async def _sse(
-    request: web.Request, replies: AsyncGenerator[dict[str, Any], None], readiness: Readiness
+    request: web.Request,
+    replies: AsyncGenerator[dict[str, Any], None],
+    readiness: Readiness,
+    cursor: Cursor | None,
 ) -> web.StreamResponse:
-    """Serve a stream of replies (their JSON) as server-sent events, driven from this one task. A
-    stream the server's stop cancels ends with an UNAVAILABLE `event: error` saying so."""
+    """Serve a stream of replies (their JSON) as server-sent events, driven from this one task;
+    `cursor` (a resumable stream's) gives each its `id:`. A stream the server's stop cancels ends
+    with an UNAVAILABLE `event: error` saying so."""
+    seq = cursor or (lambda reply: "")
     try:
         first: dict[str, Any] | None = await anext(replies)  # a failure here is a plain error response
     except StopAsyncIteration:
@@ -159,9 +188,9 @@ async def _sse(
     events = _EventStream(response)
     try:
         if first is not None:
-            await events.send(first)
+            await events.send(first, seq=seq(first))
             async for reply in replies:
-                await events.send(reply)
+                await events.send(reply, seq=seq(reply))
         await events.send({}, "done")
     except CallError as exc:
         with suppress(ConnectionError):
@@ -200,6 +229,7 @@ class RestApi:
             web.post("/sessions/{id}/generate/stream", self.stream_generate),
             web.get("/sessions/{id}/generate/stream", self.stream_generate_get),
             web.post("/sessions/{id}/tools/{name}", self.execute_tool),
+            web.get("/sessions/{id}/events", self.events),
             web.post("/rpc/{method}", self.rpc),
         ]
 
@@ -218,9 +248,13 @@ class RestApi:
         return _json(reply, headers=headers)
 
     async def _stream(self, request: web.Request, params: object, **fields: str) -> web.StreamResponse:
-        method = find_method("StreamGenerate")
-        replies = method.stream(self._app, parse(method, params, **fields))
-        return await _sse(request, replies, self._readiness)
+        return await self._serve_stream(request, find_method("StreamGenerate"), params, **fields)
+
+    async def _serve_stream(
+        self, request: web.Request, method: Method, params: object, **fields: str
+    ) -> web.StreamResponse:
+        replies = method.stream(self._app, parse(method, params, **fields), _stream_metadata(request))
+        return await _sse(request, replies, self._readiness, method.cursor)
 
     async def healthz(self, request: web.Request) -> web.Response:
         """A probe for load balancers and Box: not an RPC, so it logs nothing."""
@@ -290,11 +324,16 @@ class RestApi:
             arguments=json.dumps(arguments),
         )
 
+    async def events(self, request: web.Request) -> web.Response:
+        session_id = request.match_info["id"]
+        page = events_page(self._app, session_id, request.query)
+        return _json(await unary_call("EventsPage", session_id, page))
+
     async def rpc(self, request: web.Request) -> web.StreamResponse:
         method = find_method(request.match_info["method"])
-        message = parse(method, await json_body(request))
         if method.streaming:
-            return await _sse(request, method.stream(self._app, message), self._readiness)
+            return await self._serve_stream(request, method, await json_body(request))
+        message = parse(method, await json_body(request))
         metadata = _call_metadata(request)
         reply = await method.call(self._app, message, metadata)
         return _json(reply, headers=dict(metadata.reply))

@@ -42,6 +42,7 @@ from ..agent_service import (
     turn_metadata,
     yolo_lanes,
 )
+from ..call_metadata import SEQ
 from .codec import decode
 from .schema import ENUMS
 
@@ -348,8 +349,15 @@ def generate_response(session_id: str, generation: Generation, with_steps: bool)
     }
 
 
-def chunk(session_id: str, event: AgentEvent, with_steps: bool) -> Plain:
-    """One stream chunk per agent event; TOOL_RESULT carries its call's id in tool_call."""
+def chunk(session_id: str, event: AgentEvent, with_steps: bool, seq: int) -> Plain:
+    """One stream chunk per agent event, its seq in the session's log in `metadata["seq"]`."""
+    plain = _chunk(session_id, event, with_steps)
+    plain["metadata"] = {**plain.get("metadata", {}), SEQ: str(seq)}
+    return plain
+
+
+def _chunk(session_id: str, event: AgentEvent, with_steps: bool) -> Plain:
+    """TOOL_RESULT carries its call's id in tool_call."""
     if isinstance(event, TextEvent):
         return {"type": _CHUNK["CHUNK_TYPE_CONTENT"], "session_id": session_id, "content": event.text}
     if isinstance(event, ToolCallEvent):

@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
+from ...core.events import Resync
 from ..status import MAX_MESSAGE_CHARS, call_log, failure, log_call, shortened
 
 T = TypeVar("T")
@@ -60,7 +61,8 @@ def _ended(exc: BaseException, method: str) -> CallError:
     code, message = failure(exc)
     if code == "INTERNAL":
         call_log.error("rpc %s failed unexpectedly", method, exc_info=exc)
-    return CallError(code, shortened(message, MAX_MESSAGE_CHARS))
+    details = {"oldest_seq": exc.oldest} if isinstance(exc, Resync) else None
+    return CallError(code, shortened(message, MAX_MESSAGE_CHARS), details)
 
 
 def _code_of(exc: BaseException) -> str:

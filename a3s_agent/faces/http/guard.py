@@ -32,8 +32,11 @@ CROSS_SITE = frozenset({"cross-site", "same-site"})
 PREFLIGHT_MAX_AGE_S = 600
 PREFLIGHT_HEADERS = {
     "Access-Control-Allow-Methods": "GET, POST, PUT, PATCH, DELETE",
-    # The a3s-* call metadata travels as request headers (call_metadata.py).
-    "Access-Control-Allow-Headers": ", ".join(("authorization", "content-type", *REQUEST_KEYS)),
+    # The a3s-* call metadata travels as request headers (call_metadata.py); a stream's cursor
+    # may be Last-Event-ID too.
+    "Access-Control-Allow-Headers": ", ".join(
+        ("authorization", "content-type", "last-event-id", *REQUEST_KEYS)
+    ),
     "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S),
 }
 _DEFAULT_PORTS = {"http": 80, "https": 443}

@@ -2,9 +2,11 @@
 (codec.decode) converted (convert.py), one call into the application layer, and the reply's plain
 form encoded (codec.encode), as faces/grpc/service.py does for protobuf.
 
-A unary call's `a3s-*` metadata (faces/call_metadata.py) comes in and goes out as CallMetadata:
-app.py fills it from the request's headers of those names and answers its reply pairs as
-response headers; a WebSocket call has none, as a gRPC call without metadata.
+A call's `a3s-*` metadata (faces/call_metadata.py) comes in and goes out as CallMetadata: app.py
+fills it from the request's headers of those names and answers a unary call's reply pairs as
+response headers; a WebSocket call has none but the cursor (`after_seq`, ws.py) of a stream that
+resumes. StreamGenerate and SubscribeEvents are resumable: `Method.cursor` reads the seq of
+each of their replies (for the SSE `id:`).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ class CallMetadata:
 
 Plainly = Callable[[Application, Given], Awaitable[Plain]]
 Unary = Callable[[Application, Given, CallMetadata], Awaitable[Plain]]
-Streaming = Callable[[Application, Given], AsyncIterator[Plain]]
+Streaming = Callable[[Application, Given, CallMetadata], AsyncIterator[Plain]]
+Cursor = Callable[[dict[str, Any]], str]
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ class Method:
     streaming: bool
     _unary: Unary | None = None
     _streaming: Streaming | None = None
+    cursor: Cursor | None = None
+    """A resumable stream's: the seq of a reply (its JSON)."""
 
     async def call(
         self, app: Application, request: Given, metadata: CallMetadata | None = None
@@ -65,20 +70,25 @@ class Method:
         reply = self._reply(app, request, metadata or CallMetadata())
         return await unary_call(self.name, _session_of(request), reply)
 
-    def stream(self, app: Application, request: Given) -> AsyncGenerator[dict[str, Any], None]:
+    def stream(
+        self, app: Application, request: Given, metadata: CallMetadata | None = None
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """The replies' JSON of a server-streaming RPC; a failure is CallError, as in `call`.
 
-        Drive it from one task throughout, as grpc.aio does: a generation remembers the task it
-        runs in, and Cancel cancels that task."""
-        return stream_call(self.name, _session_of(request), self._replies(app, request))
+        Drive it from one task throughout, as grpc.aio does: a structured generation runs in its
+        caller's task, and Cancel cancels that task."""
+        replies = self._replies(app, request, metadata or CallMetadata())
+        return stream_call(self.name, _session_of(request), replies)
 
     async def _reply(self, app: Application, request: Given, metadata: CallMetadata) -> dict[str, Any]:
         assert self._unary is not None
         return encode(self.reply, await self._unary(app, request, metadata))
 
-    async def _replies(self, app: Application, request: Given) -> AsyncIterator[dict[str, Any]]:
+    async def _replies(
+        self, app: Application, request: Given, metadata: CallMetadata
+    ) -> AsyncIterator[dict[str, Any]]:
         assert self._streaming is not None
-        async for reply in self._streaming(app, request):
+        async for reply in self._streaming(app, request, metadata):
             yield encode(self.reply, reply)
 
 
@@ -122,6 +132,7 @@ def parse(method: Method, params: object, **fields: str) -> Plain:
 
 _UNARY: dict[str, Unary] = {}
 _STREAMING: dict[str, Streaming] = {}
+_CURSORS: dict[str, Cursor] = {}
 
 
 def _rpc(name: str) -> Callable[[Plainly], Plainly]:
@@ -145,9 +156,13 @@ def _rpc_with_metadata(name: str) -> Callable[[Unary], Unary]:
     return register
 
 
-def _streams(name: str) -> Callable[[Streaming], Streaming]:
+def _streams(name: str, cursor: Cursor | None = None) -> Callable[[Streaming], Streaming]:
+    """A streaming handler; a resumable one's `cursor` reads the seq of a reply."""
+
     def register(handler: Streaming) -> Streaming:
         _STREAMING[name] = handler
+        if cursor is not None:
+            _CURSORS[name] = cursor
         return handler
 
     return register
@@ -265,7 +280,7 @@ async def _destroy_session(app: Application, request: Given) -> Plain:
 async def _list_sessions(app: Application, request: Given, metadata: CallMetadata) -> Plain:
     """A page of sessions, without reading any history (see the gRPC face's ListSessions)."""
     size, after = call_metadata.requested_page(metadata.given)
-    page = app.sessions.page(after, size)
+    page = await app.sessions.page(after, size)
     metadata.reply = call_metadata.next_page(page.next_after)
     return {"sessions": [convert.session(s, None) for s in page.sessions]}
 
@@ -327,13 +342,15 @@ async def _generate(app: Application, request: Given) -> Plain:
     return convert.generate_response(request["session_id"], generation, options.return_intermediate_steps)
 
 
-@_streams("StreamGenerate")
-async def _stream_generate(app: Application, request: Given) -> AsyncIterator[Plain]:
+@_streams("StreamGenerate", lambda chunk: chunk["metadata"][call_metadata.SEQ])
+async def _stream_generate(app: Application, request: Given, metadata: CallMetadata) -> AsyncIterator[Plain]:
+    """As the gRPC face's StreamGenerate: it runs on if the client goes away; resumes from a cursor."""
     session_id = request["session_id"]
+    after = call_metadata.after_seq(metadata.given)
     options = convert.options_from(request)
-    messages = await _messages(app, request["messages"], "messages")
-    async for event in app.generation.stream(session_id, messages, options):
-        yield convert.chunk(session_id, event, options.return_intermediate_steps)
+    messages = [] if after is not None else await _messages(app, request["messages"], "messages")
+    async for event, seq in app.generation.chunks(session_id, messages, options, after):
+        yield convert.chunk(session_id, event, options.return_intermediate_steps, seq)
 
 
 @_rpc("GenerateStructured")
@@ -351,7 +368,9 @@ async def _generate_structured(app: Application, request: Given) -> Plain:
 
 
 @_streams("StreamGenerateStructured")
-async def _stream_generate_structured(app: Application, request: Given) -> AsyncIterator[Plain]:
+async def _stream_generate_structured(
+    app: Application, request: Given, metadata: CallMetadata
+) -> AsyncIterator[Plain]:
     session_id = request["session_id"]
     messages = await _messages(app, request["messages"], "messages")
     events = app.generation.stream_structured(
@@ -433,15 +452,17 @@ async def _list_skills(app: Application, request: Given) -> Plain:
 # events and control
 
 
-@_streams("SubscribeEvents")
-async def _subscribe_events(app: Application, request: Given) -> AsyncIterator[Plain]:
-    async for event in app.events.subscribe(request["session_id"] or None, request["event_types"]):
+@_streams("SubscribeEvents", lambda event: event["data"][call_metadata.SEQ])
+async def _subscribe_events(app: Application, request: Given, metadata: CallMetadata) -> AsyncIterator[Plain]:
+    session_id = request["session_id"] or None
+    after = call_metadata.events_after(metadata.given, session_id)
+    async for event in app.events.subscribe(session_id, request["event_types"], after):
         yield convert.event(event)
 
 
 @_rpc("Cancel")
 async def _cancel(app: Application, request: Given) -> Plain:
-    return {"success": app.control.cancel(request["session_id"], request["operation_id"])}
+    return {"success": await app.control.cancel(request["session_id"], request["operation_id"])}
 
 
 @_rpc("Pause")
@@ -458,7 +479,7 @@ async def _resume(app: Application, request: Given) -> Plain:
 
 @_rpc("ConfirmToolExecution")
 async def _confirm_tool_execution(app: Application, request: Given) -> Plain:
-    app.control.confirm(
+    await app.control.confirm(
         request["session_id"], request["tool_id"], request["approved"], request["reason"] or ""
     )
     return {"success": True}
@@ -474,7 +495,9 @@ async def _set_confirmation_policy(app: Application, request: Given) -> Plain:
 
 @_rpc("GetConfirmationPolicy")
 async def _get_confirmation_policy(app: Application, request: Given) -> Plain:
-    return {"policy": convert.confirmation_policy(app.control.confirmation_policy(request["session_id"]))}
+    return {
+        "policy": convert.confirmation_policy(await app.control.confirmation_policy(request["session_id"]))
+    }
 
 
 @_rpc("SetLaneHandler")
@@ -487,13 +510,13 @@ async def _set_lane_handler(app: Application, request: Given) -> Plain:
 
 @_rpc("GetLaneHandler")
 async def _get_lane_handler(app: Application, request: Given) -> Plain:
-    handler = app.control.lane_handler(request["session_id"], service.lane(request["lane"]))
+    handler = await app.control.lane_handler(request["session_id"], service.lane(request["lane"]))
     return {"config": convert.lane_handler_config(handler)}
 
 
 @_rpc("CompleteExternalTask")
 async def _complete_external_task(app: Application, request: Given) -> Plain:
-    app.control.complete_external(
+    await app.control.complete_external(
         request["session_id"], request["task_id"], request["success"], request["result"], request["error"]
     )
     return {"success": True}
@@ -518,12 +541,12 @@ async def _set_permission_policy(app: Application, request: Given) -> Plain:
 
 @_rpc("GetPermissionPolicy")
 async def _get_permission_policy(app: Application, request: Given) -> Plain:
-    return {"policy": convert.permission_policy(app.permissions.get(request["session_id"]))}
+    return {"policy": convert.permission_policy(await app.permissions.get(request["session_id"]))}
 
 
 @_rpc("CheckPermission")
 async def _check_permission(app: Application, request: Given) -> Plain:
-    verdict = app.permissions.check(request["session_id"], request["tool_name"], request["arguments"])
+    verdict = await app.permissions.check(request["session_id"], request["tool_name"], request["arguments"])
     return {
         "decision": convert.DECISION_NUMBERS[verdict.decision],
         "matching_rules": list(verdict.matching_rules),
@@ -538,7 +561,10 @@ async def _add_permission_rule(app: Application, request: Given) -> Plain:
 
 def _method(rpc: Rpc) -> Method:
     if rpc.server_streaming:
-        return Method(rpc.name, rpc.input, rpc.output, True, _streaming=_STREAMING[rpc.name])
+        streaming = _STREAMING[rpc.name]
+        return Method(
+            rpc.name, rpc.input, rpc.output, True, _streaming=streaming, cursor=_CURSORS.get(rpc.name)
+        )
     return Method(rpc.name, rpc.input, rpc.output, False, _unary=_UNARY[rpc.name])
 
 

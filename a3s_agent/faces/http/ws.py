@@ -3,7 +3,12 @@
 A request is `{"method": "generate" | "Generate" | ..., "params": {<the request JSON>}, "id": ...}`.
 A unary call answers `{"id", "result"}`; a streaming one answers `{"id", "result"}` per reply and
 then `{"id", "done": true}`. A failure answers `{"id", "error": {"code", "message", "details"}}`
-and ends that call, never the socket. Calls still running when the socket closes are cancelled.
+and ends that call, never the socket. Calls still running when the socket closes are cancelled,
+except that a generation StreamGenerate started runs on (Cancel stops it).
+
+StreamGenerate and SubscribeEvents resume from a cursor: `"after_seq": <seq>` next to `method`
+(a whole number: the `metadata.seq` of the last chunk, the `data.seq` of the last event received),
+as the gRPC face's `a3s-after-seq`.
 """
 
 from __future__ import annotations
@@ -15,15 +20,17 @@ from typing import Any
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from ...app import Application
+from ...base.errors import InvalidArgument
+from ..call_metadata import AFTER_SEQ_KEY, seq_number
 from .body import json_text, load_json
 from .errors import CallError
-from .methods import Method, find_method, parse
+from .methods import CallMetadata, Method, find_method, parse
 
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 64
 """Calls one socket may have running at once."""
-_KEYS = {"method", "params", "id"}
+_KEYS = {"method", "params", "id", "after_seq"}
 
 
 class _Connection:
@@ -59,25 +66,28 @@ class _Connection:
             if unknown:
                 raise CallError(
                     "INVALID_ARGUMENT",
-                    f"unknown keys {', '.join(unknown)}; a message has method, params and id",
+                    f"unknown keys {', '.join(unknown)}; a message has method, params, id and after_seq",
                 )
             method = find_method(envelope.get("method"))
             params = envelope.get("params")
             request = parse(method, {} if params is None else params)
+            metadata = _metadata(method, envelope.get("after_seq"))
             if len(self._calls) >= MAX_IN_FLIGHT:
                 raise CallError("RESOURCE_EXHAUSTED", f"{MAX_IN_FLIGHT} calls are in flight on this socket")
         except CallError as exc:
             await self._reply_error(request_id, exc)
             return
-        call = asyncio.create_task(self._run(request_id, method, request))
+        call = asyncio.create_task(self._run(request_id, method, request, metadata))
         self._calls.add(call)
         call.add_done_callback(self._calls.discard)
 
-    async def _run(self, request_id: Any, method: Method, request: dict[str, Any]) -> None:
+    async def _run(
+        self, request_id: Any, method: Method, request: dict[str, Any], metadata: CallMetadata
+    ) -> None:
         """One call, driven from this one task (see Method.stream)."""
         try:
             if method.streaming:
-                async for reply in method.stream(self._app, request):
+                async for reply in method.stream(self._app, request, metadata):
                     await self._send({"id": request_id, "result": reply})
                 await self._send({"id": request_id, "done": True})
             else:
@@ -101,6 +111,21 @@ class _Connection:
 
     async def _send(self, payload: dict[str, Any]) -> None:
         await self._socket.send_str(json_text(payload))
+
+
+def _metadata(method: Method, after_seq: object) -> CallMetadata:
+    """The call's cursor, as the metadata `a3s-after-seq` of the other faces."""
+    if after_seq is None:
+        return CallMetadata()
+    if method.cursor is None:
+        raise CallError(
+            "INVALID_ARGUMENT", f"after_seq is for StreamGenerate and SubscribeEvents, not {method.name}"
+        )
+    try:  # a JSON number's text is its digits; a string, a fraction or true is refused
+        cursor = seq_number(json_text(after_seq), "after_seq")
+    except InvalidArgument as exc:
+        raise CallError("INVALID_ARGUMENT", str(exc)) from None
+    return CallMetadata({AFTER_SEQ_KEY: str(cursor)})
 
 
 class WebSocketFace:

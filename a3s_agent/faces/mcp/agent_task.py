@@ -124,9 +124,7 @@ async def _run(app: Application, session_id: str, text: str, report: Report) -> 
 
 
 def _stop(app: Application, session_id: str, run: asyncio.Task[Generation]) -> None:
-    if app.control.runs_in(session_id, run):
-        app.control.cancel(session_id, None)  # the run answers its open calls and raises Cancelled
-    else:
+    if not app.control.cancel_own(session_id, run):  # the run answers its open calls, raises Cancelled
         run.cancel()  # still waiting for the session's previous generation
     run.add_done_callback(_retrieve)
 

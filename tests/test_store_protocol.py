@@ -1,0 +1,530 @@
+"""The store protocol (a3s_agent/core/store.py), one suite run against both stores: SQLite on a file
+of the test's own, PostgreSQL on a database of the test's own on a real server (tests/postgres.py).
+The tests at the end are PostgreSQL's alone: two replicas on one database."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from a3s_agent.base.errors import AlreadyExists, ResourceExhausted
+from a3s_agent.base.models import LLMConfig, Message, SessionConfig, SessionState, ToolCall, Usage
+from a3s_agent.core.postgres_channel import NOTIFY_LIMIT, log_payloads
+from a3s_agent.core.postgres_schema import MIGRATIONS
+from a3s_agent.core.postgres_store import PostgresStore
+from a3s_agent.core.session import Session, SessionSettings
+from a3s_agent.core.sqlite_store import SqliteStore
+from a3s_agent.core.store import LeaseLost, LogEntry, Store
+
+from .conftest import eventually
+
+LONG_TTL_MS = 60_000
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    opened: Store
+    if request.param == "sqlite":
+        opened = SqliteStore(tmp_path / "sessions.db")
+    else:
+        opened = PostgresStore(request.getfixturevalue("postgres_url"), "replica-a")
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+async def replicas(postgres_url: str) -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
+    """Two replicas on one database."""
+    a, b = PostgresStore(postgres_url, "replica-a"), PostgresStore(postgres_url, "replica-b")
+    await asyncio.gather(a.open(), b.open())  # both migrate at once: one waits for the other
+    yield a, b
+    await asyncio.gather(a.close(), b.close())
+
+
+def session(session_id: str, created_at: int = 1_000) -> Session:
+    return Session(
+        id=session_id,
+        config=SessionConfig(
+            name=f"name of {session_id}",
+            workspace="/w",
+            llm=LLMConfig(provider="openai", model="m", api_key="sk-secret"),
+        ),
+        created_at=created_at,
+        updated_at=created_at,
+        settings=SessionSettings(token_budget=5_000, skill_rules=["Bash(git *)"]),
+    )
+
+
+def entry(session_id: str, n: int = 0, timestamp: int = 1_000, fence: int | None = None) -> LogEntry:
+    return LogEntry(session_id, "event", {"n": n, "text": f"entry {n}"}, timestamp, fence=fence)
+
+
+async def seqs(store: Store, session_id: str) -> list[int]:
+    return [e.seq for e in await store.read_log(session_id, 0, 1_000)]
+
+
+# --- sessions and messages -----------------------------------------------------------------
+
+
+async def test_sessions_are_created_listed_updated_and_deleted(store: Store) -> None:
+    await store.create_session(session("b", created_at=2_000), [Message("system", "be brief")])
+    await store.create_session(session("a", created_at=3_000), [])
+    assert [s.id for s in await store.list_sessions()] == ["b", "a"]  # oldest first
+
+    loaded = await store.load_session("b")
+    assert loaded is not None
+    assert loaded.config.name == "name of b" and loaded.config.llm is not None
+    assert loaded.config.llm.api_key == ""  # the secret is never stored
+    assert loaded.settings.token_budget == 5_000 and loaded.settings.skill_rules == ["Bash(git *)"]
+    assert loaded.message_count == 1 and loaded.state == SessionState.ACTIVE
+    assert await store.session_stamp("b") == 2_000
+    assert await store.load_session("nope") is None and await store.session_stamp("nope") is None
+
+    loaded.state, loaded.updated_at, loaded.config.name = SessionState.PAUSED, 2_500, "renamed"
+    await store.update_session(loaded)
+    again = await store.load_session("b")
+    assert again is not None
+    assert (again.state, again.updated_at, again.config.name) == (SessionState.PAUSED, 2_500, "renamed")
+    assert await store.session_stamp("b") == 2_500
+
+    assert await store.delete_session("b") is True
+    assert await store.delete_session("b") is False
+    assert [s.id for s in await store.list_sessions()] == ["a"]
+    assert await store.load_messages("b") == []
+
+
+async def test_a_taken_id_is_refused_and_nothing_is_written(store: Store) -> None:
+    await store.create_session(session("s"), [Message("user", "first")])
+    late = entry("s")
+    with pytest.raises(AlreadyExists, match="session 's' already exists"):
+        await store.create_session(session("s", created_at=9_000), [Message("user", "second")], log=[late])
+    assert [m.content for m in await store.load_messages("s")] == ["first"]
+    assert late.seq == 0 and await store.log_bounds("s") == (0, 0)
+
+
+async def test_messages_are_appended_archived_and_replaced(store: Store) -> None:
+    hostile = "NUL \x00 inside, quotes ' \" and ; DROP TABLE messages; -- and ünïcödé ✓"
+    call = ToolCall("call-1", "bash", '{"command": "ls"}')
+    await store.create_session(session("s"), [Message("system", "sys")])
+    await store.append_messages(
+        "s",
+        [
+            Message("user", hostile),
+            Message("assistant", "", tool_calls=[call]),
+            Message("tool", "out", tool_call_id="call-1"),
+        ],
+        updated_at=1_500,
+    )
+    live = await store.load_messages("s")
+    assert [m.content for m in live] == ["sys", hostile, "", "out"]
+    assert live[2].tool_calls == [call] and live[3].tool_call_id == "call-1"
+    assert await store.session_stamp("s") == 1_500
+
+    await store.replace_history("s", [Message("user", "summary")], updated_at=1_600)
+    assert [m.content for m in await store.load_messages("s")] == ["summary"]
+    assert [m.content for m in await store.load_archived("s")] == ["sys", hostile, "", "out"]
+    header = await store.load_session("s")
+    assert header is not None and header.message_count == 1
+    assert await store.session_stamp("s") == 1_600
+
+
+async def test_usage_is_kept_in_every_field(store: Store) -> None:
+    await store.create_session(session("s"), [])
+    usage = Usage(
+        prompt_tokens=100,
+        completion_tokens=20,
+        cache_read_tokens=30,
+        cache_write_tokens=4,
+        reasoning_tokens=5,
+    )
+    await store.append_messages("s", [Message("assistant", "hi")], updated_at=1_100, usage=usage)
+    loaded = await store.load_session("s")
+    assert loaded is not None and loaded.usage == usage
+
+    loaded.usage = usage + Usage(prompt_tokens=2**40)  # past 32 bits
+    await store.update_session(loaded)
+    listed = await store.list_sessions()
+    assert listed[0].usage.prompt_tokens == 100 + 2**40 and listed[0].usage.reasoning_tokens == 5
+
+
+async def test_the_initialization_is_replaced_and_restored(store: Store) -> None:
+    assert await store.load_initialization() is None
+    await store.save_initialization({"agent": {"model": "m1"}})
+    await store.save_initialization({"agent": {"model": "m2"}, "skills": ["a"]})
+    assert await store.load_initialization() == {"agent": {"model": "m2"}, "skills": ["a"]}
+
+
+# --- the event log -------------------------------------------------------------------------
+
+
+async def test_log_entries_are_numbered_per_session_without_gaps(store: Store) -> None:
+    created = entry("a", 0)
+    await store.create_session(session("a"), [], log=[created])
+    await store.create_session(session("b"), [])
+    assert created.seq == 1 and created.id > 0
+
+    batch = [entry("a", 1), entry("b", 1), entry("a", 2), entry("b", 2), entry("a", 3)]
+    await store.append_log(batch)
+    assert [(e.session_id, e.seq) for e in batch] == [("a", 2), ("b", 1), ("a", 3), ("b", 2), ("a", 4)]
+    for session_id in ("a", "b"):
+        ids = [e.id for e in batch if e.session_id == session_id]
+        assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert len({created.id, *(e.id for e in batch)}) == 6
+
+    updated = entry("a", 4)
+    header = await store.load_session("a")
+    assert header is not None
+    await store.update_session(header, log=[updated])
+    appended = entry("a", 5)
+    await store.append_messages("a", [Message("user", "hi")], updated_at=1_200, log=[appended])
+    replaced = entry("a", 6)
+    await store.replace_history("a", [Message("user", "short")], updated_at=1_300, log=[replaced])
+    assert (updated.seq, appended.seq, replaced.seq) == (5, 6, 7)
+
+    read = await store.read_log("a", 0, 100)
+    assert [e.seq for e in read] == [1, 2, 3, 4, 5, 6, 7]
+    assert [e.body["n"] for e in read] == [0, 1, 2, 3, 4, 5, 6]
+    assert read[0] == LogEntry("a", "event", {"n": 0, "text": "entry 0"}, 1_000, seq=1, id=created.id)
+    assert await seqs(store, "b") == [1, 2]
+
+
+async def test_the_log_is_read_in_pages(store: Store) -> None:
+    await store.create_session(session("a"), [])
+    await store.create_session(session("b"), [])
+    await store.append_log([entry(session_id, n) for n in range(10) for session_id in ("a", "b")])
+
+    pages, after = [], 0
+    while page := await store.read_log("a", after, 4):
+        pages.append([e.seq for e in page])
+        after = page[-1].seq
+    assert pages == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10]]
+
+    everything = await store.read_log_since(0, 1_000)
+    assert len(everything) == 20 and [e.id for e in everything] == sorted(e.id for e in everything)
+    middle = everything[7].id
+    since = await store.read_log_since(middle, 5)
+    assert [e.id for e in since] == [e.id for e in everything[8:13]]
+    assert {e.session_id for e in since} == {"a", "b"}
+
+
+async def test_log_bounds_and_pruning_by_age_and_count(store: Store) -> None:
+    assert await store.log_bounds("a") == (0, 0)
+    await store.create_session(session("a"), [])
+    await store.create_session(session("b"), [])
+    assert await store.log_bounds("a") == (0, 0)
+    await store.append_log([entry("a", n, timestamp=1_000 + n) for n in range(10)])
+    await store.append_log([entry("b", n, timestamp=5_000 + n) for n in range(3)])
+    assert await store.log_bounds("a") == (1, 10)
+
+    assert await store.prune_log(older_than=1_004, keep=100) == 4  # a's seqs 1-4 are older
+    assert await store.log_bounds("a") == (5, 10)
+    assert await store.prune_log(older_than=0, keep=2) == 4 + 1  # a keeps 9, 10; b keeps 2, 3
+    assert await seqs(store, "a") == [9, 10] and await seqs(store, "b") == [2, 3]
+    assert await store.prune_log(older_than=0, keep=2) == 0
+
+    assert await store.prune_log(older_than=10_000, keep=100) == 4  # everything is older
+    assert await store.log_bounds("a") == (0, 10)  # nothing retained, the numbering is kept
+    later = entry("a", 11)
+    await store.append_log([later])
+    assert later.seq == 11 and await store.log_bounds("a") == (11, 11)
+
+
+async def test_a_recreated_session_id_continues_the_numbering(store: Store) -> None:
+    await store.create_session(session("s"), [], log=[entry("s", 0)])
+    await store.append_log([entry("s", 1), entry("s", 2)])
+    destroyed = entry("s", 3)
+    assert await store.delete_session("s", log=[destroyed])
+    assert destroyed.seq == 4
+    orphan = entry("s", 4)  # an entry of the destroyed session, appended after it went
+    await store.append_log([orphan])
+    assert orphan.seq == 5
+
+    recreated = entry("s", 5)
+    await store.create_session(session("s"), [], log=[recreated])
+    assert recreated.seq == 6
+    assert await seqs(store, "s") == [1, 2, 3, 4, 5, 6]
+    assert await store.log_bounds("s") == (1, 6)
+
+
+# --- leases --------------------------------------------------------------------------------
+
+
+async def test_a_lease_is_exclusive_until_it_expires_then_taken_over_with_a_larger_token(
+    store: Store,
+) -> None:
+    await store.create_session(session("s"), [])
+    held = await store.acquire_lease("s", "replica-a", "run-1", LONG_TTL_MS)
+    assert held is not None and (held.session_id, held.owner, held.run_id) == ("s", "replica-a", "run-1")
+    assert await store.acquire_lease("s", "replica-b", "run-2", LONG_TTL_MS) is None
+    assert await store.lease_of("s") == held
+    assert await store.expired_leases() == []
+
+    renewed = await store.renew_lease(held, LONG_TTL_MS * 2)
+    assert renewed is not None and renewed.token == held.token and renewed.expires_at > held.expires_at
+
+    short = await store.acquire_lease("other", "replica-a", "run-3", 1)
+    assert short is not None and short.token > held.token  # tokens grow across sessions
+    await eventually(lambda: _contains(store.expired_leases(), short), "the 1 ms lease to expire")
+    taken = await store.acquire_lease("other", "replica-b", "run-4", LONG_TTL_MS)
+    assert taken is not None and taken.owner == "replica-b" and taken.token > short.token
+    assert await store.renew_lease(short, LONG_TTL_MS) is None  # lost
+    await store.release_lease(short)  # a lost lease's release leaves the new owner's alone
+    assert await store.lease_of("other") == taken
+
+    await store.release_lease(taken)
+    assert await store.lease_of("other") is None
+    assert await store.renew_lease(taken, LONG_TTL_MS) is None
+    again = await store.acquire_lease("other", "replica-a", "run-5", LONG_TTL_MS)
+    assert again is not None and again.token > taken.token
+
+
+async def _contains(leases: Any, lease: Any) -> bool:
+    return any(item.token == lease.token for item in await leases)
+
+
+async def test_a_write_fenced_by_a_lost_lease_is_refused_and_writes_nothing(store: Store) -> None:
+    await store.create_session(session("s"), [Message("user", "kept")])
+    lost = await store.acquire_lease("s", "replica-a", "run-1", 1)
+    assert lost is not None
+    await eventually(lambda: _contains(store.expired_leases(), lost), "the lease to expire")
+    current = await store.acquire_lease("s", "replica-b", "run-2", LONG_TTL_MS)
+    assert current is not None
+
+    header = await store.load_session("s")
+    assert header is not None
+    header.state, header.updated_at = SessionState.ERROR, 9_000
+    refused = [entry("s", n, fence=lost.token) for n in range(3)]
+    with pytest.raises(LeaseLost):
+        await store.update_session(header, log=refused[:1], fence=lost.token)
+    with pytest.raises(LeaseLost):
+        await store.append_messages(
+            "s",
+            [Message("assistant", "stale")],
+            9_000,
+            Usage(prompt_tokens=1),
+            log=refused[1:2],
+            fence=lost.token,
+        )
+    with pytest.raises(LeaseLost):
+        await store.replace_history("s", [], 9_000, log=refused[2:], fence=lost.token)
+    assert [e.seq for e in refused] == [0, 0, 0]
+    assert await store.log_bounds("s") == (0, 0)
+    unchanged = await store.load_session("s")
+    assert unchanged is not None
+    assert (unchanged.state, unchanged.updated_at, unchanged.usage) == (SessionState.ACTIVE, 1_000, Usage())
+    assert [m.content for m in await store.load_messages("s")] == ["kept"]
+
+    accepted = entry("s", 9, fence=current.token)
+    await store.append_messages(
+        "s", [Message("assistant", "fresh")], 9_100, log=[accepted], fence=current.token
+    )
+    assert accepted.seq == 1
+    assert [m.content for m in await store.load_messages("s")] == ["kept", "fresh"]
+
+    await store.release_lease(current)
+    with pytest.raises(LeaseLost):  # no lease at all
+        await store.append_messages("s", [Message("assistant", "late")], 9_200, fence=current.token)
+
+
+async def test_a_stale_fence_in_append_log_skips_only_that_session(store: Store) -> None:
+    for session_id in ("a", "b", "c"):
+        await store.create_session(session(session_id), [])
+    stale = await store.acquire_lease("a", "replica-a", "run-1", 1)
+    good = await store.acquire_lease("b", "replica-a", "run-2", LONG_TTL_MS)
+    assert stale is not None and good is not None
+    await eventually(lambda: _contains(store.expired_leases(), stale), "the lease to expire")
+    assert await store.acquire_lease("a", "replica-b", "run-3", LONG_TTL_MS) is not None
+
+    batch = [
+        entry("a", 1, fence=stale.token),
+        entry("b", 1, fence=good.token),
+        entry("c", 1),
+        entry("b", 2, fence=good.token),
+    ]
+    await store.append_log(batch)
+    assert [e.seq for e in batch] == [0, 1, 1, 2]
+    assert batch[0].id == 0
+    assert await seqs(store, "a") == [] and await seqs(store, "b") == [1, 2] and await seqs(store, "c") == [1]
+
+
+# --- the channel ---------------------------------------------------------------------------
+
+
+async def test_a_control_message_reaches_the_senders_own_listener(store: Store) -> None:
+    controls: list[dict[str, Any]] = []
+    await store.listen(lambda entries: None, controls.append)
+    await store.send_control({"op": "cancel", "session_id": "s", "text": "ünï"})
+    await eventually(
+        lambda: controls == [{"op": "cancel", "session_id": "s", "text": "ünï"}], "the control message"
+    )
+
+
+# --- PostgreSQL only: replicas on one database ---------------------------------------------
+
+
+def test_notifications_stay_under_the_limit_and_keep_the_order() -> None:
+    sizes = [10, 7_300, 7_400, 20, 30, 9_000, 40, *range(0, 3_000, 150)]  # 7,300 fits alone, 7,400 not
+    entries = [
+        LogEntry("s", "chunk", {"text": "x" * size}, 1_000, seq=n + 1, id=n + 1)
+        for n, size in enumerate(sizes)
+    ]
+    payloads = log_payloads("replica-a", entries)
+    assert all(len(payload.encode()) <= NOTIFY_LIMIT for payload in payloads)
+    seen: list[int] = []
+    for payload in map(json.loads, payloads):
+        assert payload["origin"] == "replica-a"
+        seen += [item["seq"] for item in payload.get("entries", [])] + [
+            seq for _, seq in payload.get("refs", [])
+        ]
+        assert [item["body"] for item in payload.get("entries", [])] == [
+            entries[item["seq"] - 1].body for item in payload.get("entries", [])
+        ]
+    assert seen == list(range(1, len(sizes) + 1))
+    refs = [seq for payload in map(json.loads, payloads) for _, seq in payload.get("refs", [])]
+    assert refs == [3, 6]  # too big for a payload of their own
+    assert len(payloads) < len(sizes)  # the small ones share payloads
+
+
+async def test_a_failing_handler_or_a_foreign_notification_does_not_stop_the_listener(
+    replicas: tuple[PostgresStore, PostgresStore], postgres_url: str
+) -> None:
+    a, b = replicas
+    got: list[int] = []
+
+    def on_entries(entries: list[LogEntry]) -> None:
+        got.extend(e.seq for e in entries)
+        raise RuntimeError("a handler's bug")
+
+    await b.listen(on_entries, lambda message: None)
+    await a.create_session(session("s"), [], log=[entry("s", 0)])
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as intruder:
+        for payload in (
+            "not JSON",
+            "[1]",
+            '{"entries": [{"seq": 1}]}',
+            '{"entries": [1]}',
+            '{"refs": [["s"]]}',
+            '{"refs": [[1, "x"]]}',
+            '{"entries": [{"session_id": "s", "kind": "k", "body": {},'
+            ' "timestamp": 1, "seq": 1, "id": "x"}]}',
+        ):
+            await intruder.execute(
+                "SELECT pg_notify('a3s_log', %s), pg_notify('a3s_control', %s)", (payload, payload)
+            )
+    await a.append_log([entry("s", 1)])
+    await eventually(lambda: got == [1, 2], "both entries despite the failures")
+
+
+async def test_replicas_see_each_others_entries_and_control_messages(
+    replicas: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, b = replicas
+    got: dict[str, list[LogEntry]] = {"a": [], "b": []}
+    controls: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
+    await a.listen(got["a"].extend, controls["a"].append)
+    await b.listen(got["b"].extend, controls["b"].append)
+
+    await a.create_session(session("s"), [], log=[entry("s", 0)])
+    big = LogEntry("s", "chunk", {"text": "x" * (NOTIFY_LIMIT * 2)}, 1_000)  # too big to go inline
+    many = [LogEntry("s", "chunk", {"text": "é" * 50 * n}, 1_000) for n in range(1, 60)]  # several payloads
+    await a.append_log([*many[:30], big, *many[30:]])
+    await eventually(lambda: len(got["b"]) == 61, "b to get a's 61 entries")
+    assert [e.seq for e in got["b"]] == list(range(1, 62))
+    assert got["b"][31].body == big.body and got["b"][31].id == big.id
+    assert got["b"] == await a.read_log("s", 0, 100)
+
+    await b.append_log([entry("s", 100)])
+    await eventually(lambda: [e.seq for e in got["a"]] == [62], "a to get b's entry")
+    await b.send_control({"op": "pause", "session_id": "s"})
+    await eventually(
+        lambda: controls["a"] == controls["b"] == [{"op": "pause", "session_id": "s"}], "both controls"
+    )
+    assert [e.seq for e in got["a"]] == [62]  # its own entries are not handed back to a
+    assert len(got["b"]) == 61
+
+    with pytest.raises(ResourceExhausted, match="7500-byte limit"):
+        await a.send_control({"op": "inject", "text": "y" * NOTIFY_LIMIT})
+
+
+async def test_replicas_appending_to_one_session_at_once_leave_no_gap(
+    replicas: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, b = replicas
+    await a.create_session(session("s"), [])
+    batches = [[entry("s", n), entry("s", n)] for n in range(40)]
+    await asyncio.gather(*((a if n % 2 else b).append_log(batch) for n, batch in enumerate(batches)))
+    assert await seqs(a, "s") == list(range(1, 81))
+    assert await a.log_bounds("s") == (1, 80)
+
+
+async def test_the_listener_reconnects_and_delivers_what_was_appended_while_it_was_down(
+    replicas: tuple[PostgresStore, PostgresStore],
+    postgres_server: Any,
+    postgres_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    a, b = replicas
+    database = psycopg.conninfo.conninfo_to_dict(postgres_url)["dbname"]
+    got: list[LogEntry] = []
+    await b.listen(got.extend, lambda message: None)
+    await a.create_session(session("s"), [], log=[entry("s", 0)])
+    await eventually(lambda: len(got) == 1, "the first entry")
+
+    async with await psycopg.AsyncConnection.connect(postgres_server.get_uri(), autocommit=True) as admin:
+        with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_channel"):
+            # b cannot connect again until allowed, and its listening connection ends as in a network drop.
+            await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND query LIKE 'LISTEN%%'",
+                (database,),
+            )
+            await eventually(lambda: caplog.text.count("lost its connection") >= 2, "a failed reconnect")
+            await a.append_log([entry("s", n) for n in range(1, 4)])  # on a's open connection
+            assert len(got) == 1
+        await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
+    await eventually(lambda: [e.seq for e in got] == [1, 2, 3, 4], "every entry once, after the reconnect")
+    await a.append_log([entry("s", 5)])
+    await eventually(lambda: [e.seq for e in got] == [1, 2, 3, 4, 5], "entries after the reconnect")
+
+
+async def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:
+    stores = [PostgresStore(postgres_url, f"replica-{n}") for n in range(3)]
+    await asyncio.gather(*(s.open() for s in stores))
+    await asyncio.gather(*(s.close() for s in stores))
+    async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
+        rows = await (await conn.execute("SELECT version FROM a3s_schema")).fetchall()
+    assert rows == [(len(MIGRATIONS),)]
+
+
+async def test_durability_is_what_the_server_does(postgres_url: str) -> None:
+    store = PostgresStore(postgres_url, "replica-a")
+    await store.open()
+    assert store.durability == "full"  # synchronous_commit on, fsync on: the server's defaults
+    await store.close()
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
+        await conn.execute(f"ALTER DATABASE {conn.info.dbname} SET synchronous_commit = off")
+    relaxed = PostgresStore(postgres_url, "replica-a")
+    await relaxed.open()
+    assert relaxed.durability == "normal"
+    await relaxed.close()
+
+
+async def test_destroying_a_session_ends_its_lease_so_its_run_is_fenced_off(store: Store) -> None:
+    await store.create_session(session("s"), [])
+    lease = await store.acquire_lease("s", "replica-a", "run-1", LONG_TTL_MS)
+    assert lease is not None
+    assert await store.delete_session("s")
+    assert await store.lease_of("s") is None
+    await store.create_session(session("s"), [])  # the same id again: the old run cannot write into it
+    with pytest.raises(LeaseLost):
+        await store.append_messages("s", [Message("assistant", "late")], 2_000, fence=lease.token)
+    assert await store.load_messages("s") == []
