@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from .base.models import LLMConfig
 from .base.secrets import operator_secret_names
@@ -250,7 +251,7 @@ def settings_from(
         workspace=Path(workspace_value).resolve() if workspace_value else Path.cwd(),
         data_dir=Path(data_value) if data_value else None,
         durability=_durability(env),
-        store=_store(store or env.get("A3S_STORE", "")),
+        store=_store(store or env.get("A3S_STORE", ""), env.get("PGPASSWORD", "")),
         replica_id=_replica_id(replica_id or env.get("A3S_REPLICA_ID", "")),
         lease_ttl_s=_number(env, "A3S_LEASE_TTL_S", DEFAULT_LEASE_TTL_S, float),
         event_retention_hours=_number(env, "A3S_EVENT_RETENTION_HOURS", DEFAULT_EVENT_RETENTION_HOURS, float),
@@ -280,13 +281,19 @@ def settings_from(
 _REPLICA_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
-def _store(value: str) -> str:
-    """--store (A3S_STORE): empty (the SQLite file in the data directory) or a PostgreSQL URL."""
+def _store(value: str, password: str) -> str:
+    """--store (A3S_STORE): empty (the SQLite file in the data directory) or a PostgreSQL URL. A
+    URL without a password takes PGPASSWORD's now: the server withholds that variable from its
+    environment at start, so libpq would not find it when the store connects."""
     value = value.strip()
     if value and not value.startswith(("postgresql://", "postgres://")):
         raise ConfigError(
             f"--store (A3S_STORE) must be a postgresql://user:password@host:port/database URL, not {value[:60]!r}"
         )
+    parts = urlsplit(value)
+    if value and password and parts.password is None:
+        user, _, hosts = parts.netloc.rpartition("@")
+        value = urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{hosts}"))
     return value
 
 

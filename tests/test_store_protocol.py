@@ -528,3 +528,22 @@ async def test_destroying_a_session_ends_its_lease_so_its_run_is_fenced_off(stor
     with pytest.raises(LeaseLost):
         await store.append_messages("s", [Message("assistant", "late")], 2_000, fence=lease.token)
     assert await store.load_messages("s") == []
+
+
+def test_a_store_url_without_a_password_takes_pgpassword_which_the_server_then_withholds() -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    from a3s_agent.config import ConfigError, settings_from
+
+    env = {"A3S_STORE": "postgresql://agent@db:5432/a3s", "PGPASSWORD": "p w/@"}
+    parsed = conninfo_to_dict(settings_from(env=env).store)
+    assert (parsed["user"], parsed["password"], parsed["host"], parsed["dbname"]) == (
+        "agent",
+        "p w/@",
+        "db",
+        "a3s",
+    )
+    own = settings_from(env={**env, "A3S_STORE": "postgresql://agent:own@db/a3s"}).store
+    assert conninfo_to_dict(own)["password"] == "own"  # the URL's own password wins
+    with pytest.raises(ConfigError, match="postgresql://"):
+        settings_from(env={"A3S_STORE": "mysql://db/a3s"})

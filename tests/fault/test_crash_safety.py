@@ -29,8 +29,8 @@ from .conftest import LoggedServer, env_number
 
 pytestmark = pytest.mark.fault
 
-CYCLES = int(env_number("A3S_CRASH_CYCLES", 20))
-POSTGRES_CYCLES = int(env_number("A3S_CRASH_CYCLES_POSTGRES", 6))  # each start is slower
+CYCLES = int(env_number("A3S_CRASH_CYCLES", 12))
+POSTGRES_CYCLES = int(env_number("A3S_CRASH_CYCLES_POSTGRES", 4))  # each start is slower
 SEED = int(env_number("A3S_CRASH_SEED", 20240607))
 WRITERS = 3
 MAX_SESSIONS = 150  # stays well under the server's default --max-sessions (1000)

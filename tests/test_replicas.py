@@ -1,0 +1,465 @@
+"""Replicas: three real `a3s-agent serve` processes on one PostgreSQL database (their own data
+directories, one shared workspace), and a fake model they reach over HTTP.
+
+Any replica serves any session: a session created on one generates on another; control sent to a
+replica that does not run the generation reaches the one that does; events of a run on one are seen
+by a subscriber on another, each once and in order. A replica killed (SIGKILL) mid-run loses its
+lease; another takes the run over and ends it cleanly. A replica stopped (SIGSTOP) past its lease
+and woken up again is fenced: its late writes are refused and it stops its run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import re
+import secrets
+import signal
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import psycopg
+import pytest
+
+from a3s_agent.core.events import EVENT, EventType
+from a3s_agent.core.postgres_store import PostgresStore
+from a3s_agent.core.repair import INTERRUPTED
+from a3s_agent.core.store import LogEntry
+from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+
+from .conftest import eventually, user
+from .fake_llm import FakeLLM, Reply, _message_problem, text, tool_call
+from .fault.conftest import LoggedServer
+from .fault.test_crash_repair import processes_with
+
+LEASE_TTL_S = 1.0
+RPC_TIMEOUT_S = 15.0
+NAMES = ("A", "B", "C")
+CHUNK = pb.GenerateChunk
+AFTER_SEQ = "a3s-after-seq"
+BASH = re.compile(r"bash (\d+): (.*)", re.DOTALL)
+
+
+def model(body: dict[str, Any]) -> Reply:
+    """The model every replica calls: `bash N: <command>` runs the command N times through the bash
+    tool, then answers `ran: <the last output>`; anything else is answered `echo: <message>`."""
+    messages = body["messages"]
+    last = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    prompt = messages[last]["content"]
+    outputs = [m["content"] for m in messages[last + 1 :] if m["role"] == "tool"]
+    wanted = BASH.fullmatch(prompt)
+    if wanted is None:
+        return text(f"echo: {prompt}")
+    if len(outputs) < int(wanted[1]):
+        return tool_call("bash", {"command": wanted[2]})
+    return text(f"ran: {outputs[-1]}")
+
+
+@dataclass
+class Cluster:
+    replicas: dict[str, LoggedServer]
+    url: str
+    fake: FakeLLM
+
+    def ensure_up(self) -> None:
+        """Start the replicas not running (again, for those a test killed: on their data directory,
+        which kills what their tools left running), at once."""
+        dead = [r for r in self.replicas.values() if r.proc is None or r.proc.poll() is not None]
+        with ThreadPoolExecutor(len(NAMES)) as pool:
+            list(pool.map(LoggedServer.start, dead))
+
+
+@pytest.fixture(scope="module")
+def replica_database(postgres_server: Any) -> Iterator[str]:
+    name = f"replicas_{secrets.token_hex(4)}"
+    with psycopg.connect(postgres_server.get_uri(), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    yield postgres_server.get_uri(name)
+    with psycopg.connect(postgres_server.get_uri(), autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.fixture(scope="module")
+def replica_cluster(tmp_path_factory: pytest.TempPathFactory, replica_database: str) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("replicas")
+    workspace = root / "workspace"
+    workspace.mkdir()
+    with FakeLLM(fallback=model, strict=True) as fake:
+        env = {
+            "A3S_LEASE_TTL_S": str(LEASE_TTL_S),
+            "A3S_LLM_PROVIDER": "openai",
+            "A3S_LLM_MODEL": "fake-model",
+            "A3S_LLM_BASE_URL": fake.base_url,
+        }
+        replicas = {
+            name: LoggedServer(
+                workspace,
+                root / f"data-{name}",
+                root / f"{name}.log",
+                ("--store", replica_database, "--replica-id", name),
+                env,
+            )
+            for name in NAMES
+        }
+        cluster = Cluster(replicas, replica_database, fake)
+        try:
+            cluster.ensure_up()
+            yield cluster
+        finally:
+            for replica in replicas.values():
+                replica.kill()
+
+
+@pytest.fixture
+async def cluster(replica_cluster: Cluster) -> AsyncIterator[Cluster]:
+    replica_cluster.ensure_up()
+    yield replica_cluster
+    for replica in replica_cluster.replicas.values():
+        assert "Traceback" not in replica.log(), replica.log()[-4000:]
+
+
+@contextlib.asynccontextmanager
+async def stubs(cluster: Cluster) -> AsyncIterator[dict[str, pb_grpc.CodeAgentServiceStub]]:
+    """A client of each replica, by name."""
+    async with contextlib.AsyncExitStack() as stack:
+        channels = {
+            name: await stack.enter_async_context(grpc.aio.insecure_channel(replica.address))
+            for name, replica in cluster.replicas.items()
+        }
+        yield {name: pb_grpc.CodeAgentServiceStub(channel) for name, channel in channels.items()}
+
+
+@contextlib.asynccontextmanager
+async def store(cluster: Cluster) -> AsyncIterator[PostgresStore]:
+    """The database the replicas share, read as they read it."""
+    opened = PostgresStore(cluster.url, "test-reader")
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def read_log(cluster: Cluster, session_id: str) -> list[LogEntry]:
+    async with store(cluster) as db:
+        return await db.read_log(session_id, 0, 10_000)
+
+
+async def history(cluster: Cluster, session_id: str) -> list[tuple[str, str]]:
+    async with store(cluster) as db:
+        return [(m.role, m.content) for m in await db.load_messages(session_id)]
+
+
+async def dangling_calls(cluster: Cluster, session_id: str) -> list[str]:
+    """The ids of the tool calls in the stored history that have no result."""
+    async with store(cluster) as db:
+        messages = await db.load_messages(session_id)
+    answered = {m.tool_call_id for m in messages if m.role == "tool"}
+    return [c.id for m in messages for c in m.tool_calls if c.id not in answered]
+
+
+def events_of(entries: list[LogEntry], type: EventType) -> list[LogEntry]:
+    return [e for e in entries if e.kind == EVENT and e.body["type"] == type]
+
+
+def tag() -> str:
+    """Digits that mark one test's commands among every process on the machine."""
+    return f"{random.randrange(10**6):06d}"
+
+
+def generate(stub: pb_grpc.CodeAgentServiceStub, session_id: str, prompt: str) -> Any:
+    return stub.Generate(
+        pb.GenerateRequest(session_id=session_id, messages=[user(prompt)]), timeout=RPC_TIMEOUT_S
+    )
+
+
+async def tool_call_seq(stream: grpc.aio.UnaryStreamCall) -> int:
+    """Read a stream up to the model's tool call; the seq of that chunk."""
+    async for chunk in stream:
+        if chunk.type == CHUNK.CHUNK_TYPE_TOOL_CALL:
+            return int(chunk.metadata["seq"])
+    raise AssertionError("the stream ended without a tool call")
+
+
+async def session_on(stub: pb_grpc.CodeAgentServiceStub) -> str:
+    reply = await stub.CreateSession(pb.CreateSessionRequest(), timeout=RPC_TIMEOUT_S)
+    return reply.session_id
+
+
+def kill_leftovers(marker: str) -> None:
+    for pid in processes_with(marker):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+# --- any replica serves any session --------------------------------------------------------------
+
+
+async def test_a_session_created_on_one_replica_generates_on_another(cluster: Cluster) -> None:
+    async with stubs(cluster) as stub:
+        created = await stub["A"].CreateSession(
+            pb.CreateSessionRequest(
+                initial_context=[user("first"), pb.Message(role=pb.Message.ROLE_ASSISTANT, content="ack")]
+            ),
+            timeout=RPC_TIMEOUT_S,
+        )
+        session_id = created.session_id
+        on_b = await generate(stub["B"], session_id, "hello from B")
+        seen_on_a = await stub["A"].GetSession(pb.GetSessionRequest(session_id=session_id))
+        on_a = await generate(stub["A"], session_id, "again on A")
+    assert on_b.message.content == "echo: hello from B"
+    assert seen_on_a.session.context_usage.message_count == 4  # B's generation, right after it
+    assert on_a.message.content == "echo: again on A"
+    sent_by_a = [(m["role"], m["content"]) for m in cluster.fake.requests[-1].messages[1:]]
+    assert sent_by_a == [
+        ("user", "first"),
+        ("assistant", "ack"),
+        ("user", "hello from B"),
+        ("assistant", "echo: hello from B"),
+        ("user", "again on A"),
+    ]
+    assert await history(cluster, session_id) == [*sent_by_a, ("assistant", "echo: again on A")]
+
+
+# --- control reaches the replica running the generation --------------------------------------------
+
+
+async def test_cancel_sent_to_another_replica_stops_the_run_and_its_command(cluster: Cluster) -> None:
+    marker = f"30.{tag()}"
+    async with stubs(cluster) as stub:
+        session_id = await session_on(stub["B"])
+        stream = stub["A"].StreamGenerate(
+            pb.GenerateRequest(session_id=session_id, messages=[user(f"bash 1: sleep {marker}")]),
+            timeout=RPC_TIMEOUT_S,
+        )
+        await tool_call_seq(stream)
+        await eventually(lambda: processes_with(marker), "the command runs on A")
+        cancelled = await stub["C"].Cancel(pb.CancelRequest(session_id=session_id), timeout=RPC_TIMEOUT_S)
+        assert cancelled.success
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            async for _ in stream:
+                pass
+        assert ended.value.code() == grpc.StatusCode.CANCELLED, ended.value
+        await eventually(lambda: not processes_with(marker), "the command is killed")
+        # Nothing runs now, on any replica.
+        assert not (await stub["B"].Cancel(pb.CancelRequest(session_id=session_id))).success
+        after = await generate(stub["C"], session_id, "still there?")
+    assert after.message.content == "echo: still there?"  # the strict model took the history
+    assert not await dangling_calls(cluster, session_id)
+    warnings = events_of(await read_log(cluster, session_id), EventType.WARNING)
+    assert [w.body["message"] for w in warnings] == ["generation cancelled by the client"]
+
+
+async def test_confirmation_sent_to_another_replica_takes_effect(cluster: Cluster) -> None:
+    marker = f"confirmed-{tag()}"
+    async with stubs(cluster) as stub:
+        session_id = await session_on(stub["A"])
+        policy = pb.ConfirmationPolicy(
+            enabled=True, require_confirm_tools=["bash"], default_timeout_ms=10_000
+        )
+        await stub["C"].SetConfirmationPolicy(
+            pb.SetConfirmationPolicyRequest(session_id=session_id, policy=policy), timeout=RPC_TIMEOUT_S
+        )
+        stream = stub["A"].StreamGenerate(
+            pb.GenerateRequest(session_id=session_id, messages=[user(f"bash 1: echo {marker}")]),
+            timeout=RPC_TIMEOUT_S,
+        )
+        async for chunk in stream:
+            if (
+                chunk.type == CHUNK.CHUNK_TYPE_METADATA
+                and chunk.metadata.get("type") == "confirmation_required"
+            ):
+                break
+        else:
+            raise AssertionError("no confirmation was asked for")
+        await stub["B"].ConfirmToolExecution(
+            pb.ConfirmToolExecutionRequest(
+                session_id=session_id, tool_id=chunk.metadata["tool_id"], approved=True
+            ),
+            timeout=RPC_TIMEOUT_S,
+        )
+        rest = [c async for c in stream]
+    assert rest[-1].type == CHUNK.CHUNK_TYPE_DONE
+    assert "".join(c.content for c in rest if c.type == CHUNK.CHUNK_TYPE_CONTENT) == f"ran: {marker}\n"
+
+
+async def test_an_external_task_completed_on_another_replica_takes_effect(cluster: Cluster) -> None:
+    async with stubs(cluster) as stub:
+        session_id = await session_on(stub["C"])
+        config = pb.LaneHandlerConfig(mode=pb.TASK_HANDLER_MODE_EXTERNAL, timeout_ms=10_000)
+        await stub["B"].SetLaneHandler(
+            pb.SetLaneHandlerRequest(session_id=session_id, lane=pb.SESSION_LANE_EXECUTE, config=config),
+            timeout=RPC_TIMEOUT_S,
+        )
+        (created,) = await read_log(cluster, session_id)
+        pending = stub["B"].SubscribeEvents(
+            pb.SubscribeEventsRequest(session_id=session_id, event_types=["external_task_pending"]),
+            metadata=((AFTER_SEQ, str(created.seq)),),
+            timeout=RPC_TIMEOUT_S,
+        )
+        running = generate(stub["A"], session_id, "bash 1: make deploy")
+        task_id = (await pending.read()).data["task_id"]
+        pending.cancel()
+        await stub["B"].CompleteExternalTask(
+            pb.CompleteExternalTaskRequest(
+                session_id=session_id, task_id=task_id, success=True, result="deployed from B"
+            ),
+            timeout=RPC_TIMEOUT_S,
+        )
+        reply = await running
+    assert reply.message.content == "ran: deployed from B"
+
+
+# --- events of a run on one replica, on another ----------------------------------------------------
+
+
+async def test_a_subscriber_on_one_replica_sees_every_event_of_a_run_on_another(cluster: Cluster) -> None:
+    async with stubs(cluster) as stub:
+        session_id = await session_on(stub["A"])
+        (created,) = await read_log(cluster, session_id)
+        assert created.body["type"] == EventType.SESSION_CREATED
+        events = stub["B"].SubscribeEvents(
+            pb.SubscribeEventsRequest(session_id=session_id),
+            metadata=((AFTER_SEQ, str(created.seq)),),
+            timeout=RPC_TIMEOUT_S,
+        )
+        stream = stub["A"].StreamGenerate(
+            pb.GenerateRequest(session_id=session_id, messages=[user("bash 3: echo step")]),
+            timeout=RPC_TIMEOUT_S,
+        )
+        chunks = [int(c.metadata["seq"]) async for c in stream]
+        received: list[pb.AgentEvent] = []
+        async for event in events:
+            received.append(event)
+            if event.type == pb.AgentEvent.EVENT_TYPE_GENERATION_COMPLETED:
+                break
+        events.cancel()
+    seqs = [int(e.data["seq"]) for e in received]
+    logged = [e for e in await read_log(cluster, session_id) if e.seq > created.seq]
+    assert [(s, e.type) for s, e in zip(seqs, received, strict=True)] == [
+        (e.seq, e.body["type"]) for e in logged if e.kind == EVENT
+    ]
+    # The run's chunks (streamed on A) and its events (seen on B) make the whole log after the
+    # session's creation: nothing missed, nothing twice.
+    assert sorted(seqs + chunks) == list(range(created.seq + 1, logged[-1].seq + 1))
+    assert [e.type for e in received].count(pb.AgentEvent.EVENT_TYPE_TOOL_COMPLETED) == 3
+
+
+# --- a replica that stops ----------------------------------------------------------------------------
+
+
+async def test_a_killed_owner_s_run_is_taken_over_and_no_acknowledged_write_is_lost(cluster: Cluster) -> None:
+    marker = f"30.{tag()}"
+    killed = cluster.replicas["A"]
+    try:
+        async with stubs(cluster) as stub:
+            session_id = await session_on(stub["B"])
+            acknowledged = await generate(stub["A"], session_id, "remember this")
+            tool = await stub["A"].ExecuteTool(
+                pb.ExecuteToolRequest(
+                    session_id=session_id, tool_name="bash", arguments='{"command": "echo kept"}'
+                ),
+                timeout=RPC_TIMEOUT_S,
+            )
+            stream = stub["A"].StreamGenerate(
+                pb.GenerateRequest(session_id=session_id, messages=[user(f"bash 1: sleep {marker}")]),
+                timeout=RPC_TIMEOUT_S,
+            )
+            seen = [await tool_call_seq(stream)]
+            await eventually(lambda: processes_with(marker), "the command runs on A")
+            killed.kill()
+            with pytest.raises(grpc.aio.AioRpcError):
+                async for chunk in stream:
+                    seen.append(int(chunk.metadata["seq"]))
+            # The caller resumes on a survivor from the last chunk it saw: what the killed replica
+            # committed after it, then the takeover's error; no hang.
+            resumed = stub["B"].StreamGenerate(
+                pb.GenerateRequest(session_id=session_id),
+                metadata=((AFTER_SEQ, str(seen[-1])),),
+                timeout=RPC_TIMEOUT_S,
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as ended:
+                async for chunk in resumed:
+                    seen.append(int(chunk.metadata["seq"]))
+            assert ended.value.code() == grpc.StatusCode.UNAVAILABLE, ended.value
+            assert "the replica running it (A) stopped" in (ended.value.details() or "")
+            after = await generate(stub["C"], session_id, "carry on")
+    finally:
+        kill_leftovers(marker)
+    assert acknowledged.message.content == "echo: remember this" and tool.result.success
+    assert after.message.content == "echo: carry on"
+    stored = await history(cluster, session_id)
+    assert stored[:2] == [("user", "remember this"), ("assistant", "echo: remember this")]
+    assert stored[3] == ("tool", "kept\n")  # the ExecuteTool call's result, after its call
+    assert stored[4] == ("user", f"bash 1: sleep {marker}")
+    assert stored[5][0] == "assistant" and stored[6][0] == "tool" and INTERRUPTED in stored[6][1]
+    assert stored[-2:] == [("user", "carry on"), ("assistant", "echo: carry on")]
+    assert not await dangling_calls(cluster, session_id)
+    logged = await read_log(cluster, session_id)
+    run = next(e.body["run"] for e in logged if e.seq == seen[0])
+    run_chunks = [e.seq for e in logged if e.kind != EVENT and e.body["run"] == run]
+    assert seen == run_chunks[:-1], "each chunk of the run once, but the failure the error ended"
+    errors = events_of(logged, EventType.ERROR)
+    assert len(errors) == 1 and "the replica running it (A) stopped" in errors[0].body["message"]
+    refused = [r for r in cluster.fake.requests if _message_problem(r.messages)]
+    assert not refused, [_message_problem(r.messages) for r in refused]
+
+
+@pytest.mark.parametrize("command_ends", ["while it sleeps", "after it woke up"])
+async def test_a_replica_woken_after_losing_its_lease_is_fenced_and_stops_its_run(
+    cluster: Cluster, command_ends: str
+) -> None:
+    """SIGSTOP the owner past its lease; once another replica took the run over, SIGCONT it. Its
+    command's result (when it ended meanwhile) or the answers its stopped run gives the open call
+    (when it ends after the wake-up, once the replica found its lease gone) are refused."""
+    marker = tag()
+    sleep = f"{2 if command_ends == 'while it sleeps' else 30}.{marker}"
+    prompt = f"bash 1: sleep {sleep}; echo late-{marker}"
+    stale = cluster.replicas["A"]
+    try:
+        async with stubs(cluster) as stub:
+            session_id = await session_on(stub["A"])
+            stream = stub["A"].StreamGenerate(
+                pb.GenerateRequest(session_id=session_id, messages=[user(prompt)]), timeout=RPC_TIMEOUT_S
+            )
+            await tool_call_seq(stream)
+            await eventually(lambda: processes_with(sleep), "the command runs on A")
+            os.kill(stale.pid, signal.SIGSTOP)
+            try:
+
+                async def taken_over() -> bool:
+                    return bool(events_of(await read_log(cluster, session_id), EventType.ERROR))
+
+                await eventually(taken_over, "another replica takes the run over")
+                if command_ends == "while it sleeps":
+                    await eventually(lambda: not processes_with(sleep), "the command ends while A sleeps")
+                at_takeover = await read_log(cluster, session_id)
+                history_at_takeover = await history(cluster, session_id)
+            finally:
+                os.kill(stale.pid, signal.SIGCONT)
+            with pytest.raises(grpc.aio.AioRpcError) as ended:
+                async for _ in stream:
+                    pass
+            assert ended.value.code() == grpc.StatusCode.UNAVAILABLE, ended.value
+            await eventually(lambda: not processes_with(sleep), "A stopped the run's command")
+            # A's run is over: the session's generation lock is free on A again.
+            after = await generate(stub["A"], session_id, "after the wake-up")
+    finally:
+        kill_leftovers(sleep)
+    assert after.message.content == "echo: after the wake-up"
+    assert INTERRUPTED in history_at_takeover[-1][1]
+    stored = await history(cluster, session_id)
+    assert stored == [
+        *history_at_takeover,
+        ("user", "after the wake-up"),
+        ("assistant", "echo: after the wake-up"),
+    ]
+    later = [e for e in await read_log(cluster, session_id) if e.seq > at_takeover[-1].seq]
+    run = at_takeover[-1].body["data"]["run_id"]
+    assert not [e for e in later if e.body.get("run") == run], "an entry of the fenced run landed"
+    assert f"the generation of session {session_id} stopped: " in stale.log()
