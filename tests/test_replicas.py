@@ -10,6 +10,7 @@ and woken up again is fenced: its late writes are refused and it stops its run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
@@ -255,6 +256,48 @@ async def test_cancel_sent_to_another_replica_stops_the_run_and_its_command(clus
     assert [w.body["message"] for w in warnings] == ["generation cancelled by the client"]
 
 
+async def test_pause_and_resume_sent_to_other_replicas_hold_and_release_the_run(cluster: Cluster) -> None:
+    marker = f"0.{tag()}"
+    async with stubs(cluster) as stub:
+        session_id = await session_on(stub["A"])
+        running = generate(stub["A"], session_id, f"bash 2: sleep {marker}")
+        await eventually(lambda: processes_with(marker), "the first command runs on A")
+        await stub["B"].Pause(pb.PauseRequest(session_id=session_id), timeout=RPC_TIMEOUT_S)
+        state = (await stub["C"].GetSession(pb.GetSessionRequest(session_id=session_id))).session.state
+        assert state == pb.SESSION_STATE_PAUSED
+        await asyncio.sleep(1.5)  # the command ends; the paused run waits before its next step
+        assert not running.done()
+        assert len(events_of(await read_log(cluster, session_id), EventType.TOOL_CALLED)) == 1
+        await stub["C"].Resume(pb.ResumeRequest(session_id=session_id), timeout=RPC_TIMEOUT_S)
+        reply = await running
+    assert reply.message.content.startswith("ran:")
+    assert len(events_of(await read_log(cluster, session_id), EventType.TOOL_CALLED)) == 2
+
+
+async def test_an_initialize_on_one_replica_applies_on_the_others(cluster: Cluster) -> None:
+    async with stubs(cluster) as stub:
+        disabled = pb.ToolsConfig(disabled_tools=["web_search"])
+        await stub["A"].Initialize(pb.InitializeRequest(config=pb.AgentConfig(tools=disabled)))
+        try:
+            for name in ("B", "C"):
+                listing = stub[name].ListTools
+
+                async def without_web_search(listing: Any = listing) -> bool:
+                    names = {t.name for t in (await listing(pb.ListToolsRequest())).tools}
+                    return "web_search" not in names and "read_file" in names
+
+                await eventually(without_web_search, f"replica {name} applies A's Initialize")
+        finally:
+            await stub["A"].Initialize(pb.InitializeRequest())
+        for name in ("B", "C"):
+            listing = stub[name].ListTools
+
+            async def back(listing: Any = listing) -> bool:
+                return "web_search" in {t.name for t in (await listing(pb.ListToolsRequest())).tools}
+
+            await eventually(back, f"replica {name} applies the next Initialize")
+
+
 async def test_confirmation_sent_to_another_replica_takes_effect(cluster: Cluster) -> None:
     marker = f"confirmed-{tag()}"
     async with stubs(cluster) as stub:
@@ -305,6 +348,13 @@ async def test_an_external_task_completed_on_another_replica_takes_effect(cluste
         running = generate(stub["A"], session_id, "bash 1: make deploy")
         task_id = (await pending.read()).data["task_id"]
         pending.cancel()
+        listed = await stub["C"].ListPendingExternalTasks(  # the run is A's: C asks A
+            pb.ListPendingExternalTasksRequest(session_id=session_id), timeout=RPC_TIMEOUT_S
+        )
+        assert [(t.task_id, t.command_type, t.lane) for t in listed.tasks] == [
+            (task_id, "bash", pb.SESSION_LANE_EXECUTE)
+        ]
+        assert 0 < listed.tasks[0].remaining_ms <= 10_000
         await stub["B"].CompleteExternalTask(
             pb.CompleteExternalTaskRequest(
                 session_id=session_id, task_id=task_id, success=True, result="deployed from B"

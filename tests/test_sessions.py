@@ -63,6 +63,33 @@ async def test_session_workspace_must_exist_and_relative_ones_resolve_in_the_ser
     assert "config.workspace" in err.value.details()
 
 
+async def test_a_session_whose_workspace_is_not_here_is_refused_naming_the_shared_volume(
+    live: LiveServer,
+) -> None:
+    """What a replica without the session's workspace answers (replicas share workspaces on one
+    volume; the server does not route sessions to the replica that holds them)."""
+    (live.workspace / "elsewhere").mkdir()
+    llm = pb.LLMConfig(provider="openai", model="never-called", base_url="http://127.0.0.1:9")
+    created = await live.stub.CreateSession(
+        pb.CreateSessionRequest(config=pb.SessionConfig(workspace="elsewhere", llm=llm))
+    )
+    (live.workspace / "elsewhere").rmdir()
+    for call in (
+        live.stub.ExecuteTool(
+            pb.ExecuteToolRequest(session_id=created.session_id, tool_name="list_files", arguments="{}")
+        ),
+        live.stub.Generate(
+            pb.GenerateRequest(
+                session_id=created.session_id, messages=[pb.Message(role=pb.Message.ROLE_USER, content="hi")]
+            )
+        ),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await call
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "is not on this replica" in err.value.details() and "shared volume" in err.value.details()
+
+
 async def test_initial_context_is_counted_and_bad_roles_refused(live: LiveServer) -> None:
     created = await live.stub.CreateSession(
         pb.CreateSessionRequest(

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..base.errors import NotFound
 from ..base.models import Message
-from ..core.control import ConfirmationPolicy, ExternalTask, Lane, LaneHandler
+from ..core.control import ConfirmationPolicy, Lane, LaneHandler, PendingTask
 from ..runtime import Runtime
 
 
@@ -90,6 +90,7 @@ class Control:
         args = {"task_id": task_id, "success": success, "result": result, "error": error}
         await self._route(session_id, "complete_external", args)
 
-    def pending_external(self, session_id: str) -> list[ExternalTask]:
-        """The external tasks this replica's run of the session waits for."""
-        return self._rt.control.pending_external(session_id)
+    async def pending_external(self, session_id: str) -> list[PendingTask]:
+        """The external tasks the session's running generation waits for (on whichever replica)."""
+        listed = await self._route(session_id, "pending_external", {})
+        return [PendingTask(**{**task, "lane": Lane(task["lane"])}) for task in listed]

@@ -52,6 +52,19 @@ class ExternalTask:
         return max(0, int((self.deadline - time.monotonic()) * 1000))
 
 
+@dataclass(frozen=True)
+class PendingTask:
+    """An external task as a listing shows it (what travels between replicas: no future)."""
+
+    task_id: str
+    session_id: str
+    lane: Lane
+    command_type: str
+    payload: str
+    timeout_ms: int
+    remaining_ms: int
+
+
 @dataclass
 class Outcome:
     """How a wait for a person or a host ended."""
@@ -264,5 +277,10 @@ class ControlPlane:
             {"task_id": task_id, "success": str(success).lower()},
         )
 
-    def pending_external(self, session_id: str) -> list[ExternalTask]:
-        return list(self.of(session_id).external.values())
+    def pending_external(self, session_id: str) -> list[PendingTask]:
+        return [
+            PendingTask(
+                t.task_id, t.session_id, t.lane, t.command_type, t.payload, t.timeout_ms, t.remaining_ms
+            )
+            for t in self.of(session_id).external.values()
+        ]

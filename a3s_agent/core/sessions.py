@@ -216,7 +216,7 @@ class SessionManager:
             settings=settings or session.settings,
             updated_at=self._next_stamp(session),
         )
-        await self._store.update_session(updated, fence=self._events.fence_for(session_id))
+        await self._update(updated)
         self._sessions[session_id] = updated
         return updated
 
@@ -250,16 +250,21 @@ class SessionManager:
         """Make `settings` the session's (one store transaction)."""
         session = self.get(session_id)
         updated = replace(session, settings=settings, updated_at=self._next_stamp(session))
-        await self._store.update_session(updated, fence=self._events.fence_for(session_id))
+        await self._update(updated)
         self._sessions[session_id] = updated
         return updated
 
     async def set_state(self, session_id: str, state: SessionState) -> Session:
         session = self.get(session_id)
         updated = replace(session, state=state, updated_at=self._next_stamp(session))
-        await self._store.update_session(updated, fence=self._events.fence_for(session_id))
+        await self._update(updated)
         self._sessions[session_id] = updated
         return updated
+
+    async def _update(self, updated: Session) -> None:
+        """Store a session's new header, with the session's queued events, in one transaction."""
+        fence = self._events.fence_for(updated.id)
+        await self._events.write(updated.id, (), lambda log: self._store.update_session(updated, log, fence))
 
     def generation_lock(self, session_id: str) -> asyncio.Lock:
         """Held while a generation runs, so two never interleave one session's history."""

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -337,6 +337,9 @@ class Runtime:
             "complete_external": lambda sid, a: control.complete_external(
                 sid, a["task_id"], a["success"], a["result"], a["error"]
             ),
+            "pending_external": lambda sid, a: [
+                {**asdict(task), "lane": int(task.lane)} for task in control.pending_external(sid)
+            ],
         }
         for name, action in actions.items():
             self.replicas.handle(name, _as_async(action))

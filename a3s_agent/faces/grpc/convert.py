@@ -22,7 +22,7 @@ from ...core.agent import (
     TurnEvent,
 )
 from ...core.context import ContextUsage
-from ...core.control import ConfirmationPolicy, ExternalTask, LaneHandler
+from ...core.control import ConfirmationPolicy, LaneHandler, PendingTask
 from ...core.events import Event
 from ...core.permissions import PermissionPolicy
 from ...core.session import Session
@@ -391,7 +391,7 @@ def lane_handler_to_pb(handler: LaneHandler) -> pb.LaneHandlerConfig:
     )
 
 
-def external_task_to_pb(task: ExternalTask) -> pb.ExternalTask:
+def external_task_to_pb(task: PendingTask) -> pb.ExternalTask:
     return pb.ExternalTask(
         task_id=task.task_id,
         session_id=task.session_id,

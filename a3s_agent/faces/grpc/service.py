@@ -397,7 +397,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     async def ListPendingExternalTasks(
         self, request: pb.ListPendingExternalTasksRequest, context: Any
     ) -> pb.ListPendingExternalTasksResponse:
-        tasks = self.app.control.pending_external(request.session_id)
+        tasks = await self.app.control.pending_external(request.session_id)
         return pb.ListPendingExternalTasksResponse(tasks=[convert.external_task_to_pb(t) for t in tasks])
 
     # --- permissions ----------------------------------------------------------------------

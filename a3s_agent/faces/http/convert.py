@@ -26,7 +26,7 @@ from ...core.agent import (
     TurnEvent,
 )
 from ...core.context import ContextUsage
-from ...core.control import ConfirmationPolicy, ExternalTask, LaneHandler
+from ...core.control import ConfirmationPolicy, LaneHandler, PendingTask
 from ...core.events import Event
 from ...core.permissions import PermissionPolicy
 from ...core.session import Session
@@ -433,7 +433,7 @@ def lane_handler_config(handler: LaneHandler) -> Plain:
     return {"mode": int(handler.mode), "timeout_ms": handler.timeout_ms}
 
 
-def external_task(task: ExternalTask) -> Plain:
+def external_task(task: PendingTask) -> Plain:
     return {
         "task_id": task.task_id,
         "session_id": task.session_id,

@@ -524,7 +524,7 @@ async def _complete_external_task(app: Application, request: Given) -> Plain:
 
 @_rpc("ListPendingExternalTasks")
 async def _list_pending_external_tasks(app: Application, request: Given) -> Plain:
-    tasks = app.control.pending_external(request["session_id"])
+    tasks = await app.control.pending_external(request["session_id"])
     return {"tasks": [convert.external_task(t) for t in tasks]}
 
 
