@@ -11,6 +11,7 @@ import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,20 @@ def postgres_server() -> Iterator[Any]:
         shutil.rmtree(parent, ignore_errors=True)
 
 
+@contextmanager
+def fresh_database(server: Any, prefix: str = "t") -> Iterator[str]:
+    """The URL of a new database on `server`, dropped (its connections closed) afterwards."""
+    name = f"{prefix}_{secrets.token_hex(6)}"
+    with psycopg.connect(server.get_uri(), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield server.get_uri(name)
+    finally:
+        with psycopg.connect(server.get_uri(), autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
 @pytest.fixture
 def postgres_url(postgres_server: Any) -> Iterator[str]:
-    name = f"t_{secrets.token_hex(6)}"
-    with psycopg.connect(postgres_server.get_uri(), autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    yield postgres_server.get_uri(name)
-    with psycopg.connect(postgres_server.get_uri(), autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    with fresh_database(postgres_server) as url:
+        yield url

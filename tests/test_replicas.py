@@ -15,7 +15,6 @@ import contextlib
 import os
 import random
 import re
-import secrets
 import signal
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-import psycopg
 import pytest
 
 from a3s_agent.core.events import EVENT, EventType
@@ -37,6 +35,7 @@ from .conftest import eventually, user
 from .fake_llm import FakeLLM, Reply, _message_problem, text, tool_call
 from .fault.conftest import LoggedServer
 from .fault.test_crash_repair import processes_with
+from .postgres import fresh_database
 
 LEASE_TTL_S = 1.0
 RPC_TIMEOUT_S = 15.0
@@ -77,12 +76,8 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def replica_database(postgres_server: Any) -> Iterator[str]:
-    name = f"replicas_{secrets.token_hex(4)}"
-    with psycopg.connect(postgres_server.get_uri(), autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    yield postgres_server.get_uri(name)
-    with psycopg.connect(postgres_server.get_uri(), autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    with fresh_database(postgres_server, "replicas") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

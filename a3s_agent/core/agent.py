@@ -19,7 +19,7 @@ from ..tools.registry import Tool, ToolOutput
 from .budget import BudgetSpent, budget_spent
 from .context import Compaction, ContextManager
 from .control import ControlPlane
-from .events import EventBus, EventType
+from .events import EventBus, EventType, event_entry
 from .host import AgentHost
 from .repair import answer_interrupted_calls
 from .sessions import SessionManager
@@ -188,9 +188,10 @@ class Agent:
                 if current is not None:
                     current.uncancel()
                 await self._sessions.append_messages(
-                    session_id, [Message(role="assistant", content="[the run was cancelled by the client]")]
+                    session_id,
+                    [Message(role="assistant", content="[the run was cancelled by the client]")],
+                    log=[event_entry(EventType.WARNING, session_id, "generation cancelled by the client")],
                 )
-                self._events.publish(EventType.WARNING, session_id, "generation cancelled by the client")
                 raise Cancelled("the generation was cancelled") from None
             except Exception as exc:
                 await self._answer_open_calls(session_id, f"not run: the generation failed ({exc})")
