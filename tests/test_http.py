@@ -231,6 +231,32 @@ async def test_session_routes_share_the_core_with_grpc(rest: Http) -> None:
     await error_of(await client.delete("/sessions/s1"), 404, "NOT_FOUND")
 
 
+async def test_an_unknown_confirmation_or_task_is_the_grpc_reply_as_json(rest: Http) -> None:
+    """As A3S answers them: success=false and what is unknown, an unknown session still 404."""
+    session_id = await new_session(rest.server)
+    stub = rest.server.stub
+    over_grpc = {
+        "ConfirmToolExecution": await stub.ConfirmToolExecution(
+            pb.ConfirmToolExecutionRequest(session_id=session_id, tool_id="t-9", approved=True)
+        ),
+        "CompleteExternalTask": await stub.CompleteExternalTask(
+            pb.CompleteExternalTaskRequest(session_id=session_id, task_id="t-9", success=True)
+        ),
+    }
+    for method, fields in (
+        ("ConfirmToolExecution", {"tool_id": "t-9", "approved": True}),
+        ("CompleteExternalTask", {"task_id": "t-9", "success": True}),
+    ):
+        reply = await rest.client.post(f"/rpc/{method}", json={"session_id": session_id, **fields})
+        assert reply.status == 200 and await reply.json() == {
+            "success": False,
+            "error": over_grpc[method].error,
+        }
+        assert not over_grpc[method].success and "'t-9'" in over_grpc[method].error
+        ghost = await rest.client.post(f"/rpc/{method}", json={"session_id": "ghost", **fields})
+        assert "ghost" in await error_of(ghost, 404, "NOT_FOUND")
+
+
 async def test_bad_requests_are_json_errors_naming_the_fault(rest: Http) -> None:
     client = rest.client
     message = await error_of(

@@ -28,7 +28,7 @@ from .conftest import ServerProcess, eventually
 from .fake_llm import FakeLLM, text
 
 SERVICE = pb.DESCRIPTOR.services_by_name["CodeAgentService"]
-VOLATILE = {"created_at", "updated_at", "timestamp", "uptime_s", "duration_ms"}
+VOLATILE = {"created_at", "updated_at", "timestamp", "timestamp_ms", "uptime_s", "duration_ms"}
 """Fields that tell when, not what: two calls one after the other differ in them."""
 ANSWER = "The answer, from the fake model."
 STRUCTURED = '{"answer": 42}'

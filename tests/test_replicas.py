@@ -315,6 +315,13 @@ async def test_confirmation_sent_to_another_replica_takes_effect(cluster: Cluste
                 break
         else:
             raise AssertionError("no confirmation was asked for")
+        # An id A's run does not wait for: A's answer crosses back as success=false, as A3S
+        # answers it (issue 18), not as an error status.
+        unknown = await stub["B"].ConfirmToolExecution(
+            pb.ConfirmToolExecutionRequest(session_id=session_id, tool_id="not-waiting", approved=True),
+            timeout=RPC_TIMEOUT_S,
+        )
+        assert not unknown.success and "'not-waiting'" in unknown.error
         await stub["B"].ConfirmToolExecution(
             pb.ConfirmToolExecutionRequest(
                 session_id=session_id, tool_id=chunk.metadata["tool_id"], approved=True

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -472,6 +473,11 @@ async def test_the_paged_read_walks_the_whole_log_with_events_and_chunks(
     assert [int(e["chunk"]["metadata"]["seq"]) for e in in_log] == [seq_of(c) for c in chunks]
     assert [e["chunk"]["type"] for e in in_log] == [CHUNK.ChunkType.Name(c.type) for c in chunks]
     assert len({e["run"] for e in in_log}) == 1
+    # Times as A3S means them (issue 18; milliseconds before): `timestamp` Unix seconds, the
+    # milliseconds in data.timestamp_ms (an event's) or timestamp_ms (a chunk entry's), never going back.
+    millis = [int(e["data"]["timestamp_ms"] if e["kind"] == "event" else e["timestamp_ms"]) for e in entries]
+    assert millis == sorted(millis) and time.time() - 60 < millis[0] / 1000 <= time.time()
+    assert [int(e["timestamp"]) for e in entries] == [ms // 1000 for ms in millis]
     types = [e["type"] for e in entries if e["kind"] == "event"]
     assert "EVENT_TYPE_GENERATION_STARTED" in types and types[-1] == "EVENT_TYPE_GENERATION_COMPLETED"
 

@@ -18,6 +18,11 @@ async def _status_of(call) -> grpc.StatusCode:  # type: ignore[no-untyped-def]
     return err.value.code()
 
 
+def directories(top: Path) -> list[Path]:
+    """Every directory below `top`, symlinks not followed."""
+    return sorted(path for path in top.rglob("*") if path.is_dir() and not path.is_symlink())
+
+
 async def test_create_with_generated_id_then_get_and_list(live: LiveServer) -> None:
     created = await live.stub.CreateSession(
         pb.CreateSessionRequest(config=pb.SessionConfig(name="first", system_prompt="be brief"))
@@ -49,18 +54,64 @@ async def test_invalid_session_ids_are_refused(live: LiveServer, bad_id: str) ->
     assert "session_id" in err.value.details()
 
 
-async def test_session_workspace_must_exist_and_relative_ones_resolve_in_the_server_workspace(
+async def test_relative_workspaces_resolve_in_the_server_workspace_and_missing_ones_outside_are_refused(
     live: LiveServer, tmp_path: Path
 ) -> None:
     (live.workspace / "sub").mkdir()
     created = await live.stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(workspace="sub")))
     assert created.session.config.workspace == str((live.workspace / "sub").resolve())
+    # Outside the workspace root (here the workspace) a missing directory is refused, not created
+    # (inside it is created since issue 18: test_a_missing_workspace_in_the_root_is_created).
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await live.stub.CreateSession(
             pb.CreateSessionRequest(config=pb.SessionConfig(workspace=str(tmp_path / "missing")))
         )
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "config.workspace" in err.value.details()
+    assert not (tmp_path / "missing").exists()
+
+
+async def test_a_missing_workspace_in_the_root_is_created(live: LiveServer) -> None:
+    """As A3S, which stored the path and created the directory on use."""
+    root = live.workspace.resolve()
+    created = await live.stub.CreateSession(
+        pb.CreateSessionRequest(config=pb.SessionConfig(workspace="projects/new"))
+    )
+    assert created.session.config.workspace == str(root / "projects" / "new")
+    assert (root / "projects" / "new").is_dir()
+    listed = await live.stub.ExecuteTool(
+        pb.ExecuteToolRequest(session_id=created.session_id, tool_name="list_files", arguments="{}")
+    )
+    assert listed.result.success
+    # ConfigureSession too, an absolute path inside the root as well; a symlink that stays in the
+    # root is followed.
+    (root / "real").mkdir()
+    (root / "inner").symlink_to(root / "real")
+    for named, made in ((str(root / "abs" / "x"), root / "abs" / "x"), ("inner/y", root / "real" / "y")):
+        configured = await live.stub.ConfigureSession(
+            pb.ConfigureSessionRequest(
+                session_id=created.session_id, config=pb.SessionConfig(workspace=named)
+            )
+        )
+        assert configured.session.config.workspace == str(made) and made.is_dir()
+
+
+@pytest.mark.parametrize(
+    "named", ["link/new", "link/a/b", "dangling", "dangling/new", "new/../../escape", "link/../escape"]
+)
+async def test_no_workspace_is_created_through_a_way_out_of_the_root(
+    live: LiveServer, tmp_path: Path, named: str
+) -> None:
+    """A symlink in the workspace leading out of it (to an existing directory or to none), or `..`."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (live.workspace / "link").symlink_to(outside)
+    (live.workspace / "dangling").symlink_to(tmp_path / "nowhere")
+    before = directories(tmp_path)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await live.stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(workspace=named)))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "config.workspace" in err.value.details()
+    assert directories(tmp_path) == before  # nothing created, outside or in the workspace
 
 
 async def test_a_session_whose_workspace_is_not_here_is_refused_naming_the_shared_volume(
@@ -155,6 +206,7 @@ async def test_configure_merges_and_advances_updated_at(live: LiveServer) -> Non
 
 
 async def test_configure_refuses_a_missing_workspace_and_keeps_the_old_config(live: LiveServer) -> None:
+    # Outside the workspace root: a missing one inside is created since issue 18.
     created = await live.stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(name="n")))
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await live.stub.ConfigureSession(

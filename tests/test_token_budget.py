@@ -115,6 +115,7 @@ async def test_a_stream_says_so_in_a_metadata_chunk_and_events_tell_subscribers(
     assert warning.type == pb.AgentEvent.EVENT_TYPE_WARNING and warning.message == done.content
     data = dict(warning.data)
     assert int(data.pop("seq")) > 0  # every event's place in the log
+    assert int(data.pop("timestamp_ms")) // 1000 == warning.timestamp  # every event's time (issue 18)
     assert data == {"token_budget": "1", "token_budget_used": used}
     assert completed.data["finish_reason"] == "length" and completed.data["turns"] == "0"
     assert len(fake.requests) == 1

@@ -11,6 +11,12 @@ class NotFound(AgentError):
     """A session, tool, skill, task or other named thing does not exist."""
 
 
+class NotWaiting(NotFound):
+    """No confirmation or external task with that id waits for an answer. A3S answers this one in
+    the reply (`success=false` and the message), not with an error status: faces that follow A3S
+    map it so, the others as any NotFound."""
+
+
 class InvalidArgument(AgentError):
     """Malformed input; the message names the field at fault."""
 

@@ -15,6 +15,7 @@ from ..base.models import LLMConfig, Message, ProviderState, SessionState, ToolC
 from ..core.session import Session
 from ..llm.messages import to_openai, tool_schema
 from ..llm.provider import CompletionRequest, Provider, ReasoningDelta, TextDelta, ToolCallReady, TurnEnd
+from ..tools.aliases import find_tool
 from ..tools.registry import Tool, ToolOutput
 from .budget import BudgetSpent, budget_spent
 from .context import Compaction, ContextManager
@@ -434,7 +435,11 @@ class _Run:
         tasks = [
             asyncio.create_task(
                 self.agent._gate.run(
-                    self.session, call, self.tools.get(call.name), self.context, self.notices.put_nowait
+                    self.session,
+                    call,
+                    find_tool(self.tools, call.name),
+                    self.context,
+                    self.notices.put_nowait,
                 )
             )
             for call in group
@@ -500,4 +505,5 @@ def _groups(calls: list[ToolCall], tools: dict[str, Tool]) -> list[list[ToolCall
 
 
 def _is_query(call: ToolCall, tools: dict[str, Tool]) -> bool:
-    return call.name in tools and tools[call.name].lane == "query"
+    tool = find_tool(tools, call.name)
+    return tool is not None and tool.lane == "query"

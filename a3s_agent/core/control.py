@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..base.errors import InvalidArgument, NotFound
+from ..base.errors import InvalidArgument, NotWaiting
 from ..base.models import Message, SessionState
 from .events import EventBus, EventType
 from .session import DEFAULT_CONFIRMATION_TIMEOUT_MS as DEFAULT_CONFIRMATION_TIMEOUT_MS
@@ -210,7 +210,9 @@ class ControlPlane:
     def confirm(self, session_id: str, tool_id: str, approved: bool, reason: str) -> None:
         waiter = self.of(session_id).confirmations.get(tool_id)
         if waiter is None or waiter.done():
-            raise NotFound(f"no tool call {tool_id!r} is waiting for confirmation in session {session_id!r}")
+            raise NotWaiting(
+                f"no tool call {tool_id!r} is waiting for confirmation in session {session_id!r}"
+            )
         waiter.set_result(Outcome(approved, reason))
         self._events.publish(
             EventType.CONFIRMATION_RECEIVED,
@@ -268,7 +270,7 @@ class ControlPlane:
     ) -> None:
         task = self.of(session_id).external.get(task_id)
         if task is None or task.future.done():
-            raise NotFound(f"no pending external task {task_id!r} in session {session_id!r}")
+            raise NotWaiting(f"no pending external task {task_id!r} in session {session_id!r}")
         task.future.set_result((success, result, error))
         self._events.publish(
             EventType.EXTERNAL_TASK_COMPLETED,

@@ -11,7 +11,8 @@ A policy holds three lists of rules, deny, ask and allow, and a `default_decisio
 
 Tool names are case-insensitive. Besides our own names (`bash`, `read_file`, ...) the rules
 accept the aliases in `TOOL_ALIASES` (Read, Write, Edit/MultiEdit, Delete, LS/List, Glob,
-WebFetch, WebSearch; Git means the four built-in git_* tools), and `*` means every tool. Any
+WebFetch, WebSearch; Git means the four built-in git_* tools), and `*` means every tool; calls
+checked by an alias, or with A3S Code's argument names (tools/aliases.py), match as ours do. Any
 other name made of letters, digits, `_` and `-` is taken as a tool registered later; one that ends
 in `*` covers every tool whose name starts with what precedes it (`mcp__git__*`: the tools of the
 MCP server `git`).
@@ -52,6 +53,7 @@ from typing import Any, Final, Literal, cast, get_args
 from urllib.parse import urlsplit
 
 from ..base.errors import InvalidArgument
+from ..tools.aliases import TOOL_NAMES, our_arguments
 
 Decision = Literal["allow", "deny", "ask"]
 RuleType = Decision
@@ -62,14 +64,10 @@ DEFAULT_DECISION: Final[Decision] = "allow"
 
 GIT_TOOLS: Final = ("git_status", "git_diff", "git_log", "git_commit")
 TOOL_ALIASES: Final[Mapping[str, tuple[str, ...]]] = {
-    "read": ("read_file",),
-    "write": ("write_file",),
-    "edit": ("edit_file",),
+    **{alias: (ours,) for alias, ours in TOOL_NAMES.items()},  # A3S Code's read, edit, ls...
     "multiedit": ("edit_file",),
     "delete": ("delete_file",),
-    "ls": ("list_files",),
     "list": ("list_files",),
-    "glob": ("search_files",),
     "webfetch": ("web_fetch",),
     "websearch": ("web_search",),
     "git": GIT_TOOLS,
@@ -555,8 +553,11 @@ def evaluate(
 ) -> Evaluation:
     """The decision for one call: the strongest group with a matching rule, else the default.
 
-    `matching_rules` lists the deciding group's matching rules, in policy order.
+    `matching_rules` lists the deciding group's matching rules, in policy order. A3S Code's
+    argument names (`file_path`...) count as ours; one given under both names with different
+    values is InvalidArgument.
     """
+    arguments = our_arguments(canonical_tool_name(tool_name), arguments)
     if not policy.enabled:
         return Evaluation("allow")
     for rule_type in PRECEDENCE:

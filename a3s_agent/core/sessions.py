@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import os
 import re
 import time
 import uuid
@@ -15,6 +16,7 @@ from pathlib import Path
 from ..base.errors import InvalidArgument, NotFound, ResourceExhausted
 from ..base.models import Message, SessionConfig, SessionState, Usage
 from ..core.session import Session
+from ..tools.beneath import DIRECTORY_HANDLE, OutsideRoot, locate_beneath
 from .events import EventBus, EventType, event_entry
 from .session import SessionSettings
 from .store import LogEntry, Store
@@ -36,6 +38,26 @@ def existing_directory(path: Path | str, field: str) -> Path:
     if not is_dir:
         raise InvalidArgument(f"{field} {shown!r} does not exist or is not a directory")
     return resolved
+
+
+def create_in_root(path: Path, root: Path) -> None:
+    """Create the missing directory `path` and its missing parents when it lies in `root`, as A3S
+    creates a session's workspace on use (mode 0777 less the umask, as the file tools create
+    directories). Anything else is left for existing_directory to refuse: a path out of `root`, by
+    `..` or through a symlink, even one swapped in meanwhile (the walk never leaves the root)."""
+    try:
+        target = path.resolve()
+        if target.exists() or not target.is_relative_to(root):
+            return
+        root_fd = os.open(root, DIRECTORY_HANDLE)
+    except (OSError, ValueError):
+        return
+    try:
+        locate_beneath(root_fd, str(root), f"{target.relative_to(root)}/.", create_dirs=True).close()
+    except (OSError, OutsideRoot):
+        pass
+    finally:
+        os.close(root_fd)
 
 
 def inside_root(path: Path, root: Path, field: str) -> Path:
@@ -320,16 +342,17 @@ class SessionManager:
 
     def _validated(self, config: SessionConfig, *, requested_workspace: bool) -> SessionConfig:
         """The config with its workspace resolved and checked; InvalidArgument names the bad field.
-        A workspace the request names must lie in the workspace root."""
-        base = self._default_workspace()
-        workspace = base
-        if config.workspace:
-            workspace = existing_directory(base / config.workspace, "config.workspace")
-        if requested_workspace:
-            inside_root(workspace, self._workspace_root, "config.workspace")
-        if config.max_context_length > self._max_context_tokens:
+        A workspace the request names must lie in the workspace root; a missing one there is created."""
+        if config.max_context_length > self._max_context_tokens:  # first: a refusal creates nothing
             raise InvalidArgument(
                 f"config.max_context_length {config.max_context_length} exceeds the server limit"
                 f" of {self._max_context_tokens} tokens"
             )
+        base = self._default_workspace()
+        workspace = base
+        if config.workspace:
+            create_in_root(base / config.workspace, self._workspace_root)
+            workspace = existing_directory(base / config.workspace, "config.workspace")
+        if requested_workspace:
+            inside_root(workspace, self._workspace_root, "config.workspace")
         return replace(config, workspace=str(workspace))

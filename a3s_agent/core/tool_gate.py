@@ -72,7 +72,8 @@ class ToolGate:
         arguments = args.model_dump()
         lane = lane_of(tool)
         permissions = session.settings.permission_policy
-        verdict = evaluate(permissions, call.name, arguments, ctx.workspace)
+        # By the tool's own name: a call of A3S Code's `read` is governed as read_file is.
+        verdict = evaluate(permissions, tool.name, arguments, ctx.workspace)
         if verdict.decision == "deny":
             rule = ", ".join(verdict.matching_rules) or "the default decision"
             self._events.publish(
@@ -81,7 +82,7 @@ class ToolGate:
             )  # fmt: skip
             return ToolOutput(success=False, error=f"denied by policy: {rule}")
         confirmation = self._control.confirmation_policy(session.id)
-        if verdict.decision == "ask" or confirmation.needs_confirmation(call.name, lane):
+        if verdict.decision == "ask" or confirmation.needs_confirmation(tool.name, lane):
             if confirmation.enabled:
                 notify({"type": "confirmation_required", "tool_id": call.id, "tool_name": call.name,
                         "arguments": call.arguments})  # fmt: skip

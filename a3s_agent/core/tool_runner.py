@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from ..base.errors import AgentError, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from ..base.models import Message, ToolCall
 from ..core.session import Session
+from ..tools.aliases import our_tool_name
 from ..tools.registry import Tool, ToolContext, ToolOutput, ToolRegistry
 from .sessions import SessionManager
 
@@ -66,10 +67,13 @@ class ToolRunner:
 
     def _tool(self, name: str, session: Session | None) -> Tool:
         """What ListTools lists for the session: a built-in (the registry says when one is disabled),
-        or a tool of a loaded skill. A client's tool (RegisterTool) is the client's to run."""
+        or a tool of a loaded skill, by its name or A3S Code's. A client's tool (RegisterTool) is
+        the client's to run."""
         if self._registry.has(name):
             return self._registry.get(name)
         found = next((tool for tool in self._tools_for(session) if tool.name == name), None)
+        if found is None and our_tool_name(name) != name:  # A3S Code's `read`, `edit`...
+            return self._tool(our_tool_name(name), session)
         if found is None:
             where = f"session {session.id!r}" if session is not None else "the server (no session_id)"
             raise NotFound(f"unknown tool {name!r}: ListTools shows the tools of {where}")

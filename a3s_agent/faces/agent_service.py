@@ -5,13 +5,14 @@ its requests are checked against. Each face converts its own messages; the value
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 
 from ..app.lifecycle import Health
-from ..base.errors import InvalidArgument, ResourceExhausted
+from ..base.errors import InvalidArgument, NotWaiting, ResourceExhausted
 from ..base.models import Message, Usage
 from ..core.agent import DEFAULT_MAX_TOOL_CALLS, GenerateOptions, Generation, ThinkingEvent, TurnEvent
 from ..core.control import HandlerMode, Lane, LaneHandler
+from ..core.events import Event
 from ..core.structured import StructuredDone
 
 # What GetCapabilities advertises: every RPC of the service is served.
@@ -193,3 +194,21 @@ def thinking_metadata(event: ThinkingEvent) -> dict[str, str]:
 
 def structured_metadata(done: StructuredDone) -> dict[str, str]:
     return {"model": done.model, "attempts": str(done.attempts)}
+
+
+async def answered_in_band(answer: Awaitable[None]) -> str:
+    """The error of ConfirmToolExecution and CompleteExternalTask: "" when `answer` (confirming a
+    tool call, completing an external task) succeeds, what is unknown when no such call or task
+    waits. A3S answers that with `success=false` and this message, not an error status; an
+    unknown session stays an error (NOT_FOUND)."""
+    try:
+        await answer
+    except NotWaiting as exc:
+        return str(exc)
+    return ""
+
+
+def event_time(event: Event) -> tuple[int, dict[str, str]]:
+    """AgentEvent's `timestamp` and `data`: Unix seconds, as A3S means it, and the data with the
+    milliseconds the log keeps in `timestamp_ms`."""
+    return event.timestamp // 1000, {**event.data, "timestamp_ms": str(event.timestamp)}

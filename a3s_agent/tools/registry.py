@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..base.errors import InvalidArgument, NotFound
 from ..base.jsontext import parse_json
 from ..base.models import Attachment
+from .aliases import our_arguments
 
 DEFAULT_MAX_OUTPUT_BYTES = 100_000
 
@@ -108,7 +109,8 @@ class Tool:
         return list(self.args_model.model_fields)
 
     def parse_arguments(self, arguments: str | dict[str, Any]) -> BaseModel:
-        """Validate raw arguments; InvalidArgument lists every schema error."""
+        """Validate raw arguments; InvalidArgument lists every schema error. A built-in tool takes
+        A3S Code's argument names too (aliases.py)."""
         if isinstance(arguments, str):
             arguments = parse_json(arguments.strip() or "{}", f"arguments for {self.name}")
         if not isinstance(arguments, dict):
@@ -116,7 +118,7 @@ class Tool:
         if self.json_schema is not None:
             return _validated_by_schema(self.name, self.json_schema, arguments)
         try:
-            return self.args_model.model_validate(arguments)
+            return self.args_model.model_validate(our_arguments(self.name, arguments))
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or '(arguments)'}: {err['msg']}"

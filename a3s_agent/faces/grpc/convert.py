@@ -31,6 +31,7 @@ from ...tools.registry import Tool, ToolOutput
 from ..agent_service import (
     check_message_count,
     check_message_size,
+    event_time,
     generate_options,
     generation_metadata,
     lane_handler,
@@ -315,11 +316,12 @@ def _chunk(session_id: str, event: AgentEvent, with_steps: bool) -> pb.GenerateC
 
 
 def event_to_pb(event: Event) -> pb.AgentEvent:
+    timestamp, data = event_time(event)
     out = pb.AgentEvent(
         type=cast("pb.AgentEvent.EventType", int(event.type)),
-        timestamp=event.timestamp,
+        timestamp=timestamp,
         message=event.message,
-        data=event.data,
+        data=data,
     )
     if event.session_id is not None:
         out.session_id = event.session_id

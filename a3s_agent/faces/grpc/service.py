@@ -26,6 +26,7 @@ from ..agent_service import (
     FEATURES,
     MODEL_FEATURES,
     PROTOCOLS,
+    answered_in_band,
     health_details,
     health_message,
     lane,
@@ -345,8 +346,10 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     async def ConfirmToolExecution(
         self, request: pb.ConfirmToolExecutionRequest, context: Any
     ) -> pb.ConfirmToolExecutionResponse:
-        await self.app.control.confirm(request.session_id, request.tool_id, request.approved, request.reason)
-        return pb.ConfirmToolExecutionResponse(success=True)
+        error = await answered_in_band(
+            self.app.control.confirm(request.session_id, request.tool_id, request.approved, request.reason)
+        )
+        return pb.ConfirmToolExecutionResponse(success=not error, error=error)
 
     @rpc
     async def SetConfirmationPolicy(
@@ -388,10 +391,12 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     async def CompleteExternalTask(
         self, request: pb.CompleteExternalTaskRequest, context: Any
     ) -> pb.CompleteExternalTaskResponse:
-        await self.app.control.complete_external(
-            request.session_id, request.task_id, request.success, request.result, request.error
+        error = await answered_in_band(
+            self.app.control.complete_external(
+                request.session_id, request.task_id, request.success, request.result, request.error
+            )
         )
-        return pb.CompleteExternalTaskResponse(success=True)
+        return pb.CompleteExternalTaskResponse(success=not error, error=error)
 
     @rpc
     async def ListPendingExternalTasks(

@@ -34,6 +34,7 @@ from ...tools.registry import Tool, ToolOutput
 from ..agent_service import (
     check_message_count,
     check_message_size,
+    event_time,
     generate_options,
     generation_metadata,
     lane_handler,
@@ -399,12 +400,13 @@ def _chunk(session_id: str, event: AgentEvent, with_steps: bool) -> Plain:
 
 
 def event(value: Event) -> Plain:
+    timestamp, data = event_time(value)
     return {
         "type": int(value.type),
         "session_id": value.session_id,
-        "timestamp": value.timestamp,
+        "timestamp": timestamp,
         "message": value.message,
-        "data": value.data,
+        "data": data,
     }
 
 

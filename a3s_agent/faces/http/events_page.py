@@ -6,8 +6,9 @@ is the cursor for the next page (the seq of the page's last entry, `after_seq` w
 `has_more` says whether the log holds entries after it now. Every entry has `seq` and `kind`:
 
 - `"event"`: the AgentEvent's JSON as SubscribeEvents sends it (its seq in `data.seq` too);
-- `"chunk"`: a generation's chunk, `{"seq", "kind", "session_id", "run", "timestamp", "chunk"}`
-  with `chunk` the GenerateChunk's JSON as StreamGenerate sends it (the done chunk without
+- `"chunk"`: a generation's chunk, `{"seq", "kind", "session_id", "run", "timestamp",
+  "timestamp_ms", "chunk"}` (times as an event's: Unix seconds, and the milliseconds) with
+  `chunk` the GenerateChunk's JSON as StreamGenerate sends it (the done chunk without
   intermediate steps); the entry that ends a run without a result has `error` (`{"code",
   "message", "details"}`, as a stream's error) instead of `chunk`.
 
@@ -64,7 +65,8 @@ def _entry(entry: Event | LogEntry) -> dict[str, Any]:
         "kind": "chunk",
         "session_id": entry.session_id,
         "run": entry.body["run"],
-        "timestamp": entry.timestamp,
+        "timestamp": entry.timestamp // 1000,
+        "timestamp_ms": entry.timestamp,
     }
     try:
         event = entry_chunk(entry)

@@ -479,10 +479,12 @@ async def _resume(app: Application, request: Given) -> Plain:
 
 @_rpc("ConfirmToolExecution")
 async def _confirm_tool_execution(app: Application, request: Given) -> Plain:
-    await app.control.confirm(
-        request["session_id"], request["tool_id"], request["approved"], request["reason"] or ""
+    error = await service.answered_in_band(
+        app.control.confirm(
+            request["session_id"], request["tool_id"], request["approved"], request["reason"] or ""
+        )
     )
-    return {"success": True}
+    return {"success": not error, "error": error}
 
 
 @_rpc("SetConfirmationPolicy")
@@ -516,10 +518,12 @@ async def _get_lane_handler(app: Application, request: Given) -> Plain:
 
 @_rpc("CompleteExternalTask")
 async def _complete_external_task(app: Application, request: Given) -> Plain:
-    await app.control.complete_external(
-        request["session_id"], request["task_id"], request["success"], request["result"], request["error"]
+    error = await service.answered_in_band(
+        app.control.complete_external(
+            request["session_id"], request["task_id"], request["success"], request["result"], request["error"]
+        )
     )
-    return {"success": True}
+    return {"success": not error, "error": error}
 
 
 @_rpc("ListPendingExternalTasks")
