@@ -301,7 +301,7 @@ def test_every_problem_in_the_fields_is_reported_one_line_each() -> None:
     )
     with pytest.raises(InvalidArgument) as caught:
         parse_skill(text, source="f.md")
-    known = "binary, description, http, interpreter, language, name, parameters, script, timeout_ms"
+    known = "backend, binary, description, http, interpreter, language, name, parameters, script, timeout_ms"
     assert str(caught.value).split("\n") == [
         "f.md: name: 'has space' is not a valid skill name: use 1-64 letters, digits, '.', '_' or '-'",
         "f.md: env[1]: must be a string, not a number (quote it)",

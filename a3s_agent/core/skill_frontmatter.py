@@ -1,7 +1,8 @@
 """What a skill's frontmatter may hold, as pydantic models (the format: core/skills.py).
 
 A tool definition names its backend by the key it holds (`script`, `binary` or `http`), not by a
-tag field, so the tool definitions are a union discriminated by which of those keys is present.
+tag field, so the tool definitions are a union discriminated by which of those keys is present;
+A3S Code's `backend: {type: ...}` is rewritten in those terms first (core/a3s_code_backends.py).
 Every problem is reported, one line each: the field path, then what is wrong. The checks that
 need several fields (templates against the parameters and the declared env, a tool name used
 twice) run once the fields themselves are valid.
@@ -44,6 +45,7 @@ from ..tools.skill_backends import (
     ScriptBackend,
     SkillToolSpec,
 )
+from .a3s_code_backends import from_a3s_code
 
 MAX_TIMEOUT_MS = 600_000
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
@@ -51,7 +53,16 @@ HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 _ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _BACKENDS = ("script", "binary", "http")
 _TAGS = {f"{backend} tool" for backend in _BACKENDS}  # the union's tags, left out of field paths
-_TOOL_FIELDS = {"name", "description", "parameters", "timeout_ms", "interpreter", "language", *_BACKENDS}
+_TOOL_FIELDS = {
+    "name",
+    "description",
+    "parameters",
+    "timeout_ms",
+    "interpreter",
+    "language",
+    "backend",
+    *_BACKENDS,
+}
 # Our words for what pydantic finds wrong with these fields' values (not with a list's items).
 _SAID = {
     "allowed-tools": "must be a comma-separated string or a list, not a {kind}",
@@ -282,6 +293,12 @@ def _tool_shape(entry: Any) -> Any:
     """What the union cannot tell apart: not a mapping, a misspelt key, no backend or several."""
     if not isinstance(entry, dict):
         raise _fault("must be a mapping (name, description, parameters, a backend)")
+    if "backend" in entry:  # A3S Code's format: `backend: {type: binary, ...}`
+        if any(key in entry for key in _BACKENDS):
+            raise _fault("give the backend once: as backend, or as script, binary or http")
+        entry, problems = from_a3s_code(entry)
+        if problems:
+            raise _faults(problems)
     _refuse_unknown(entry, _TOOL_FIELDS)
     backends = [key for key in _BACKENDS if key in entry]
     if len(backends) != 1:

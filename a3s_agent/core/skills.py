@@ -28,6 +28,8 @@ Backends (run by tools/skill_backends.py):
 - `binary`: an argv list, run without a shell; `[echo, "${msg}"]`.
 - `http`: `{url, method (GET), headers, body}` or just the URL; `body` is a string template, or
   a mapping/list sent as JSON. Requests go through web_fetch's checked fetcher.
+A3S Code's form, `backend: {type: binary|script|http, ...}`, is rewritten into these
+(core/a3s_code_backends.py).
 
 `mcp-servers` take the shape of `--mcp-config` (tools/mcp/config.py); their tools appear while the
 skill is loaded. A repository's skill adds no servers unless the server trusts workspace skills, and
