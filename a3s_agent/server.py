@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from .app import Application
+from .base.errors import Unavailable
 from .config import Settings, exposed_listeners
 from .faces.grpc.auth import BearerTokenInterceptor
 from .faces.grpc.readiness import ReadinessInterceptor
@@ -161,7 +162,12 @@ async def run(settings: Settings) -> int:
     except BindError as exc:
         log.error("%s", exc)
         return 2
-    await runtime.start()
+    try:
+        await runtime.start()
+    except Unavailable as exc:  # the store cannot be reached: say why, no traceback
+        log.error("%s", exc)
+        await runtime.close()
+        return 1
     # Imported only now: aiohttp's import is a good part of the start-up time.
     from .faces.http import HttpBindError, HttpListener, start_http
     from .faces.http.spaces import spaces_routes

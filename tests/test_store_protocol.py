@@ -547,3 +547,31 @@ def test_a_store_url_without_a_password_takes_pgpassword_which_the_server_then_w
     assert conninfo_to_dict(own)["password"] == "own"  # the URL's own password wins
     with pytest.raises(ConfigError, match="postgresql://"):
         settings_from(env={"A3S_STORE": "mysql://db/a3s"})
+
+
+def test_serve_with_an_unreachable_store_exits_naming_why_and_not_the_password(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = f"postgresql://agent:s3cret-pw@127.0.0.1:{port}/a3s"
+    command = [
+        sys.executable,
+        "-m",
+        "a3s_agent",
+        "serve",
+        "--store",
+        store,
+        "--data-dir",
+        str(tmp_path / "d"),
+    ]
+    ended = subprocess.run(
+        [*command, "--listen", "127.0.0.1:0", "--http-listen", "off"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert ended.returncode == 1
+    assert "cannot reach the PostgreSQL store (--store)" in ended.stderr and "Traceback" not in ended.stderr
+    assert "s3cret-pw" not in ended.stderr + ended.stdout

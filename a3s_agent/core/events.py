@@ -138,10 +138,6 @@ class Subscription:
         self._first_id = 0  # the first position offered: where catching up on every session starts
         self._closed = False
 
-    @property
-    def session_id(self) -> str | None:
-        return self.filter.session_id
-
     def offer(self, entry: LogEntry | None) -> None:
         if entry is None:
             self._queue.put_nowait(None)

@@ -24,7 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ..base.backoff import Backoff
 from ..base.errors import ResourceExhausted
-from .postgres_schema import LOG_COLUMNS, entry_from_row
+from .postgres_schema import CONNECT_TIMEOUT_S, LOG_COLUMNS, entry_from_row
 from .store import ControlHandler, EntriesHandler, LogEntry
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class Listener:
             self._conn = None
 
     async def _connect(self) -> AsyncConnection[Any]:
-        conn = await AsyncConnection.connect(self._url, autocommit=True)
+        conn = await AsyncConnection.connect(self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
         await conn.execute(f"LISTEN {LOG_CHANNEL}")
         await conn.execute(f"LISTEN {CONTROL_CHANNEL}")
         return conn

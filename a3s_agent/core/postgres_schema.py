@@ -88,6 +88,7 @@ USAGE_COLUMNS = tuple(item.name for item in fields(Usage))
 LOG_COLUMNS = "session_id, kind, body, created_at, seq, id"
 # The database's clock, in ms since the epoch (leases expire by it, whichever replica looks).
 NOW_MS = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
+CONNECT_TIMEOUT_S = 10  # libpq's connect_timeout: an unreachable database fails, it does not hang
 
 
 async def migrate(

@@ -15,14 +15,22 @@ from contextlib import asynccontextmanager
 from dataclasses import astuple
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, OperationalError
 from psycopg.errors import UniqueViolation
 from psycopg_pool import AsyncConnectionPool
 
-from ..base.errors import AlreadyExists
+from ..base.errors import AlreadyExists, Unavailable
 from ..base.models import Message, SessionConfig, SessionState, Usage
 from .postgres_channel import CONTROL_CHANNEL, LOG_CHANNEL, Listener, control_payload, log_payloads
-from .postgres_schema import LOG_COLUMNS, NOW_MS, SESSION_LOCK_SPACE, USAGE_COLUMNS, entry_from_row, migrate
+from .postgres_schema import (
+    CONNECT_TIMEOUT_S,
+    LOG_COLUMNS,
+    NOW_MS,
+    SESSION_LOCK_SPACE,
+    USAGE_COLUMNS,
+    entry_from_row,
+    migrate,
+)
 from .session import Session, SessionSettings
 from .store import ControlHandler, EntriesHandler, Lease, LeaseLost, LogEntry
 
@@ -49,16 +57,24 @@ class PostgresStore:
         # Until `open`: what a default server does; then what the server reports.
         self.durability = "full"
         self._pool = AsyncConnectionPool(
-            url, min_size=POOL_MIN_SIZE, max_size=POOL_MAX_SIZE, open=False, kwargs={"autocommit": True}
+            url,
+            min_size=POOL_MIN_SIZE,
+            max_size=POOL_MAX_SIZE,
+            open=False,
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
         )
         self._listener: Listener | None = None
 
     async def open(self) -> None:
         # A connection of its own first: it fails with the server's reason (a pool only times out).
-        async with await AsyncConnection.connect(self.url, autocommit=True) as conn:
+        try:
+            conn = await AsyncConnection.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        except OperationalError as exc:
+            raise Unavailable(f"cannot reach the PostgreSQL store (--store): {exc}") from exc
+        async with conn:
             await migrate(conn)
             self.durability = await _durability(conn)
-        await self._pool.open(wait=True)
+        await self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
 
     async def close(self) -> None:
         if self._listener is not None:

@@ -120,6 +120,7 @@ class Runs:
 
     @property
     def running(self) -> int:
+        """Runs going on now (their callers may have gone)."""
         return len(self._tasks)
 
 

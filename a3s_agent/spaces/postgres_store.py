@@ -24,7 +24,7 @@ from psycopg import errors
 from psycopg_pool import AsyncConnectionPool
 
 from ..base.errors import AlreadyExists, Unavailable
-from ..core.postgres_schema import NOW_MS, migrate
+from ..core.postgres_schema import CONNECT_TIMEOUT_S, NOW_MS, migrate
 from .storage import RunRecord, SpaceRecord
 
 # Each entry moves the schema one version up; a3s_spaces_schema records the version (one row).
@@ -60,7 +60,6 @@ _MIGRATIONS: list[str] = [
 ]
 _MIGRATION_LOCK = 0xA35_5ACE  # the key of pg_advisory_xact_lock that migrations take ("a3s space")
 _POOL_SIZE = 4
-_CONNECT_TIMEOUT_S = 10
 _RUN_COLUMNS = "id, space_id, status, policy, pending, event_count, created_at, updated_at"
 
 
@@ -76,7 +75,7 @@ class PostgresSpacesStore:
     async def open(self) -> None:
         try:
             async with await psycopg.AsyncConnection.connect(
-                self._url, connect_timeout=_CONNECT_TIMEOUT_S
+                self._url, connect_timeout=CONNECT_TIMEOUT_S
             ) as conn:
                 await migrate(conn, _MIGRATIONS, "a3s_spaces_schema", _MIGRATION_LOCK)
         except psycopg.OperationalError as exc:
@@ -87,7 +86,7 @@ class PostgresSpacesStore:
             max_size=_POOL_SIZE,
             open=False,
             name="a3s-spaces",
-            timeout=_CONNECT_TIMEOUT_S,
+            timeout=CONNECT_TIMEOUT_S,
         )
         await self._pool.open()
 
