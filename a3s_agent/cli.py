@@ -122,6 +122,23 @@ def _parser() -> argparse.ArgumentParser:
         "--replica-id",
         help="this replica's name in leases and logs (env A3S_REPLICA_ID; default host-pid)",
     )
+    serve.add_argument(
+        "--release-identity",
+        metavar="DIGEST",
+        help="the sha256:<64 hex> release digest A3S harness requests must name (env"
+        " A3S_RELEASE_IDENTITY; default: any well-formed digest)",
+    )
+    serve.add_argument(
+        "--model-prices",
+        metavar="FILE",
+        help='prices for GetCostSummary: a JSON file {"<model>": {"input_per_mtok": 3.0,'
+        ' "output_per_mtok": 15.0}} in USD per million tokens (env A3S_MODEL_PRICES; default: costs 0)',
+    )
+    serve.add_argument(
+        "--a3s-dialect",
+        help="the A3S gRPC dialect: auto (each request's own, told from its bytes), box (the Box-era"
+        " proto) or later (the string dialect of the TypeScript SDK) (env A3S_DIALECT; default auto)",
+    )
     mcp = commands.add_parser(
         "mcp", help="serve the tools and the agent (agent_task) as an MCP server over stdin and stdout"
     )
@@ -472,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
                 allow_api_mcp_commands=args.allow_api_mcp_commands,
                 store=args.store,
                 replica_id=args.replica_id,
+                model_prices=args.model_prices,
+                release_identity=args.release_identity,
+                a3s_dialect=args.a3s_dialect,
             )
             check_serving(settings)
             _check_mcp_config(settings)

@@ -16,6 +16,7 @@ from typing import Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from .base.models import LLMConfig
+from .base.prices import ModelPrice, load_prices
 from .base.secrets import operator_secret_names
 from .base.sqlite import DURABILITY_LEVELS, Durability
 from .datadir import default_data_dir, legacy_data_dir
@@ -87,6 +88,9 @@ class Settings:
     mcp_http: bool = False  # serve the MCP server face at /mcp on the HTTP listener
     mcp_config: Path | None = None  # the operator's MCP servers (runtime/mcp.py), JSON or YAML
     allow_api_mcp_commands: bool = False  # MCP servers given over the API may be commands (stdio)
+    model_prices: dict[str, ModelPrice] = field(default_factory=dict)  # for cost summaries (base/prices.py)
+    release_identity: str = ""  # sha256:<64 hex> harness requests must name ("": any digest)
+    a3s_dialect: str = "auto"  # gRPC dialect: auto (per request), box or later (faces/grpc/dialect_choice.py)
 
     @property
     def resolved_workspace_root(self) -> Path:
@@ -222,6 +226,9 @@ def settings_from(
     allow_api_mcp_commands: bool = False,
     store: str | None = None,
     replica_id: str | None = None,
+    model_prices: str | None = None,
+    release_identity: str | None = None,
+    a3s_dialect: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Settings:
     """Build settings from flag values (None = not given) over the environment."""
@@ -253,6 +260,9 @@ def settings_from(
         durability=_durability(env),
         store=_store(store or env.get("A3S_STORE", ""), env.get("PGPASSWORD", "")),
         replica_id=_replica_id(replica_id or env.get("A3S_REPLICA_ID", "")),
+        model_prices=_model_prices(model_prices, env),
+        release_identity=_release_identity(release_identity or env.get("A3S_RELEASE_IDENTITY", "")),
+        a3s_dialect=_a3s_dialect(a3s_dialect, env),
         lease_ttl_s=_number(env, "A3S_LEASE_TTL_S", DEFAULT_LEASE_TTL_S, float),
         event_retention_hours=_number(env, "A3S_EVENT_RETENTION_HOURS", DEFAULT_EVENT_RETENTION_HOURS, float),
         event_retention_count=int(_number(env, "A3S_EVENT_RETENTION_COUNT", DEFAULT_EVENT_RETENTION_COUNT)),
@@ -297,6 +307,17 @@ def _store(value: str, password: str) -> str:
     return value
 
 
+def _model_prices(flag: str | None, env: Mapping[str, str]) -> dict[str, ModelPrice]:
+    """The price file (--model-prices, A3S_MODEL_PRICES), read now: a fault stops the start."""
+    path = flag or env.get("A3S_MODEL_PRICES", "")
+    if not path:
+        return {}
+    try:
+        return load_prices(Path(path))
+    except ValueError as exc:
+        raise ConfigError(f"{'--model-prices' if flag else 'A3S_MODEL_PRICES'}: {exc}") from None
+
+
 def _replica_id(value: str) -> str:
     """--replica-id (A3S_REPLICA_ID): names this process in leases and logs; default host-pid."""
     if not value:
@@ -304,6 +325,35 @@ def _replica_id(value: str) -> str:
     if not _REPLICA_ID.fullmatch(value):
         raise ConfigError("--replica-id (A3S_REPLICA_ID) must be 1-64 letters, digits, '.', '_', ':' or '-'")
     return value
+
+
+_RELEASE_IDENTITY = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _release_identity(value: str) -> str:
+    """--release-identity (A3S_RELEASE_IDENTITY): the digest A3S harness requests must name."""
+    value = value.strip()
+    if value and not _RELEASE_IDENTITY.fullmatch(value):
+        raise ConfigError(
+            "--release-identity (A3S_RELEASE_IDENTITY) must be sha256: followed by 64 lowercase hex"
+            f" digits, not {value[:80]!r}"
+        )
+    return value
+
+
+A3S_DIALECTS = ("auto", "box", "later")
+
+
+def _a3s_dialect(flag: str | None, env: Mapping[str, str]) -> str:
+    """--a3s-dialect (A3S_DIALECT): auto (the default), box or later."""
+    value = flag or env.get("A3S_DIALECT", "")
+    wanted = value.strip().lower() or "auto"
+    if wanted not in A3S_DIALECTS:
+        raise ConfigError(
+            f"--a3s-dialect (A3S_DIALECT) must be {', '.join(A3S_DIALECTS[:-1])} or {A3S_DIALECTS[-1]},"
+            f" not {value[:40]!r}"
+        )
+    return wanted
 
 
 def _path(value: str | None) -> Path | None:

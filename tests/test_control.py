@@ -93,6 +93,26 @@ async def test_event_type_filters_take_both_name_forms_and_refuse_unknown_ones(l
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "tool_exploded" in err.value.details()
 
 
+async def test_a_subscription_to_one_session_ends_when_the_session_is_destroyed(live: LiveServer) -> None:
+    """Nothing can follow a destroyed session's last event: the stream ends (OK) instead of hanging,
+    also when its filter leaves SESSION_DESTROYED out (the TypeScript SDK's examples wait for it)."""
+    session_id = await new_session(live)
+    everything = live.stub.SubscribeEvents(pb.SubscribeEventsRequest(session_id=session_id))
+    filtered = live.stub.SubscribeEvents(
+        pb.SubscribeEventsRequest(session_id=session_id, event_types=["tool_called"])
+    )
+    await subscribed(live, 2)
+    await live.stub.DestroySession(pb.DestroySessionRequest(session_id=session_id))
+    got = await asyncio.wait_for(_all(everything), 10)
+    assert [e.type for e in got] == [pb.AgentEvent.EVENT_TYPE_SESSION_DESTROYED]
+    assert await asyncio.wait_for(_all(filtered), 10) == []
+    assert await everything.code() == grpc.StatusCode.OK
+
+
+async def _all(stream: grpc.aio.UnaryStreamCall) -> list[pb.AgentEvent]:
+    return [event async for event in stream]
+
+
 async def test_the_bus_counts_the_subscriptions_a_client_holds(live: LiveServer) -> None:
     assert live.runtime.events.subscriber_count == 0
     stream = live.stub.SubscribeEvents(pb.SubscribeEventsRequest())

@@ -174,7 +174,7 @@ async def test_a_later_initialize_replaces_the_stored_one(live: LiveServer, tmp_
         caps = await again.stub.GetCapabilities(pb.GetCapabilitiesRequest())
         health = await again.stub.HealthCheck(pb.HealthCheckRequest())
         env = again.runtime.tool_context(None).env
-    assert len(caps.tools) == 20  # the second Initialize named no tool list: all enabled
+    assert len(caps.tools) == 21  # the second Initialize named no tool list: all enabled
     assert [m.model for m in caps.models] == ["m2"]
     assert health.details["workspace"] == str(other.resolve())  # chosen once, kept until changed
     assert env == {}

@@ -110,6 +110,7 @@ async def test_lists_the_tools_with_their_schemas_and_runs_them_in_the_workspace
     async with client_of(served.url, mode) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         assert {"read_file", "grep", "bash", "agent_task"} <= set(tools)
+        assert "todo" not in tools  # a session's list: these calls run in none
         assert tools["read_file"].input_schema["properties"]["path"]
         assert tools["read_file"].annotations and tools["read_file"].annotations.read_only_hint
         assert tools["agent_task"].input_schema["required"] == ["task"]

@@ -4,11 +4,14 @@ every setting in force; and what this version writes reads back the same after a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 
+from a3s_agent.app import Application
+from a3s_agent.base.models import Todo
 from a3s_agent.config import Settings
 from a3s_agent.proto import code_agent_pb2 as pb
 
@@ -99,3 +102,46 @@ async def test_a_session_stored_by_the_previous_version_keeps_every_setting(
         rewritten["lanes"] == OLD_EXTRAS["lanes"] and rewritten["client_tools"] == OLD_EXTRAS["client_tools"]
     )
     assert rewritten["confirmation"] == OLD_EXTRAS["confirmation"]
+
+
+async def test_concurrent_changes_of_one_session_all_stay(live: LiveServer) -> None:
+    """Every settings change is computed from what the one before it left: rules added, a policy,
+    lane handlers and a todo list all at once, none undoing another (memory and store)."""
+    session_id = await new_session(live)
+    rules = [f"Bash(echo {i}:*)" for i in range(12)]
+    lanes = [pb.SessionLane.SESSION_LANE_QUERY, pb.SessionLane.SESSION_LANE_EXECUTE]
+    external = pb.LaneHandlerConfig(mode=pb.TaskHandlerMode.TASK_HANDLER_MODE_EXTERNAL, timeout_ms=5000)
+    await asyncio.gather(
+        *[
+            live.stub.AddPermissionRule(
+                pb.AddPermissionRuleRequest(session_id=session_id, rule_type="deny", rule=rule)
+            )
+            for rule in rules
+        ],
+        *[
+            live.stub.SetLaneHandler(
+                pb.SetLaneHandlerRequest(session_id=session_id, lane=lane, config=external)
+            )
+            for lane in lanes
+        ],
+        live.stub.SetConfirmationPolicy(
+            pb.SetConfirmationPolicyRequest(
+                session_id=session_id, policy=pb.ConfirmationPolicy(enabled=True, default_timeout_ms=7000)
+            )
+        ),
+        Application(live.runtime).todos.set(session_id, [Todo("1", "write the test", "in_progress", "high")]),
+    )
+    policy = (
+        await live.stub.GetPermissionPolicy(pb.GetPermissionPolicyRequest(session_id=session_id))
+    ).policy
+    assert sorted(r.rule for r in policy.deny) == sorted(rules)
+    for lane in lanes:
+        handler = await live.stub.GetLaneHandler(pb.GetLaneHandlerRequest(session_id=session_id, lane=lane))
+        assert handler.config.mode == pb.TaskHandlerMode.TASK_HANDLER_MODE_EXTERNAL
+    confirmation = await live.stub.GetConfirmationPolicy(
+        pb.GetConfirmationPolicyRequest(session_id=session_id)
+    )
+    assert confirmation.policy.enabled
+    assert [t.id for t in await Application(live.runtime).todos.get(session_id)] == ["1"]
+    stored = await live.runtime.store.load_session(session_id)
+    assert stored is not None and sorted(stored.settings.permission_policy.deny) == sorted(rules)

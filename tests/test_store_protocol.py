@@ -575,3 +575,24 @@ def test_serve_with_an_unreachable_store_exits_naming_why_and_not_the_password(t
     assert ended.returncode == 1
     assert "cannot reach the PostgreSQL store (--store)" in ended.stderr and "Traceback" not in ended.stderr
     assert "s3cret-pw" not in ended.stderr + ended.stdout
+
+
+# --- A3S harness runs ----------------------------------------------------------------------
+
+
+async def test_a_harness_run_is_reserved_once_then_saved_and_loaded(store: Store) -> None:
+    first = {"prompt": "do it", "state": "created", "after_seq": 3}
+    assert await store.load_harness_run("s1", "r1") is None
+    results = await asyncio.gather(
+        *(store.reserve_harness_run("s1", "r1", {**first, "n": n}) for n in range(5))
+    )
+    winners = [r for r in results if r is None]
+    assert len(winners) == 1  # of concurrent reservations, one wins; the others get its record
+    won = next(n for n, r in enumerate(results) if r is None)
+    assert all(r == {**first, "n": won} for r in results if r is not None)
+    await store.save_harness_run("s1", "r1", {**first, "state": "completed", "tree": None})
+    assert await store.load_harness_run("s1", "r1") == {**first, "state": "completed", "tree": None}
+    # The id is per session.
+    assert await store.reserve_harness_run("s2", "r1", first) is None
+    assert await store.load_harness_run("s2", "r1") == first
+    assert (await store.load_harness_run("s1", "r1") or {})["state"] == "completed"

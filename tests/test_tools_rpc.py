@@ -17,11 +17,11 @@ ALL_TOOLS = [
     "grep", "find_definition", "find_references", "format_code", "lint_code",
     "bash", "run_script",
     "git_status", "git_diff", "git_commit", "git_log",
-    "web_search", "web_fetch", "ask_user",
+    "web_search", "web_fetch", "ask_user", "todo",
 ]  # fmt: skip
 READ_ONLY = {
     "read_file", "list_files", "search_files", "grep", "find_definition", "find_references",
-    "git_status", "git_diff", "git_log", "web_search", "web_fetch", "ask_user",
+    "git_status", "git_diff", "git_log", "web_search", "web_fetch", "ask_user", "todo",
 }  # fmt: skip
 
 
@@ -32,7 +32,7 @@ async def _execute(live: LiveServer, tool: str, session_id: str = "", **argument
     return reply.result
 
 
-async def test_list_tools_has_all_twenty_with_schemas_and_tags(live: LiveServer) -> None:
+async def test_list_tools_has_all_twenty_one_with_schemas_and_tags(live: LiveServer) -> None:
     reply = await live.stub.ListTools(pb.ListToolsRequest())
     assert [t.name for t in reply.tools] == ALL_TOOLS
     for item in reply.tools:
@@ -63,7 +63,7 @@ async def test_disabled_tools_disappear_and_are_refused(live: LiveServer) -> Non
         )
     )
     names = [t.name for t in (await live.stub.ListTools(pb.ListToolsRequest())).tools]
-    assert "bash" not in names and "web_fetch" not in names and len(names) == 18
+    assert "bash" not in names and "web_fetch" not in names and len(names) == 19
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await _execute(live, "bash", command="echo hi")
     assert err.value.code() == grpc.StatusCode.NOT_FOUND

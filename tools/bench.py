@@ -1256,6 +1256,67 @@ async def bench_replicas(seconds: float, workspace: Path) -> list[Row]:
     ]
 
 
+def _per_call_us(fn: Callable[[], object], seconds: float) -> float:
+    """Median over five runs of the mean µs per call of `fn`, each run about seconds / 5 long."""
+    runs = []
+    count = max(100, int(seconds * 20_000 / 5))
+    for _ in range(5):
+        started = time.perf_counter()
+        for _ in range(count):
+            fn()
+        runs.append((time.perf_counter() - started) / count * 1e6)
+    return statistics.median(runs)
+
+
+def _generate_sized(later: bool) -> bytes:
+    """A Generate request of 20 messages, about 8 KB, in either dialect."""
+    from a3s_agent.proto import code_agent_later_pb2 as lp
+
+    body = "def handler(request):\n    return {'status': 200, 'items': [x * 2 for x in request]}\n" * 5
+    if later:
+        messages = [lp.Message(role="assistant" if i % 2 else "user", content=body) for i in range(20)]
+        return lp.GenerateRequest(session_id="bench", messages=messages).SerializeToString()
+    roles = (pb.Message.ROLE_USER, pb.Message.ROLE_ASSISTANT)
+    box = [pb.Message(role=roles[i % 2], content=body) for i in range(20)]
+    return pb.GenerateRequest(session_id="bench", messages=box).SerializeToString()
+
+
+async def bench_dialect(seconds: float, workspace: Path) -> list[Row]:
+    """Per-request dialect detection (faces/grpc/dialect.py) on Generate-sized requests, against a
+    plain Box decode and against the server time of one HealthCheck-class RPC (1 / its throughput
+    over a real channel, measured now)."""
+    from a3s_agent.faces.grpc import later_convert
+    from a3s_agent.faces.grpc.dialect import generate_dialect
+    from a3s_agent.proto import code_agent_later_pb2 as lp
+
+    box, later = _generate_sized(False), _generate_sized(True)
+    assert generate_dialect(box) == "box" and generate_dialect(later) == "later"
+    plain = _per_call_us(lambda: pb.GenerateRequest.FromString(box), seconds)
+    detect = _per_call_us(lambda: generate_dialect(box), seconds)
+    detect_box = _per_call_us(lambda: (generate_dialect(box), pb.GenerateRequest.FromString(box)), seconds)
+    detect_later = _per_call_us(
+        lambda: (
+            generate_dialect(later),
+            later_convert.generate_request(lp.GenerateRequest.FromString(later)),
+        ),
+        seconds,
+    )
+    with agent_process(workspace) as agent:
+        agent.wait_healthy()
+        health_rate = await calls_per_second(agent.address, _health, seconds)
+    health_us = 1e6 / health_rate
+    return [
+        Row("Generate-sized request (20 messages), bytes", f"{len(box):,}"),
+        Row("plain Box decode (µs/request)", f"{plain:.1f}"),
+        Row("dialect detection alone (µs/request)", f"{detect:.1f}"),
+        Row("detection + Box decode (µs/request)", f"{detect_box:.1f}"),
+        Row("detection + later decode + conversion to Box (µs/request)", f"{detect_later:.1f}"),
+        Row("HealthCheck calls/s over a real channel", f"{health_rate:,.0f}"),
+        Row("server time of one HealthCheck (µs)", f"{health_us:.0f}"),
+        Row("detection / one HealthCheck's server time", f"{detect / health_us:.1%}", "<= 5%"),
+    ]
+
+
 SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "foundation": bench_foundation,
     "tools": bench_tools,
@@ -1269,6 +1330,7 @@ SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "mcp": bench_mcp,
     "acp": bench_acp,
     "replicas": bench_replicas,
+    "dialect": bench_dialect,
 }
 
 

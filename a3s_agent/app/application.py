@@ -7,11 +7,16 @@ from .context import Context
 from .control import Control
 from .events import Events
 from .generation import Generation
+from .harness import Harness
+from .history import History
 from .lifecycle import Lifecycle
+from .mcp_servers import McpServerAdmin
+from .observability import Observability
 from .permissions import Permissions
 from .sessions import Sessions
 from .skills import Skills
 from .spaces import Spaces
+from .todos import Todos
 from .tools import Tools
 
 
@@ -30,6 +35,11 @@ class Application:
         self.control = Control(runtime)
         self.permissions = Permissions(runtime)
         self.spaces = Spaces(runtime)
+        self.harness = Harness(runtime)
+        self.history = History(runtime)
+        self.mcp_servers = McpServerAdmin(runtime)
+        self.todos = Todos(runtime)
+        self.observability = Observability(runtime)
         self._runtime = runtime
 
     @property

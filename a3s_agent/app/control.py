@@ -94,3 +94,9 @@ class Control:
         """The external tasks the session's running generation waits for (on whichever replica)."""
         listed = await self._route(session_id, "pending_external", {})
         return [PendingTask(**{**task, "lane": Lane(task["lane"])}) for task in listed]
+
+    async def lane_stats(self, session_id: str) -> dict[str, dict[str, int]]:
+        """How busy each lane of the session is (core/control.py lane_stats), as the replica that
+        runs its generation sees it, else this one."""
+        stats: dict[str, dict[str, int]] = await self._route(session_id, "lane_stats", {})
+        return stats

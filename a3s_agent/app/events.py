@@ -35,12 +35,19 @@ class Events:
         self, session_id: str | None, event_types: Iterable[str], after_seq: int | None = None
     ) -> AsyncIterator[Event]:
         """Events of one session (None: of all) and of the named types (none: every type), until
-        the server closes the bus; with `after_seq`, first those of the session's log after it
-        (Resync when they are no longer retained). NotFound for an unknown session."""
-        feed = await self.subscription(session_id, parse_event_types(event_types), after_seq)
+        the server closes the bus or, for one session, until it is destroyed (nothing can follow:
+        the stream ends after its SESSION_DESTROYED, or where it would be when filtered out); with
+        `after_seq`, first those of the session's log after it (Resync when they are no longer
+        retained). NotFound for an unknown session."""
+        wanted = parse_event_types(event_types)
+        watched = wanted | {EventType.SESSION_DESTROYED} if wanted and session_id else wanted
+        feed = await self.subscription(session_id, watched, after_seq)
         try:
             async for event in feed:
-                yield event
+                if not wanted or event.type in wanted:
+                    yield event
+                if session_id is not None and event.type is EventType.SESSION_DESTROYED:
+                    return
         finally:
             feed.close()
 

@@ -20,14 +20,16 @@ class Permissions:
 
     async def set(self, session_id: str, policy: PermissionPolicy) -> PermissionPolicy:
         await self._rt.sessions.refresh(session_id)
-        settings = self._rt.sessions.get(session_id).settings
-        await self._rt.sessions.set_settings(session_id, replace(settings, permissions=policy))
+        await self._rt.sessions.update_settings(session_id, lambda s: replace(s, permissions=policy))
         return policy
 
     async def add_rule(self, session_id: str, rule_type: str, rule: str) -> None:
         """Append `rule` to the `rule_type` list (allow, deny or ask) of the session's policy."""
-        policy = add_rule(await self.get(session_id), rule_type, rule)
-        await self.set(session_id, policy)
+        await self._rt.sessions.refresh(session_id)
+        await self._rt.sessions.update_settings(
+            session_id,
+            lambda s: replace(s, permissions=add_rule(s.permission_policy, rule_type, rule)),
+        )
 
     async def check(self, session_id: str, tool_name: str, arguments: str) -> Evaluation:
         """The decision for a call of `tool_name` with `arguments` (JSON object text; empty: {})."""

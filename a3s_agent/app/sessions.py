@@ -106,18 +106,18 @@ class Sessions:
         server's); `mcp_servers` replaces the session's own servers, None keeps them (with
         `replace_all`: none)."""
         await self._rt.sessions.refresh(session_id)
-        current = self._rt.sessions.get(session_id).settings
-        checked = self._rt.context.checked_settings({} if replace_all else current.compaction, compaction)
-        if token_budget is None and not replace_all:
-            token_budget = current.token_budget
-        servers = (
-            current.mcp_servers
-            if mcp_servers is None and not replace_all
-            else self._rt.mcp.from_api(mcp_servers)
+        given_servers = (
+            None if mcp_servers is None and not replace_all else self._rt.mcp.from_api(mcp_servers)
         )
-        settings = replace(current, compaction=checked, token_budget=token_budget, mcp_servers=servers)
+
+        def configured(current: SessionSettings) -> SessionSettings:
+            checked = self._rt.context.checked_settings({} if replace_all else current.compaction, compaction)
+            budget = current.token_budget if token_budget is None and not replace_all else token_budget
+            servers = current.mcp_servers if given_servers is None else given_servers
+            return replace(current, compaction=checked, token_budget=budget, mcp_servers=servers)
+
         session = await self._rt.sessions.configure(
-            session_id, config, replace_all=replace_all, settings=settings
+            session_id, config, replace_all=replace_all, settings=configured
         )
         await self._rt.mcp.session_changed(session)
         return await self._view(session)

@@ -170,6 +170,24 @@ class Message:
 
 
 @dataclass
+class Todo:
+    """One item of a session's todo list (the `todo` tool's, GetTodos/SetTodos'): `status` is
+    pending|in_progress|completed|cancelled, `priority` high|medium|low (tools/todo.py checks them)."""
+
+    id: str
+    content: str
+    status: str = "pending"
+    priority: str = "medium"
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Todo:
+        return cls(**data)
+
+
+@dataclass
 class Usage:
     """Tokens as the provider counted them, in OpenAI's convention: `prompt_tokens` is all of the
     input, cache reads and writes included, and `completion_tokens` all of the output, reasoning

@@ -17,9 +17,10 @@ from ..llm.messages import to_openai, tool_schema
 from ..llm.provider import CompletionRequest, Provider, ReasoningDelta, TextDelta, ToolCallReady, TurnEnd
 from ..tools.aliases import find_tool
 from ..tools.registry import Tool, ToolOutput
+from .accounting import spending_data
 from .budget import BudgetSpent, budget_spent
 from .context import Compaction, ContextManager
-from .control import ControlPlane
+from .control import ControlPlane, Lane
 from .events import EventBus, EventType, event_entry
 from .host import AgentHost
 from .repair import answer_interrupted_calls
@@ -161,7 +162,9 @@ class Agent:
     async def _run_locked(
         self, session_id: str, llm: LLMConfig, run: _Run, messages: list[Message]
     ) -> AsyncIterator[AgentEvent]:
-        async with self._sessions.generation_lock(session_id), self._host.own_run(session_id, run.run_id):
+        lanes = self._control.of(session_id).counts
+        generating = lanes.holding(Lane.GENERATE, self._sessions.generation_lock(session_id))
+        async with generating, self._host.own_run(session_id, run.run_id):
             control = self._control.start_run(session_id)
             self._events.publish(
                 EventType.GENERATION_STARTED, session_id, "generation started", {"model": llm.model}
@@ -178,7 +181,8 @@ class Agent:
                         self._events.publish(
                             EventType.GENERATION_COMPLETED, session_id, "generation completed",
                             {"finish_reason": generation.finish_reason, "turns": generation.turns,
-                             **asdict(generation.usage), "duration_ms": generation.duration_ms},
+                             **asdict(generation.usage), "duration_ms": generation.duration_ms,
+                             **run.spending()},
                         )  # fmt: skip
                     yield event
             except asyncio.CancelledError:
@@ -188,15 +192,16 @@ class Agent:
                 current = asyncio.current_task()
                 if current is not None:
                     current.uncancel()
+                note = "generation cancelled by the client"
                 await self._sessions.append_messages(
                     session_id,
                     [Message(role="assistant", content="[the run was cancelled by the client]")],
-                    log=[event_entry(EventType.WARNING, session_id, "generation cancelled by the client")],
+                    log=[event_entry(EventType.WARNING, session_id, note, run.spending())],
                 )
                 raise Cancelled("the generation was cancelled") from None
             except Exception as exc:
                 await self._answer_open_calls(session_id, f"not run: the generation failed ({exc})")
-                self._events.publish(EventType.ERROR, session_id, f"generation failed: {exc}")
+                self._events.publish(EventType.ERROR, session_id, f"generation failed: {exc}", run.spending())
                 raise
             finally:
                 leftover = self._control.take_injected(session_id)  # came after the last model call
@@ -248,9 +253,14 @@ class _Run:
         self.notices: asyncio.Queue[dict[str, str]] = asyncio.Queue()
         self.context = agent._host.tool_context(session)
         self.usage = Usage()
+        self.model_calls = 0
         self.calls: list[tuple[ToolCall, ToolOutput]] = []
         self.intermediate: list[Message] = []
         self.started = time.perf_counter()
+
+    def spending(self) -> dict[str, object]:
+        """What the run has spent on the model so far, for the event that ends it."""
+        return spending_data(self.llm.model, self.model_calls, self.usage)
 
     async def _store(self, *messages: Message) -> None:
         await self.agent._sessions.append_messages(self.session.id, list(messages))
@@ -338,6 +348,7 @@ class _Run:
                     conversation = await self._rebuilt(conversation[0])
                     yield NoticeEvent(notice)
             self.usage += turn_usage
+            self.model_calls += 1
             assistant = Message(
                 role="assistant", content="".join(text), tool_calls=requested, provider_state=provider_state
             )

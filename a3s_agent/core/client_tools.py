@@ -51,9 +51,9 @@ class ClientTools:
         if not session_id:
             self._server_wide[spec.name] = spec
             return
-        settings = self._sessions.get(session_id).settings
-        specs = {**settings.client_tools, spec.name: spec}
-        await self._sessions.set_settings(session_id, replace(settings, client_tools=specs))
+        await self._sessions.update_settings(
+            session_id, lambda s: replace(s, client_tools={**s.client_tools, spec.name: spec})
+        )
 
     def for_session(self, session: Session | None) -> list[Tool]:
         specs = dict(self._server_wide)

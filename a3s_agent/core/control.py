@@ -7,12 +7,13 @@ import asyncio
 import enum
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..base.errors import InvalidArgument, NotWaiting
 from ..base.models import Message, SessionState
 from .events import EventBus, EventType
+from .lane_counts import LaneCounts
 from .session import DEFAULT_CONFIRMATION_TIMEOUT_MS as DEFAULT_CONFIRMATION_TIMEOUT_MS
 from .session import DEFAULT_EXTERNAL_TIMEOUT_MS as DEFAULT_EXTERNAL_TIMEOUT_MS
 from .session import ConfirmationPolicy as ConfirmationPolicy
@@ -87,6 +88,7 @@ class SessionControl:
         self.external: dict[str, ExternalTask] = {}
         self.lanes = {lane: asyncio.Semaphore(limit) for lane, limit in LANE_LIMITS.items()}
         self.injected: list[Message] = []  # context for the running run's next model call
+        self.counts = LaneCounts(Lane)  # how busy each lane is here (GetQueueStats)
 
 
 def _bounded_ms(value: int, default: int) -> int:
@@ -126,6 +128,10 @@ class ControlPlane:
     def cancel(self, session_id: str, operation_id: str | None) -> bool:
         """Stop the running generation (or only the tool call `operation_id`); False when idle."""
         control = self.of(session_id)
+        with control.counts.running(Lane.CONTROL):
+            return self._cancel(control, operation_id)
+
+    def _cancel(self, control: SessionControl, operation_id: str | None) -> bool:
         if control.run_task is None or control.run_task.done():
             return False
         if operation_id:
@@ -147,10 +153,11 @@ class ControlPlane:
     def inject(self, session_id: str, messages: list[Message]) -> bool:
         """Queue context for the running generation's next model call; False when none runs."""
         control = self.of(session_id)
-        if control.run_task is None or control.run_task.done():
-            return False
-        control.injected.extend(messages)
-        return True
+        with control.counts.running(Lane.CONTROL):
+            if control.run_task is None or control.run_task.done():
+                return False
+            control.injected.extend(messages)
+            return True
 
     def take_injected(self, session_id: str) -> list[Message]:
         control = self.of(session_id)
@@ -158,12 +165,16 @@ class ControlPlane:
         return taken
 
     async def pause(self, session_id: str) -> None:
-        self.of(session_id).running.clear()
-        await self._sessions.set_state(session_id, SessionState.PAUSED)
+        control = self.of(session_id)
+        with control.counts.running(Lane.CONTROL):
+            control.running.clear()
+            await self._sessions.set_state(session_id, SessionState.PAUSED)
 
     async def resume(self, session_id: str) -> None:
-        self.of(session_id).running.set()
-        await self._sessions.set_state(session_id, SessionState.ACTIVE)
+        control = self.of(session_id)
+        with control.counts.running(Lane.CONTROL):
+            control.running.set()
+            await self._sessions.set_state(session_id, SessionState.ACTIVE)
 
     async def checkpoint(self, session_id: str) -> None:
         """A step boundary: wait here while the session is paused."""
@@ -178,8 +189,7 @@ class ControlPlane:
         self, session_id: str, policy: ConfirmationPolicy
     ) -> ConfirmationPolicy:
         policy.default_timeout_ms = _bounded_ms(policy.default_timeout_ms, DEFAULT_CONFIRMATION_TIMEOUT_MS)
-        settings = self._sessions.get(session_id).settings
-        await self._sessions.set_settings(session_id, replace(settings, confirmation=policy))
+        await self._sessions.update_settings(session_id, lambda s: replace(s, confirmation=policy))
         return policy
 
     async def wait_for_confirmation(
@@ -208,7 +218,14 @@ class ControlPlane:
             control.confirmations.pop(tool_id, None)
 
     def confirm(self, session_id: str, tool_id: str, approved: bool, reason: str) -> None:
-        waiter = self.of(session_id).confirmations.get(tool_id)
+        control = self.of(session_id)
+        with control.counts.running(Lane.CONTROL):
+            self._confirm(control, session_id, tool_id, approved, reason)
+
+    def _confirm(
+        self, control: SessionControl, session_id: str, tool_id: str, approved: bool, reason: str
+    ) -> None:
+        waiter = control.confirmations.get(tool_id)
         if waiter is None or waiter.done():
             raise NotWaiting(
                 f"no tool call {tool_id!r} is waiting for confirmation in session {session_id!r}"
@@ -230,9 +247,9 @@ class ControlPlane:
 
     async def set_lane_handler(self, session_id: str, lane: Lane, handler: LaneHandler) -> LaneHandler:
         handler.timeout_ms = _bounded_ms(handler.timeout_ms, DEFAULT_EXTERNAL_TIMEOUT_MS)
-        settings = self._sessions.get(session_id).settings
-        lanes = {**settings.lanes, int(lane): handler}
-        await self._sessions.set_settings(session_id, replace(settings, lanes=lanes))
+        await self._sessions.update_settings(
+            session_id, lambda s: replace(s, lanes={**s.lanes, int(lane): handler})
+        )
         return handler
 
     async def run_external(
@@ -258,17 +275,27 @@ class ControlPlane:
             f"{command_type} is waiting for the host",
             {"task_id": task.task_id, "lane": lane.name, "command_type": command_type, "payload": payload},
         )
+        outcome: tuple[bool, str, str] = (False, "", "")
         try:
-            return await asyncio.wait_for(task.future, timeout_ms / 1000)
+            outcome = await asyncio.wait_for(task.future, timeout_ms / 1000)
+            return outcome
         except TimeoutError:
             return False, "", f"the host did not complete {command_type} within {timeout_ms} ms"
         finally:
             control.external.pop(task.task_id, None)
+            control.counts.finished(lane, outcome[0])
 
     def complete_external(
         self, session_id: str, task_id: str, success: bool, result: str, error: str
     ) -> None:
-        task = self.of(session_id).external.get(task_id)
+        control = self.of(session_id)
+        with control.counts.running(Lane.CONTROL):
+            self._complete_external(control, session_id, task_id, success, result, error)
+
+    def _complete_external(
+        self, control: SessionControl, session_id: str, task_id: str, success: bool, result: str, error: str
+    ) -> None:
+        task = control.external.get(task_id)
         if task is None or task.future.done():
             raise NotWaiting(f"no pending external task {task_id!r} in session {session_id!r}")
         task.future.set_result((success, result, error))
@@ -286,3 +313,13 @@ class ControlPlane:
             )
             for t in self.of(session_id).external.values()
         ]
+
+    def lane_stats(self, session_id: str) -> dict[str, dict[str, int]]:
+        """Per lane (by lowercase name): pending, active, external (tasks waiting for the host),
+        completed, failed, as this replica sees them; JSON-ready, for routing to the run's owner."""
+        control = self.of(session_id)
+        external = [task.lane for task in control.external.values()]
+        return {
+            lane.name.lower(): {**asdict(control.counts[lane]), "external": external.count(lane)}
+            for lane in Lane
+        }

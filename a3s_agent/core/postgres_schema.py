@@ -80,6 +80,15 @@ MIGRATIONS: list[str] = [
     );
     CREATE SEQUENCE run_lease_tokens;
     """,
+    # The A3S harness protocol's runs (app/harness.py), by the caller's run id within a session.
+    """
+    CREATE TABLE harness_runs (
+        session_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (session_id, run_id)
+    );
+    """,
 ]
 
 # The session row's usage columns: one per field of Usage, named as the field.

@@ -238,6 +238,45 @@ class PostgresStore:
             row = await (await conn.execute("SELECT data FROM initialization WHERE id = 1")).fetchone()
         return None if row is None else dict(json.loads(row[0]))
 
+    # --- A3S harness runs ---------------------------------------------------------------------
+
+    async def reserve_harness_run(
+        self, session_id: str, run_id: str, record: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        async with self._transaction() as conn:
+            inserted = await conn.execute(
+                "INSERT INTO harness_runs (session_id, run_id, record) VALUES (%s, %s, %s)"
+                " ON CONFLICT (session_id, run_id) DO NOTHING",
+                (session_id, run_id, json.dumps(record)),
+            )
+            if inserted.rowcount == 1:
+                return None
+            row = await (
+                await conn.execute(
+                    "SELECT record FROM harness_runs WHERE session_id = %s AND run_id = %s",
+                    (session_id, run_id),
+                )
+            ).fetchone()
+        assert row is not None  # conflicting rows are never deleted
+        return dict(json.loads(row[0]))
+
+    async def save_harness_run(self, session_id: str, run_id: str, record: dict[str, Any]) -> None:
+        async with self._transaction() as conn:
+            await conn.execute(
+                "UPDATE harness_runs SET record = %s WHERE session_id = %s AND run_id = %s",
+                (json.dumps(record), session_id, run_id),
+            )
+
+    async def load_harness_run(self, session_id: str, run_id: str) -> dict[str, Any] | None:
+        async with self._pool.connection() as conn:
+            row = await (
+                await conn.execute(
+                    "SELECT record FROM harness_runs WHERE session_id = %s AND run_id = %s",
+                    (session_id, run_id),
+                )
+            ).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
+
     # --- the event log -----------------------------------------------------------------------
 
     async def append_log(self, entries: Sequence[LogEntry]) -> None:

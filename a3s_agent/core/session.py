@@ -1,6 +1,6 @@
 """A session's record, and what it keeps besides its config (SessionSettings): permission and
 confirmation policies, lane handlers, loaded skills, client tools, compaction settings, the
-token budget and MCP servers, as one typed value.
+token budget, MCP servers and the todo list, as one typed value.
 
 It is stored as the session row's `extras` JSON column, in the shape earlier versions wrote (one key
 per setting, a key absent while unset), so stores written by them load unchanged.
@@ -12,7 +12,7 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..base.models import SessionConfig, SessionState, Usage
+from ..base.models import SessionConfig, SessionState, Todo, Usage
 from ..tools.mcp.config import storable
 from .permissions import PermissionPolicy
 
@@ -84,6 +84,8 @@ class SessionSettings:
     token_budget: int | None = None
     # The session's own MCP servers, in their JSON form (tools/mcp/config.py; runtime/mcp.py).
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The session's todo list (core/todos.py), in order.
+    todos: list[Todo] = field(default_factory=list)
 
     @property
     def permission_policy(self) -> PermissionPolicy:
@@ -118,6 +120,8 @@ class SessionSettings:
         servers, _ = storable(self.mcp_servers)  # those holding credentials live only in memory
         if servers:
             data["mcp_servers"] = servers
+        if self.todos:
+            data["todos"] = [item.to_json() for item in self.todos]
         return data
 
     @classmethod
@@ -139,6 +143,7 @@ class SessionSettings:
             compaction={key: float(value) for key, value in (data.get("compaction") or {}).items()},
             token_budget=data.get("token_budget"),
             mcp_servers=dict(data.get("mcp_servers", {})),
+            todos=[Todo.from_json(item) for item in data.get("todos", [])],
         )
 
 

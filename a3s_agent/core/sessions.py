@@ -102,6 +102,10 @@ class SessionManager:
         self._max_context_tokens = max_context_tokens
         self._sessions: dict[str, Session] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # One per session, held by every change of its header (config, settings, state, counts):
+        # each change is computed from the header the last one left, never from a copy taken
+        # before another change's write (which it would then undo).
+        self._header_locks: dict[str, asyncio.Lock] = {}
         # Live histories, loaded on first use and kept in step with every write; least recently
         # used first, at most MAX_CACHED_HISTORIES.
         self._histories: OrderedDict[str, list[Message]] = OrderedDict()
@@ -205,6 +209,7 @@ class SessionManager:
         )
         self._sessions.pop(session_id, None)
         self._locks.pop(session_id, None)
+        self._header_locks.pop(session_id, None)
         self._histories.pop(session_id, None)
 
     async def configure(
@@ -213,11 +218,21 @@ class SessionManager:
         patch: SessionConfig,
         *,
         replace_all: bool = False,
-        settings: SessionSettings | None = None,
+        settings: Callable[[SessionSettings], SessionSettings] | None = None,
     ) -> Session:
         """Merge `patch` into the session's config (empty fields keep their old values), or with
         `replace_all` make it the config (empty fields take their defaults: the only way to turn a
-        flag off). `settings`, when given, replace the session's settings in the same write."""
+        flag off). `settings`, when given, changes the session's settings in the same write."""
+        async with self._header(session_id):
+            return await self._configure(session_id, patch, replace_all, settings)
+
+    async def _configure(
+        self,
+        session_id: str,
+        patch: SessionConfig,
+        replace_all: bool,
+        settings: Callable[[SessionSettings], SessionSettings] | None,
+    ) -> Session:
         session = self.get(session_id)
         old = SessionConfig() if replace_all else session.config
         llm = old.llm
@@ -235,7 +250,7 @@ class SessionManager:
         updated = replace(
             session,
             config=validated,
-            settings=settings or session.settings,
+            settings=session.settings if settings is None else settings(session.settings),
             updated_at=self._next_stamp(session),
         )
         await self._update(updated)
@@ -251,42 +266,64 @@ class SessionManager:
     ) -> Session:
         """Store messages, adding `usage` (a model turn's) to the session's totals, with the log
         entries that report them, in one write."""
-        session = self.get(session_id)
-        stamp = self._next_stamp(session)
-        totals = None if usage is None else session.usage + usage
-        fence = self._events.fence_for(session_id)
-        await self._events.write(
-            session_id,
-            log,
-            lambda entries: self._store.append_messages(session_id, messages, stamp, totals, entries, fence),
-        )
-        if session_id in self._histories:
-            self._histories[session_id].extend(messages)
-        session.message_count += len(messages)
-        session.updated_at = stamp
-        if totals is not None:
-            session.usage = totals
-        return session
+        async with self._header(session_id):
+            session = self.get(session_id)
+            stamp = self._next_stamp(session)
+            totals = None if usage is None else session.usage + usage
+            fence = self._events.fence_for(session_id)
+            await self._events.write(
+                session_id,
+                log,
+                lambda entries: self._store.append_messages(
+                    session_id, messages, stamp, totals, entries, fence
+                ),
+            )
+            if session_id in self._histories:
+                self._histories[session_id].extend(messages)
+            session.message_count += len(messages)
+            session.updated_at = stamp
+            if totals is not None:
+                session.usage = totals
+            return session
 
-    async def set_settings(self, session_id: str, settings: SessionSettings) -> Session:
-        """Make `settings` the session's (one store transaction)."""
-        session = self.get(session_id)
-        updated = replace(session, settings=settings, updated_at=self._next_stamp(session))
-        await self._update(updated)
-        self._sessions[session_id] = updated
-        return updated
+    async def update_settings(
+        self,
+        session_id: str,
+        change: Callable[[SessionSettings], SessionSettings],
+        log: Sequence[LogEntry] = (),
+    ) -> Session:
+        """Make `change(settings)` the session's settings, with the log entries that report it (one
+        store transaction). `change` sees the settings every earlier change left; what it raises
+        ends the update with nothing written."""
+        async with self._header(session_id):
+            session = self.get(session_id)
+            updated = replace(
+                session, settings=change(session.settings), updated_at=self._next_stamp(session)
+            )
+            await self._update(updated, log)
+            self._sessions[session_id] = updated
+            return updated
 
     async def set_state(self, session_id: str, state: SessionState) -> Session:
-        session = self.get(session_id)
-        updated = replace(session, state=state, updated_at=self._next_stamp(session))
-        await self._update(updated)
-        self._sessions[session_id] = updated
-        return updated
+        async with self._header(session_id):
+            session = self.get(session_id)
+            updated = replace(session, state=state, updated_at=self._next_stamp(session))
+            await self._update(updated)
+            self._sessions[session_id] = updated
+            return updated
 
-    async def _update(self, updated: Session) -> None:
-        """Store a session's new header, with the session's queued events, in one transaction."""
+    def _header(self, session_id: str) -> asyncio.Lock:
+        """The lock of the session's header changes (NotFound for an unknown session)."""
+        self.get(session_id)
+        return self._header_locks.setdefault(session_id, asyncio.Lock())
+
+    async def _update(self, updated: Session, log: Sequence[LogEntry] = ()) -> None:
+        """Store a session's new header, with the session's queued events and `log`, in one
+        transaction."""
         fence = self._events.fence_for(updated.id)
-        await self._events.write(updated.id, (), lambda log: self._store.update_session(updated, log, fence))
+        await self._events.write(
+            updated.id, log, lambda entries: self._store.update_session(updated, entries, fence)
+        )
 
     def generation_lock(self, session_id: str) -> asyncio.Lock:
         """Held while a generation runs, so two never interleave one session's history."""
@@ -322,18 +359,19 @@ class SessionManager:
     ) -> Session:
         """Archive the live history and make `messages` the new one (compaction, clearing), with
         the log entries that report it, in one write."""
-        session = self.get(session_id)
-        stamp = self._next_stamp(session)
-        fence = self._events.fence_for(session_id)
-        await self._events.write(
-            session_id,
-            log,
-            lambda entries: self._store.replace_history(session_id, messages, stamp, entries, fence),
-        )
-        self._keep_history(session_id, list(messages))
-        session.message_count = len(messages)
-        session.updated_at = stamp
-        return session
+        async with self._header(session_id):
+            session = self.get(session_id)
+            stamp = self._next_stamp(session)
+            fence = self._events.fence_for(session_id)
+            await self._events.write(
+                session_id,
+                log,
+                lambda entries: self._store.replace_history(session_id, messages, stamp, entries, fence),
+            )
+            self._keep_history(session_id, list(messages))
+            session.message_count = len(messages)
+            session.updated_at = stamp
+            return session
 
     @staticmethod
     def _next_stamp(session: Session) -> int:

@@ -228,10 +228,10 @@ class SkillCatalog:
         if session is None:
             self._server_wide[skill.name] = loaded
         else:
-            settings = self._sessions.get(session_id).settings
-            skills = {**settings.skills, skill.name: StoredSkill(skill.text, skill.source, origin)}
-            await self._sessions.set_settings(
-                session_id, self._with_allow_rules(replace(settings, skills=skills))
+            stored = StoredSkill(skill.text, skill.source, origin)
+            await self._sessions.update_settings(
+                session_id,
+                lambda s: self._with_allow_rules(replace(s, skills={**s.skills, skill.name: stored})),
             )
         return skill.tool_names
 
@@ -241,15 +241,18 @@ class SkillCatalog:
             if loaded is None:
                 raise NotFound(f"skill {name!r} is not loaded server-wide")
             return loaded.skill.tool_names
-        settings = self._sessions.get(session_id).settings
-        skills = dict(settings.skills)
-        entry = skills.pop(name, None)
-        if entry is None:
-            raise NotFound(f"skill {name!r} is not loaded in session {session_id!r}")
-        await self._sessions.set_settings(
-            session_id, self._with_allow_rules(replace(settings, skills=skills))
-        )
-        loaded = self._loaded(entry)
+        removed: list[StoredSkill] = []
+
+        def without(settings: SessionSettings) -> SessionSettings:
+            skills = dict(settings.skills)
+            entry = skills.pop(name, None)
+            if entry is None:
+                raise NotFound(f"skill {name!r} is not loaded in session {session_id!r}")
+            removed.append(entry)
+            return self._with_allow_rules(replace(settings, skills=skills))
+
+        await self._sessions.update_settings(session_id, without)
+        loaded = self._loaded(removed[0])
         return loaded.skill.tool_names if loaded is not None else []
 
     def _check_mcp_servers(self, skill: Skill, origin: Origin) -> None:

@@ -85,6 +85,15 @@ MIGRATIONS: list[str] = [
     CREATE TABLE lease_tokens (id INTEGER PRIMARY KEY CHECK (id = 1), last INTEGER NOT NULL);
     INSERT INTO lease_tokens VALUES (1, 0)
     """,
+    # The A3S harness protocol's runs (app/harness.py), by the caller's run id within a session.
+    """
+    CREATE TABLE harness_runs (
+        session_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (session_id, run_id)
+    )
+    """,
 ]
 # The session row's usage columns: one per field of Usage, named as the field.
 _USAGE_COLUMNS = tuple(item.name for item in fields(Usage))
@@ -270,6 +279,46 @@ class SqliteStore:
         def read(db: sqlite3.Connection) -> dict[str, Any] | None:
             row = db.execute("SELECT data FROM initialization WHERE id = 1").fetchone()
             return None if row is None else json.loads(row[0])
+
+        return await self._db.run(read)
+
+    # --- A3S harness runs ---------------------------------------------------------------------
+
+    async def reserve_harness_run(
+        self, session_id: str, run_id: str, record: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        def write(db: sqlite3.Connection) -> dict[str, Any] | None:
+            with transaction(db):
+                row = db.execute(
+                    "SELECT record FROM harness_runs WHERE session_id = ? AND run_id = ?",
+                    (session_id, run_id),
+                ).fetchone()
+                if row is not None:
+                    return dict(json.loads(row[0]))
+                db.execute(
+                    "INSERT INTO harness_runs (session_id, run_id, record) VALUES (?, ?, ?)",
+                    (session_id, run_id, json.dumps(record)),
+                )
+                return None
+
+        return await self._db.run(write)
+
+    async def save_harness_run(self, session_id: str, run_id: str, record: dict[str, Any]) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            with transaction(db):
+                db.execute(
+                    "UPDATE harness_runs SET record = ? WHERE session_id = ? AND run_id = ?",
+                    (json.dumps(record), session_id, run_id),
+                )
+
+        await self._db.run(write)
+
+    async def load_harness_run(self, session_id: str, run_id: str) -> dict[str, Any] | None:
+        def read(db: sqlite3.Connection) -> dict[str, Any] | None:
+            row = db.execute(
+                "SELECT record FROM harness_runs WHERE session_id = ? AND run_id = ?", (session_id, run_id)
+            ).fetchone()
+            return None if row is None else dict(json.loads(row[0]))
 
         return await self._db.run(read)
 

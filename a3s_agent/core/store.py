@@ -129,6 +129,20 @@ class Store(Protocol):
     async def load_initialization(self) -> dict[str, Any] | None:
         """The stored Initialize configuration, or None when no Initialize was ever stored."""
 
+    # --- A3S harness runs (app/harness.py; `record` is its JSON) -------------------------------
+
+    async def reserve_harness_run(
+        self, session_id: str, run_id: str, record: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Store the record of a new run unless one of that id exists in the session: None when
+        stored, else the existing record (one transaction: of two at once, one wins)."""
+
+    async def save_harness_run(self, session_id: str, run_id: str, record: dict[str, Any]) -> None:
+        """Replace the record of a reserved run."""
+
+    async def load_harness_run(self, session_id: str, run_id: str) -> dict[str, Any] | None:
+        """The record of a run, or None."""
+
     # --- the event log -----------------------------------------------------------------------
 
     async def append_log(self, entries: Sequence[LogEntry]) -> None:

@@ -116,8 +116,10 @@ class ToolGate:
                 EventType.EXTERNAL_TASK_PENDING, session.id, f"{call.name} runs here; observed by the host",
                 {"task_id": call.id, "lane": lane.name, "command_type": call.name, "payload": call.arguments},
             )  # fmt: skip
-        async with self._control.of(session.id).lanes[lane]:
+        control = self._control.of(session.id)
+        async with control.counts.holding(lane, control.lanes[lane]) as held:
             output = await tool.execute(args, ctx)  # type: ignore[arg-type]
+            held.ok = output.success
         if handler.mode == HandlerMode.HYBRID:
             self._events.publish(
                 EventType.EXTERNAL_TASK_COMPLETED, session.id, f"{call.name} finished",

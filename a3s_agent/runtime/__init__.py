@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from ..core.sessions import SessionManager, existing_directory
 from ..core.skill_catalog import SkillCatalog
 from ..core.sqlite_store import SqliteStore
 from ..core.store import Store
+from ..core.todos import TodoLists
 from ..core.tool_runner import ToolRunner
 from ..datadir import make_data_dir
 from ..llm.modes import speaks_text_protocol
@@ -82,6 +83,7 @@ class Runtime:
         )
         self.control = ControlPlane(self.sessions, self.events)
         self.client_tools = ClientTools(self.sessions, self.registry)
+        self.todos = TodoLists(self.sessions)
         self.skills = SkillCatalog(
             self.sessions, settings, lambda: self.workspace, lambda: set(self.registry.names())
         )
@@ -128,6 +130,9 @@ class Runtime:
         self.events.on_fenced = self.replicas.on_lost = self._stop_fenced_run
         self._serve_control()
         self.runs = Runs(self.agent, self.events, self.sessions)
+        self.on_close: list[Callable[[], Awaitable[None]]] = []
+        """Awaited by `close` once the runs have stopped, before the store closes (the A3S harness's
+        follow-up work, app/harness.py)."""
         self.init = Initialization()
         self.mcp = McpServers(settings, self.skills, lambda: self.init.mcp_servers, self.tool_context)
         self.spaces = Spaces(
@@ -166,6 +171,8 @@ class Runtime:
 
     async def close(self) -> None:
         await self.runs.stop()  # each run still going ends its stream in the log
+        for hook in self.on_close:
+            await hook()
         await self.spaces.close()  # its running runs are cancelled, their commands killed
         await self.mcp.close()  # MCP servers are asked to stop (their stdin closed) before the kill
         if self.containment is not None:  # every tool process still running ends with the server
@@ -340,6 +347,7 @@ class Runtime:
             "pending_external": lambda sid, a: [
                 {**asdict(task), "lane": int(task.lane)} for task in control.pending_external(sid)
             ],
+            "lane_stats": lambda sid, a: control.lane_stats(sid),
         }
         for name, action in actions.items():
             self.replicas.handle(name, _as_async(action))
@@ -356,6 +364,7 @@ class Runtime:
             workspace=workspace,
             env=dict(self.init.env),
             session_id=session.id if session is not None else None,
+            todos=self.todos,
         )
 
 

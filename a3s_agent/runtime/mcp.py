@@ -4,6 +4,8 @@ By name, a later level replaces an earlier one:
 
 1. the operator's file (`--mcp-config FILE`, A3S_MCP_CONFIG), read at start;
 2. Initialize's `config.custom["mcp_servers"]` (JSON of the mcpServers shape), server-wide;
+   then those RegisterMcpServer added that are connected (app/mcp_servers.py), server-wide, kept
+   in this process's memory only;
 3. the `mcp-servers:` of loaded skills (server-wide loads, and those of the session);
 4. the session's own, from the `a3s-mcp-servers` metadata of CreateSession and ConfigureSession.
 
@@ -89,6 +91,9 @@ class McpServers:
         self._operator = operator_servers(settings.mcp_config)
         self._clients: McpClients | None = None
         self._parsed: dict[str, Servers] = {}
+        self.registered: dict[str, dict[str, Any]] = {}
+        """RegisterMcpServer's servers (checked, JSON form); those named in `connected` are used."""
+        self.connected: set[str] = set()
 
     @property
     def clients(self) -> McpClients:
@@ -131,7 +136,7 @@ class McpServers:
         chosen: dict[str, tuple[Owner, ServerSpec, bool]] = {}
         for name, spec in self._operator.items():
             chosen[name] = ("", spec, False)
-        for name, spec in self._stored(self._server_wide()).items():
+        for name, spec in self._server_wide_given().items():
             chosen[name] = ("", spec, True)
         for in_session, servers in self._skills.mcp_servers_for(session):
             for name, spec in servers.items():
@@ -144,6 +149,11 @@ class McpServers:
             (owner, Endpoint(name, spec, context.workspace, guarded, allow_private))
             for name, (owner, spec, guarded) in chosen.items()
         ]
+
+    def _server_wide_given(self) -> Servers:
+        """Initialize's servers, then the registered ones that are connected (same name: these)."""
+        registered = {name: self.registered[name] for name in self.connected if name in self.registered}
+        return {**self._stored(self._server_wide()), **self._stored(registered)}
 
     def _stored(self, servers: Mapping[str, dict[str, Any]]) -> Servers:
         """Servers in their stored form, parsed once (of the last PARSED_KEPT forms)."""
@@ -177,7 +187,7 @@ class McpServers:
 
     def _server_wide_specs(self) -> Iterable[tuple[str, ServerSpec]]:
         yield from self._operator.items()
-        yield from self._stored(self._server_wide()).items()
+        yield from self._server_wide_given().items()
         for _, servers in self._skills.mcp_servers_for(None):
             yield from servers.items()
 

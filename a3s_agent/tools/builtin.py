@@ -1,9 +1,9 @@
-"""The built-in tools, in the order the A3S interface lists them (edit_lines, offered only to
-text-protocol models, is not listed there)."""
+"""The built-in tools, in the order the A3S interface lists them, then ours (todo); edit_lines,
+offered only to text-protocol models, is not listed."""
 
 from __future__ import annotations
 
-from . import code_search, files, git, line_edits, quality, shell, symbols, user, web
+from . import code_search, files, git, line_edits, quality, shell, symbols, todo, user, web
 from .registry import Tool, ToolRegistry
 
 
@@ -18,6 +18,7 @@ def builtin_tools() -> list[Tool]:
         *git.TOOLS,
         *web.TOOLS,
         *user.TOOLS,
+        *todo.TOOLS,
     ]
 
 

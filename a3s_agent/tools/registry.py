@@ -13,13 +13,13 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_type_hints
+from typing import Any, Literal, Protocol, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..base.errors import InvalidArgument, NotFound
 from ..base.jsontext import parse_json
-from ..base.models import Attachment
+from ..base.models import Attachment, Todo
 from .aliases import our_arguments
 
 DEFAULT_MAX_OUTPUT_BYTES = 100_000
@@ -61,6 +61,14 @@ def _as_string(value: Any) -> str:
     return json.dumps(value)
 
 
+class TodoStore(Protocol):
+    """Sessions' todo lists, as the `todo` tool reaches them (the runtime keeps them with the session)."""
+
+    async def get(self, session_id: str) -> list[Todo]: ...
+
+    async def set(self, session_id: str, todos: list[Todo]) -> list[Todo]: ...
+
+
 @dataclass
 class ToolContext:
     """Where and how a tool runs."""
@@ -69,6 +77,7 @@ class ToolContext:
     env: dict[str, str] = field(default_factory=dict)
     session_id: str | None = None
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    todos: TodoStore | None = None
 
 
 ToolFunction = Callable[[Any, ToolContext], Awaitable[ToolOutput | str]]

@@ -1,6 +1,7 @@
 """The tools of `a3s-agent acp`: the built-in ones, file and shell tools routed through the editor
 (editor.py), the plan tool (plan.py), and not ask_user: an editor asks its user in the chat (the
-model ends its turn with the question), and nobody would answer ask_user's external task."""
+model ends its turn with the question), and nobody would answer ask_user's external task. Nor todo:
+the plan tool is the list an editor shows."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from . import editor as through
 from .editor import Editor, Remote, routed
 from .plan import update_plan
 
-LEFT_OUT = frozenset({"ask_user"})
+LEFT_OUT = frozenset({"ask_user", "todo"})
 
 
 def acp_registry(editor: Editor) -> ToolRegistry:

@@ -12,11 +12,12 @@ from google.protobuf.message import Message
 
 from ...app import Application
 from ...app.lifecycle import InitializeRequest
-from ...app.sessions import SessionView
 from ...base.errors import InvalidArgument
 from ...base.models import Message as CoreMessage
 from ...base.models import ToolCall
 from ...core.agent import TextEvent
+from ...core.context import ContextUsage
+from ...core.session import Session
 from ...core.structured import StructuredDone
 from ...proto import code_agent_pb2 as pb
 from ...proto import code_agent_pb2_grpc as pb_grpc
@@ -32,8 +33,10 @@ from ..agent_service import (
     lane,
     structured_metadata,
 )
-from . import convert, metadata
+from . import convert, later_convert, metadata
+from .dialect_choice import DECIDING, Dialects
 from .errors import decoding, rpc
+from .later_only import later_only_handlers
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +50,13 @@ _LOG_LEVELS = {
 
 class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     """Each RPC: the request converted (convert.py, its `a3s-*` metadata by metadata.py), one call
-    into the application layer, the reply converted."""
+    into the application layer, the reply converted. Requests and replies are Box-era messages;
+    dialect_choice.py converts those of later-dialect clients around these methods, and
+    `dialects` says which a call's connection speaks where a reply has later-only values."""
 
-    def __init__(self, app: Application) -> None:
+    def __init__(self, app: Application, dialects: Dialects) -> None:
         self.app = app
+        self.dialects = dialects
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -130,12 +136,13 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
             request.session_id if request.HasField("session_id") else None,
             convert.session_config_from_pb(request.config),
             await self._messages(request.initial_context, "initial_context"),
-            given.compaction,
+            {**later_convert.session_extras(request.config), **given.compaction},
             given.token_budget,
             given.mcp_servers,
         )
         metadata.hand_out(context, call_metadata.session_metadata(view))
-        return pb.CreateSessionResponse(session_id=view.session.id, session=_session_to_pb(view))
+        session = self._session_to_pb(view.session, view.usage, context)
+        return pb.CreateSessionResponse(session_id=view.session.id, session=session)
 
     @rpc
     async def DestroySession(
@@ -151,13 +158,14 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         size, after = call_metadata.requested_page(metadata.given(context))
         page = await self.app.sessions.page(after, size)
         metadata.hand_out(context, call_metadata.next_page(page.next_after))
-        return pb.ListSessionsResponse(sessions=[convert.session_to_pb(s, None) for s in page.sessions])
+        later = self.dialects.is_later(context)
+        return pb.ListSessionsResponse(sessions=[_session_to_pb(s, None, later) for s in page.sessions])
 
     @rpc
     async def GetSession(self, request: pb.GetSessionRequest, context: Any) -> pb.GetSessionResponse:
         view = await self.app.sessions.get(request.session_id)
         metadata.hand_out(context, call_metadata.session_metadata(view))
-        return pb.GetSessionResponse(session=_session_to_pb(view))
+        return pb.GetSessionResponse(session=self._session_to_pb(view.session, view.usage, context))
 
     @rpc
     async def ConfigureSession(
@@ -168,12 +176,15 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
             request.session_id,
             convert.session_config_from_pb(request.config),
             replace_all=given.replace_all,
-            compaction=given.compaction,
+            compaction={**later_convert.session_extras(request.config), **given.compaction},
             token_budget=given.token_budget,
             mcp_servers=given.mcp_servers,
         )
         metadata.hand_out(context, call_metadata.session_metadata(view))
-        return pb.ConfigureSessionResponse(session=_session_to_pb(view))
+        return pb.ConfigureSessionResponse(session=self._session_to_pb(view.session, view.usage, context))
+
+    def _session_to_pb(self, session: Session, usage: ContextUsage, context: Any) -> pb.Session:
+        return _session_to_pb(session, usage, self.dialects.is_later(context))
 
     async def _messages(self, messages: Sequence[pb.Message], field: str) -> list[CoreMessage]:
         """Checked and converted on a worker thread: for tens of megabytes that takes a while."""
@@ -322,10 +333,19 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     async def SubscribeEvents(
         self, request: pb.SubscribeEventsRequest, context: Any
     ) -> AsyncIterator[pb.AgentEvent]:
+        """A later-dialect connection gets compaction as EVENT_TYPE_CONTEXT_COMPACTED (20), a Box
+        one as the INFO event it is; a filter may name the later types (later_convert.EventFilter)."""
         session_id = request.session_id if request.HasField("session_id") and request.session_id else None
         after = call_metadata.events_after(metadata.given(context), session_id)
-        async for event in self.app.events.subscribe(session_id, request.event_types, after):
-            yield convert.event_to_pb(event)
+        wanted = later_convert.event_filter(request.event_types)
+        later = self.dialects.is_later(context)
+        async for event in self.app.events.subscribe(session_id, wanted.names, after):
+            if not wanted.passes(event):
+                continue
+            out = convert.event_to_pb(event)
+            if later and later_convert.is_compaction(event):
+                out.type = later_convert.CONTEXT_COMPACTED
+            yield out
 
     @rpc
     async def Cancel(self, request: pb.CancelRequest, context: Any) -> pb.CancelResponse:
@@ -440,25 +460,37 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         return pb.AddPermissionRuleResponse(success=True)
 
 
-def _session_to_pb(view: SessionView) -> pb.Session:
-    return convert.session_to_pb(view.session, view.usage)
+def _session_to_pb(session: Session, usage: ContextUsage | None, later: bool) -> pb.Session:
+    """The wire session; for a later-dialect connection with its own auto_compact_threshold."""
+    out = convert.session_to_pb(session, usage)
+    if later:
+        later_convert.with_threshold(out.config, session.settings.compaction.get("threshold", 0))
+    return out
 
 
 def add_to_server(app: Application, server: grpc.aio.Server) -> CodeAgentService:
-    """Register every RPC. Requests are decoded here rather than by grpc, so that bytes that are
-    not a valid request answer INVALID_ARGUMENT (grpc's own decoding failure is UNKNOWN)."""
-    service = CodeAgentService(app)
+    """Register every RPC of both dialects (`--a3s-dialect`, dialect_choice.py). Requests are
+    decoded here rather than by grpc, so that bytes that are not a valid request answer
+    INVALID_ARGUMENT (grpc's own decoding failure is UNKNOWN)."""
+    dialects = Dialects(app.lifecycle.settings.a3s_dialect)
+    service = CodeAgentService(app, dialects)
     descriptor = pb.DESCRIPTOR.services_by_name["CodeAgentService"]
     handlers = {}
     for method in descriptor.methods:
         request_type = getattr(pb, method.input_type.name)
-        behavior = decoding(getattr(service, method.name), request_type, method.server_streaming)
+        implementation = getattr(service, method.name)
+        if method.name in DECIDING:
+            behavior = dialects.deciding(method.name, implementation, request_type, method.server_streaming)
+        else:
+            behavior = decoding(implementation, request_type, method.server_streaming)
         make = (
             grpc.unary_stream_rpc_method_handler
             if method.server_streaming
             else grpc.unary_unary_rpc_method_handler
         )
         handlers[method.name] = make(behavior, response_serializer=_serialize)
+    for name, handler in later_only_handlers(app).items():
+        handlers[name] = dialects.remembering(handler)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(descriptor.full_name, handlers),))
     return service
 

@@ -19,6 +19,8 @@ of the table in methods.py, a conversion and one call into the application layer
     POST   /sessions/{id}/tools/{name}       ExecuteTool; the body is the tool's arguments object
     GET    /sessions/{id}/events             a page of the session's log: ?after_seq=&limit= (events_page.py)
     POST   /rpc/{method}                     any RPC by name (body: its request); streaming ones as SSE
+    POST   /v1/agent/commands, /v1/agent/events:page, /v1/agent/changes: the A3S harness protocol
+                                             (harness.py; its own bodies and error documents)
     GET    /ws                               the WebSocket JSON form of every RPC (ws.py)
 
 A unary call's `a3s-*` metadata (faces/call_metadata.py: the session's token budget, compaction
@@ -60,6 +62,7 @@ from .body import MAX_BODY_BYTES, json_body, json_text
 from .errors import CallError, unary_call
 from .events_page import events_page
 from .guard import RequestGuard
+from .harness import HarnessApi, harness_errors
 from .methods import CallMetadata, Cursor, Method, find_method, parse
 from .probes import Probes
 from .ws import WebSocketFace
@@ -358,6 +361,7 @@ def build_app(
         client_max_size=MAX_BODY_BYTES,
         middlewares=[
             _errors,
+            harness_errors,
             guard.middleware,
             *([http_middleware(auth_token, refusals)] if auth_token else []),
             probes.middleware,
@@ -366,6 +370,7 @@ def build_app(
     web_app.on_response_prepare.append(guard.on_response_prepare)
     sockets = WebSocketFace(app, MAX_BODY_BYTES)
     web_app.add_routes([*RestApi(app, readiness).routes(), *probes.routes(), web.get("/ws", sockets.handle)])
+    web_app.add_routes(HarnessApi(app.harness).routes())  # the A3S harness protocol (harness.py)
     web_app.add_routes(extra_routes)
     web_app.on_shutdown.append(sockets.close_all)
     return web_app

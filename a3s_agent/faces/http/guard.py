@@ -23,6 +23,7 @@ from aiohttp import web
 from ..call_metadata import REQUEST_KEYS
 from ..refusals import RefusalLog
 from .auth import HTTP_OPEN_PATHS
+from .harness import HARNESS_PATHS
 from .hosts import HostPolicy
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -105,7 +106,8 @@ class RequestGuard:
         if allowed is None:
             self._check_not_cross_site(request)
         routed = request.match_info.http_exception is None  # else a 404 or 405 says more
-        if routed and request.method in BODY_METHODS and not _is_json(request):
+        own_check = request.path in HARNESS_PATHS  # answers a wrong content type as its spec says
+        if routed and request.method in BODY_METHODS and not own_check and not _is_json(request):
             given = request.headers.get("Content-Type")
             raise web.HTTPUnsupportedMediaType(
                 text="send the body as JSON with 'Content-Type: application/json'"

@@ -11,6 +11,9 @@ from ...app import Application
 from ...tools.registry import Tool
 
 AGENT_TASK = "agent_task"
+SESSION_BOUND = frozenset({"todo"})
+"""Tools that keep state in a session: an MCP client's calls run in none, so they are not offered
+(inside agent_task's session the model has them)."""
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +35,15 @@ class Offer:
 
     def builtins(self) -> list[Tool]:
         """The server's own tools the caller may run, as the server has them now: not the tools of
-        the MCP servers it uses itself (they are theirs to offer), nor a client's."""
+        the MCP servers it uses itself (they are theirs to offer), nor a client's, nor those bound
+        to a session."""
         return [
             tool
             for tool in self._app.tools.available(None)
-            if not tool.external and tool.family != "mcp" and self._allows(tool.name)
+            if not tool.external
+            and tool.family != "mcp"
+            and tool.name not in SESSION_BOUND
+            and self._allows(tool.name)
         ]
 
     def builtin(self, name: str) -> Tool | None:

@@ -1,0 +1,123 @@
+"""A run's log entries as the A3S harness protocol's events (type and payload), bounded in size.
+
+One generation chunk of the run (core/chunks.py) is one event: text → `text_delta`, thinking →
+`reasoning_delta`, a tool call → `tool_execution_start`, its result → `tool_end`, a model turn →
+`turn_end`, the result → `agent_end`, the entry that ends a run without one → `error`, a notice →
+`notice` (the protocol's event types are an open set). `agent_start` is made from the run itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+MAX_PAYLOAD_BYTES = 64 * 1024 - 1024  # the record's 64 KiB, less its envelope and metadata
+TRUNCATED = "\n…[a3s.code.agent-protocol.truncated]"
+_MAX_PASSES = 128
+_KEPT_KEYS = ("id", "name", "exit_code", "tool_id", "tool_name", "turn")
+_SKIPPED = {
+    "status": "skipped",
+    "report_count": 0,
+    "required_check_count": 0,
+    "pending_required_check_count": 0,
+    "failed_check_count": 0,
+    "residual_risk_count": 0,
+}
+
+
+def token_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "cache_read_tokens": usage.get("cache_read_tokens"),
+        "cache_write_tokens": usage.get("cache_write_tokens"),
+    }
+
+
+def _arguments(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"raw": text}
+    return value if isinstance(value, dict) else {"raw": text}
+
+
+def chunk_event(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The event (type, payload) of a chunk entry's body."""
+    if "failed" in body:
+        return "error", {"message": body["failed"]["message"]}
+    chunk = body["chunk"]
+    if "text" in chunk:
+        return "text_delta", {"text": chunk["text"]}
+    if "thinking" in chunk:
+        return "reasoning_delta", {"text": chunk["thinking"]}
+    if "tool_call" in chunk:
+        call = chunk["tool_call"]
+        return "tool_execution_start", {
+            "id": call["id"],
+            "name": call["name"],
+            "args": _arguments(call["arguments"]),
+        }
+    if "tool_result" in chunk:
+        call, output = chunk["tool_result"]["call"], chunk["tool_result"]["output"]
+        exit_code = output["metadata"].get("exit_code")
+        return "tool_end", {
+            "id": call["id"],
+            "name": call["name"],
+            "output": output["output"] if output["success"] else output["error"] or output["output"],
+            "exit_code": exit_code if isinstance(exit_code, int) else (0 if output["success"] else 1),
+        }
+    if "turn" in chunk:
+        turn = chunk["turn"]
+        return "turn_end", {"turn": turn["turn"], "usage": token_usage(turn["usage"])}
+    if "notice" in chunk:
+        return "notice", dict(chunk["notice"])
+    done = chunk["done"]
+    return "agent_end", {
+        "text": done["message"]["content"],
+        "usage": token_usage(done["usage"]),
+        "verification_summary": dict(_SKIPPED),
+    }
+
+
+def _size(value: object) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def _longest_string(value: Any, path: tuple[Any, ...] = ()) -> tuple[int, tuple[Any, ...]]:
+    if isinstance(value, str):
+        return len(value), path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    best: tuple[int, tuple[Any, ...]] = (-1, ())
+    for key, item in items:
+        best = max(best, _longest_string(item, (*path, key)), key=lambda found: found[0])
+    return best
+
+
+def bounded(payload: dict[str, Any]) -> dict[str, Any]:
+    """`payload` within MAX_PAYLOAD_BYTES: its longest string halved (with the marker) until it
+    fits, or a stub naming the original's digest."""
+    if _size(payload) <= MAX_PAYLOAD_BYTES:
+        return payload
+    shrunk = json.loads(json.dumps(payload))
+    for _ in range(_MAX_PASSES):
+        length, path = _longest_string(shrunk)
+        if length <= len(TRUNCATED) or not path:
+            break
+        holder = shrunk
+        for key in path[:-1]:
+            holder = holder[key]
+        holder[path[-1]] = holder[path[-1]][: length // 2] + TRUNCATED
+        if _size(shrunk) <= MAX_PAYLOAD_BYTES:
+            return dict(shrunk)
+    digest = hashlib.sha256(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode())
+    stub: dict[str, Any] = {
+        "bounded": True,
+        "reason": "agent_protocol_event_payload_limit",
+        "original_payload_sha256": f"sha256:{digest.hexdigest()}",
+    }
+    stub.update({k: payload[k] for k in _KEPT_KEYS if k in payload and _size(payload[k]) <= 512})
+    return stub

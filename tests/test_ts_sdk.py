@@ -1,0 +1,86 @@
+"""The official A3S TypeScript SDK's live tests, examples and methods against our server, through
+tools/ts_sdk_check.py. Skipped without npm or the SDK checkout (CI has neither checkout):
+give it with A3S_TS_SDK=<git directory of A3S-Lab/TypeScript-SDK>."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import jsonschema
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOL = ROOT / "tools" / "ts_sdk_check.py"
+CHECKOUT = Path(os.environ.get("A3S_TS_SDK", "/work/.mirror/A3S-Lab+TypeScript-SDK/repo"))
+
+
+@pytest.mark.slow  # installs the SDK from npm once per commit, then runs ~25 node processes
+def test_the_typescript_sdk_works_except_for_groups_we_do_not_serve() -> None:
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed")
+    if not (CHECKOUT / "HEAD").exists() and not (CHECKOUT / ".git").exists():
+        pytest.skip(f"no TypeScript SDK checkout at {CHECKOUT} (set A3S_TS_SDK)")
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--sdk", str(CHECKOUT)], capture_output=True, text=True, timeout=1800
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "direct: generate " in done.stdout and "live: " in done.stdout, done.stdout
+
+
+@functools.cache
+def _tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("ts_sdk_check", TOOL)
+    assert spec is not None and spec.loader is not None
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look it up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_only_a_group_we_list_as_not_served_is_an_expected_unimplemented() -> None:
+    tool = _tool()
+    planning = (
+        "Error: 12 UNIMPLEMENTED: CreatePlan: A3S's planning and goal tracking group (...) is not served"
+    )
+    assert tool.failure_reason(planning) == (planning.removeprefix("Error: 12 "), True)
+    assert tool.failure_reason("12 UNIMPLEMENTED: Method not found!") == (
+        "UNIMPLEMENTED: Method not found!",
+        False,
+    )
+    assert tool.failure_reason("12 UNIMPLEMENTED: GetTodos: not served") == (
+        "UNIMPLEMENTED: GetTodos: not served",
+        False,
+    )
+    role = "3 INVALID_ARGUMENT: messages[0].role must be ROLE_USER"
+    assert tool.failure_reason(role) == ("INVALID_ARGUMENT: messages[0].role must be ROLE_USER", False)
+    placeholder = "INVALID_ARGUMENT: workspace '/path/to/project' does not exist"
+    assert tool.failure_reason(placeholder, "lsp-example")[1] is True
+    assert tool.failure_reason(placeholder, "simple-test")[1] is False
+
+
+def test_the_fake_model_answers_structured_requests_with_valid_json_and_calls_one_tool_per_prompt() -> None:
+    tool = _tool()
+    schema = {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2},
+            "level": {"enum": ["low", "high"]},
+            "score": {"type": ["number", "null"]},
+        },
+        "required": ["title", "tags", "level", "score"],
+    }
+    reply = tool.answer({"response_format": {"type": "json_schema", "json_schema": {"schema": schema}}})
+    jsonschema.validate(json.loads(reply.content), schema)
+    tools = [{"type": "function", "function": {"name": "list_files"}}]
+    asked = tool.answer({"tools": tools, "messages": [{"role": "user", "content": "hi"}]})
+    assert [c.name for c in asked.tool_calls] == ["list_files"]
+    after = [{"role": "user", "content": "hi"}, {"role": "assistant"}, {"role": "tool", "content": "a.txt"}]
+    assert tool.answer({"tools": tools, "messages": after}).content
