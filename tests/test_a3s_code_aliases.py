@@ -146,6 +146,32 @@ async def test_check_permission_sees_a3s_code_arguments(live: LiveServer) -> Non
 # --- the model's calls ------------------------------------------------------------------------
 
 
+async def test_initialize_tool_lists_take_a3s_code_names(live: LiveServer) -> None:
+    await live.stub.Initialize(
+        pb.InitializeRequest(config=pb.AgentConfig(tools=pb.ToolsConfig(disabled_tools=["read", "ls"])))
+    )
+    listed = {t.name for t in (await live.stub.ListTools(pb.ListToolsRequest())).tools}
+    assert not listed & {"read_file", "list_files", "read", "ls"} and "write_file" in listed
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await live.stub.Initialize(
+            pb.InitializeRequest(config=pb.AgentConfig(tools=pb.ToolsConfig(enabled_tools=["reed"])))
+        )
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "reed" in (err.value.details() or "")
+
+
+async def test_allowed_tools_take_a3s_code_names(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
+    scripted.script(text("done"))
+    session_id = await new_session(scripted_agent)
+    options = pb.GenerateOptions(enable_tools=True, allowed_tools=["read", "grep", "write_file"])
+    await scripted_agent.stub.Generate(
+        pb.GenerateRequest(session_id=session_id, messages=[user("go")], options=options)
+    )
+    offered = {t["function"]["name"] for t in scripted.requests[0].tools}
+    assert offered == {"read_file", "grep", "write_file"}
+
+
 async def test_model_calls_by_a3s_code_names(scripted_agent: LiveServer, scripted: ScriptedProvider) -> None:
     (scripted_agent.workspace / "a.txt").write_text("alpha\n")
     scripted.script(

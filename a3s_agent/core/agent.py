@@ -15,7 +15,7 @@ from ..base.models import LLMConfig, Message, ProviderState, SessionState, ToolC
 from ..core.session import Session
 from ..llm.messages import to_openai, tool_schema
 from ..llm.provider import CompletionRequest, Provider, ReasoningDelta, TextDelta, ToolCallReady, TurnEnd
-from ..tools.aliases import find_tool
+from ..tools.aliases import find_tool, our_tool_name
 from ..tools.registry import Tool, ToolOutput
 from .accounting import spending_data
 from .budget import BudgetSpent, budget_spent
@@ -227,7 +227,8 @@ class Agent:
             return []
         tools = self._host.tools_for(session)
         if options.allowed_tools:
-            allowed = set(options.allowed_tools)
+            names = {t.name for t in tools}
+            allowed = {name if name in names else our_tool_name(name) for name in options.allowed_tools}
             unknown = sorted(allowed - {t.name for t in tools})
             if unknown:
                 raise InvalidArgument(

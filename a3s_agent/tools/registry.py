@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..base.errors import InvalidArgument, NotFound
 from ..base.jsontext import parse_json
 from ..base.models import Attachment, Todo
-from .aliases import our_arguments
+from .aliases import our_arguments, our_tool_name
 
 DEFAULT_MAX_OUTPUT_BYTES = 100_000
 
@@ -263,13 +263,18 @@ class ToolRegistry:
         (self._text_protocol_tools if item.text_protocol_only else self._tools)[item.name] = item
 
     def configure(self, enabled: Iterable[str] = (), disabled: Iterable[str] = ()) -> None:
-        """Apply Initialize's tool lists: empty `enabled` means all; `disabled` always wins."""
-        enabled, disabled = set(enabled), set(disabled)
+        """Apply Initialize's tool lists (A3S Code's names too): empty `enabled` means all;
+        `disabled` always wins."""
+        enabled, disabled = {self._named(n) for n in enabled}, {self._named(n) for n in disabled}
         unknown = sorted((enabled | disabled) - set(self._tools))
         if unknown:
             raise InvalidArgument(f"config.tools names unknown tools: {', '.join(unknown)}")
         self._enabled = enabled or None
         self._disabled = disabled
+
+    def _named(self, name: str) -> str:
+        """The registered tool `name` means: itself, else the tool its A3S Code name stands for."""
+        return name if name in self._tools else our_tool_name(name)
 
     def names(self) -> list[str]:
         """Every registered tool, enabled or not."""
