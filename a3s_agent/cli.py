@@ -80,6 +80,13 @@ def _parser() -> argparse.ArgumentParser:
         " (env A3S_TRUST_WORKSPACE_SKILLS=1)",
     )
     serve.add_argument(
+        "--no-project-instructions",
+        action="store_true",
+        help="do not put AGENTS.md, CLAUDE.md and .a3s/instructions.md from the workspace and the"
+        " directories above it (up to the repository root) into the system prompt"
+        " (env A3S_PROJECT_INSTRUCTIONS=0)",
+    )
+    serve.add_argument(
         "--skills-dir",
         action="append",
         default=[],
@@ -481,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
                 tls_cert=args.tls_cert,
                 tls_key=args.tls_key,
                 trust_workspace_skills=args.trust_workspace_skills,
+                no_project_instructions=args.no_project_instructions,
                 workspace_root=args.workspace_root,
                 grace_seconds=args.grace_seconds,
                 mcp_tools=_names(args.mcp_tools),

@@ -57,6 +57,7 @@ class Settings:
     max_http_connections: int = DEFAULT_MAX_HTTP_CONNECTIONS
     secret_env_names: frozenset[str] = frozenset()  # further variables the operator marks secret
     trust_workspace_skills: bool = False  # a workspace skill's allowed-tools may become allow rules
+    project_instructions: bool = True  # AGENTS.md, CLAUDE.md, .a3s/instructions.md go into the prompt
     workspace_root: Path | None = None  # session workspaces must lie inside it; default the workspace
     max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS  # direct ExecuteTool/ExecuteToolBatch calls at once
     max_space_runs: int = DEFAULT_MAX_SPACE_RUNS  # Agent Spaces runs at once
@@ -141,6 +142,11 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     raise ConfigError(f"{name} must be 1/true/yes/on or 0/false/no/off, not {value!r}")
 
 
+def _switch(env: Mapping[str, str], name: str) -> bool:
+    """A setting on by default: only an explicit 0/false/no/off turns it off."""
+    return name not in env or not env[name].strip() or _flag(env, name)
+
+
 def _list(values: list[str] | None, env: Mapping[str, str], name: str) -> list[str]:
     """Flag values (repeatable) then the comma-separated env value."""
     return [v.strip() for v in [*(values or []), *env.get(name, "").split(",")] if v.strip()]
@@ -218,6 +224,7 @@ def settings_from(
     tls_cert: str | None = None,
     tls_key: str | None = None,
     trust_workspace_skills: bool = False,
+    no_project_instructions: bool = False,
     workspace_root: str | None = None,
     grace_seconds: float | None = None,
     mcp_tools: list[str] | None = None,
@@ -251,6 +258,7 @@ def settings_from(
         max_http_connections=int(_number(env, "A3S_MAX_HTTP_CONNECTIONS", DEFAULT_MAX_HTTP_CONNECTIONS)),
         secret_env_names=operator_secret_names(env),
         trust_workspace_skills=trust_workspace_skills or _flag(env, "A3S_TRUST_WORKSPACE_SKILLS"),
+        project_instructions=not no_project_instructions and _switch(env, "A3S_PROJECT_INSTRUCTIONS"),
         workspace_root=Path(root_value).resolve() if root_value else None,
         max_tool_calls=int(_number(env, "A3S_MAX_TOOL_CALLS", DEFAULT_MAX_TOOL_CALLS)),
         max_space_runs=int(_number(env, "A3S_MAX_SPACE_RUNS", DEFAULT_MAX_SPACE_RUNS)),

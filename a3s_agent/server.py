@@ -29,6 +29,7 @@ from .faces.readiness import Readiness
 from .faces.refusals import RefusalLog
 from .proto import code_agent_pb2 as pb
 from .runtime import Runtime
+from .runtime.warmup import WarmUp
 from .tools.builtin import builtin_registry
 
 if TYPE_CHECKING:
@@ -190,6 +191,8 @@ async def run(settings: Settings) -> int:
             return 2
     coven = _Coven(app, settings.coven_gateway) if settings.coven_gateway else None
     await server.start()  # last: health says SERVING only now
+    warm_up = WarmUp(runtime)  # after ready, in the background: it must not delay readiness
+    warm_up.start()
     host = settings.listen.rsplit(":", 1)[0]
     scheme = "TLS" if settings.tls_cert else "plaintext"
     log.info("a3s-agent %s serving on %s:%d (%s)", app.lifecycle.info.version, host, port, scheme)
@@ -204,6 +207,7 @@ async def run(settings: Settings) -> int:
             log.info("MCP server (Streamable HTTP) at /mcp on the HTTP listener")
     await app.lifecycle.shutdown_requested()
     log.info("shutting down (grace %gs)", settings.grace_seconds)
+    await warm_up.stop()
     await asyncio.gather(server.stop(settings.grace_seconds), *([coven.stop()] if coven else []))
     if http is not None:
         await http.stop()  # after the drain: /health/ready answered 503 all through it

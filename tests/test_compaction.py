@@ -324,7 +324,7 @@ async def test_per_session_threshold_decides_when_auto_compaction_runs(
     session_id = await _session(
         scripted_agent,
         auto_compact=True,
-        count=4,
+        count=6,
         metadata=(("a3s-compact-threshold", "0.5"), ("a3s-compact-target", "0.35")),
     )
     call = scripted_agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))

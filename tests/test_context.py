@@ -63,8 +63,10 @@ async def test_usage_counts_the_conversation_as_it_will_be_sent(scripted_agent: 
         tool_schema(t)
         for t in scripted_agent.runtime.tools_for(scripted_agent.runtime.sessions.get(session_id))
     ]
+    prompt = scripted_agent.runtime.prompt_for(scripted_agent.runtime.sessions.get(session_id))
+    assert prompt.startswith("Be exact.\n\n# Workspace\n")  # facts found when ExecuteTool prepared the tools
     read = [
-        {"role": "system", "content": "Be exact."},
+        {"role": "system", "content": prompt},
         *(to_openai(m) for m in history if m.role != "assistant"),
     ]
     written = [to_openai(m) for m in history if m.role == "assistant"]
@@ -145,7 +147,9 @@ async def test_clear_context_drops_the_history_but_keeps_the_session(
     await scripted_agent.stub.Generate(
         pb.GenerateRequest(session_id=session_id, messages=[user("what number?")])
     )
-    assert [m["content"] for m in scripted.requests[-1].messages] == ["sys", "what number?"]
+    system, *rest = scripted.requests[-1].messages
+    assert system["content"].startswith("sys\n\n# Workspace\n")
+    assert [m["content"] for m in rest] == ["what number?"]
 
 
 @pytest.mark.parametrize("rpc", ["GetContextUsage", "CompactContext", "ClearContext"])

@@ -115,8 +115,10 @@ async def test_history_survives_a_restart_and_the_next_generate_continues(
             pb.GenerateRequest(session_id=session_id, messages=[user("Who am I?")])
         )
     assert reply.message.content == "Your name is Ada."
-    assert fake.requests[1].messages == [
-        {"role": "system", "content": "You are terse."},
+    system = fake.requests[1].messages[0]
+    assert system == fake.requests[0].messages[0]  # the same prompt after the restart
+    assert system["content"].startswith("You are terse.\n\n# Workspace\n")  # its own prompt, then the facts
+    assert fake.requests[1].messages[1:] == [
         {"role": "user", "content": "I am Ada."},
         {"role": "assistant", "content": "Nice to meet you, Ada."},
         {"role": "user", "content": "Who am I?"},

@@ -363,7 +363,7 @@ async def test_the_later_threshold_drives_compaction_and_event_20_goes_to_later_
     async with running(settings, connect=scripted.connect) as server, later_client(server) as client:
         # About 55% of the window: under the default threshold (80%), over this session's 50%.
         context = [lp.Message(role="user", content="THE TASK")] + [
-            lp.Message(role="assistant" if i % 2 else "user", content=_words(f"m{i}", 600)) for i in range(4)
+            lp.Message(role="assistant" if i % 2 else "user", content=_words(f"m{i}", 600)) for i in range(6)
         ]
         created = await client.stub.CreateSession(
             lp.CreateSessionRequest(

@@ -12,6 +12,8 @@ from typing import Any
 from .errors import InvalidArgument
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a pair is one character once parsed
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate: in decoded text, only through one can parsed JSON hold one."""
 
 
 def parse_json(text: str, what: str) -> Any:
@@ -58,6 +60,13 @@ def valid_text(value: Any) -> Any:
     if isinstance(value, list):
         return [valid_text(item) for item in value]
     return value
+
+
+def model_json(text: str) -> Any:
+    """`text` (decoded from UTF-8, so it holds no surrogate itself) parsed as valid_text: the walk
+    over every parsed value is skipped when no escape in the text can spell a surrogate."""
+    parsed = json.loads(text)
+    return valid_text(parsed) if _SURROGATE_ESCAPE.search(text) else parsed
 
 
 def _member(where: str, key: str) -> str:

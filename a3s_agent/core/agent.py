@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from .events import EventBus, EventType, event_entry
 from .host import AgentHost
 from .repair import answer_interrupted_calls
 from .sessions import SessionManager
+from .store import LogEntry
 from .tool_gate import ToolGate
 from .tool_runner import new_call_id, tool_message
 
@@ -113,6 +114,10 @@ class DoneEvent:
 
 AgentEvent = TextEvent | ThinkingEvent | ToolCallEvent | ToolResultEvent | TurnEvent | NoticeEvent | DoneEvent
 
+ChunkLog = Callable[[AgentEvent], LogEntry]
+"""How a caller that logs a run's events (runtime/runs.py) has the event that reports a write
+logged in that write's transaction: the event's log entry, which the caller then does not queue."""
+
 
 class Agent:
     def __init__(
@@ -135,7 +140,11 @@ class Agent:
         self._active = 0  # generations running or waiting for their session
 
     async def run(
-        self, session_id: str, messages: list[Message], options: GenerateOptions
+        self,
+        session_id: str,
+        messages: list[Message],
+        options: GenerateOptions,
+        log_chunk: ChunkLog | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
         """Run one generation; yields events as they happen and a DoneEvent last."""
         session = self._sessions.get(session_id)
@@ -145,7 +154,7 @@ class Agent:
         if not llm.model:
             raise FailedPrecondition(NO_LLM_MESSAGE)
         await self._host.prepare_tools(session)
-        run = _Run(self, session, llm, self._host.provider_for(llm), options)
+        run = _Run(self, session, llm, self._host.provider_for(llm), options, log_chunk)
         if session.state == SessionState.PAUSED:  # fail now rather than after waiting for the lock
             raise FailedPrecondition(f"session {session_id!r} is paused; Resume it first")
         if self._active >= self._max_generations:
@@ -242,9 +251,16 @@ class _Run:
     """The state of one generation."""
 
     def __init__(
-        self, agent: Agent, session: Session, llm: LLMConfig, provider: Provider, options: GenerateOptions
+        self,
+        agent: Agent,
+        session: Session,
+        llm: LLMConfig,
+        provider: Provider,
+        options: GenerateOptions,
+        log_chunk: ChunkLog | None,
     ) -> None:
         self.agent = agent
+        self.log_chunk = log_chunk
         self.session = session
         self.llm = llm
         self.provider = provider
@@ -265,6 +281,10 @@ class _Run:
 
     async def _store(self, *messages: Message) -> None:
         await self.agent._sessions.append_messages(self.session.id, list(messages))
+
+    def _carried(self, events: list[AgentEvent]) -> list[LogEntry]:
+        """The log entries of events that report the write about to be made, for its transaction."""
+        return [self.log_chunk(event) for event in events] if self.log_chunk is not None else []
 
     async def execute(self, new_messages: list[Message]) -> AsyncIterator[AgentEvent]:
         spent = self._budget_spent()
@@ -353,8 +373,11 @@ class _Run:
             assistant = Message(
                 role="assistant", content="".join(text), tool_calls=requested, provider_state=provider_state
             )
-            await self.agent._sessions.append_messages(self.session.id, [assistant], usage=turn_usage)
-            yield TurnEvent(turn, turn_usage, finish_reason)
+            ended = TurnEvent(turn, turn_usage, finish_reason)
+            await self.agent._sessions.append_messages(
+                self.session.id, [assistant], usage=turn_usage, log=self._carried([ended])
+            )
+            yield ended
             conversation.append(to_openai(assistant))
             if not requested:
                 yield DoneEvent(self._generation(assistant, _final_reason(finish_reason), turn))
@@ -422,27 +445,53 @@ class _Run:
         for group in _groups(within, self.tools):
             await self.agent._control.checkpoint(self.session.id)
             results: list[ToolOutput] = []
-            async for event in self._run_group(group, results):
-                yield event
-            self.calls.extend(zip(group, results, strict=True))
-            async for event in self._finish(list(zip(group, results, strict=True)), conversation):
-                yield event
+            # A lone call's TOOL_COMPLETED is logged with its result (one transaction less); a
+            # group's are logged as each call ends, not held until the slowest one is done.
+            completed: list[LogEntry] = []
+            try:
+                async for event in self._run_group(
+                    group, results, completed.append if len(group) == 1 else None
+                ):
+                    yield event
+                self.calls.extend(zip(group, results, strict=True))
+                async for event in self._finish(
+                    list(zip(group, results, strict=True)), conversation, completed
+                ):
+                    yield event
+            except BaseException:
+                for entry in completed:  # not written with the results: logged on their own
+                    self.agent._events.submit(entry)
+                raise
         skipped = ToolOutput(success=False, error="not run: the max_tool_calls limit was reached")
         async for event in self._finish([(call, skipped) for call in beyond], conversation):
             yield event
 
     async def _finish(
-        self, done: list[tuple[ToolCall, ToolOutput]], conversation: list[dict[str, Any]]
+        self,
+        done: list[tuple[ToolCall, ToolOutput]],
+        conversation: list[dict[str, Any]],
+        completed: list[LogEntry] | None = None,
     ) -> AsyncIterator[AgentEvent]:
+        """Store the results with their events (`completed`: TOOL_COMPLETED entries, emptied
+        once written), then pass them on."""
         if not done:
             return
         messages = [tool_message(call, result) for call, result in done]
-        await self._store(*messages)
+        results: list[AgentEvent] = [ToolResultEvent(call, result) for call, result in done]
+        log = [*(completed or ()), *self._carried(results)]
+        await self.agent._sessions.append_messages(self.session.id, messages, log=log)
+        if completed:
+            completed.clear()
         conversation.extend(to_openai(m) for m in messages)
-        for call, result in done:
-            yield ToolResultEvent(call, result)
+        for event in results:
+            yield event
 
-    async def _run_group(self, group: list[ToolCall], results: list[ToolOutput]) -> AsyncIterator[AgentEvent]:
+    async def _run_group(
+        self,
+        group: list[ToolCall],
+        results: list[ToolOutput],
+        completed: Callable[[LogEntry], None] | None,
+    ) -> AsyncIterator[AgentEvent]:
         """Run a group of calls, passing on notices (such as confirmation requests) while they run."""
         tasks = [
             asyncio.create_task(
@@ -452,6 +501,7 @@ class _Run:
                     find_tool(self.tools, call.name),
                     self.context,
                     self.notices.put_nowait,
+                    completed,
                 )
             )
             for call in group

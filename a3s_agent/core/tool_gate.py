@@ -12,8 +12,9 @@ from ..base.models import ToolCall
 from ..core.session import Session
 from ..tools.registry import Tool, ToolContext, ToolOutput
 from .control import ControlPlane, HandlerMode, Lane, Outcome
-from .events import EventBus, EventType
+from .events import EventBus, EventType, event_entry
 from .permissions import evaluate
+from .store import LogEntry
 
 # A notice for the caller of a running generation (a METADATA chunk in streams).
 Notify = Callable[[dict[str, str]], None]
@@ -29,9 +30,17 @@ class ToolGate:
         self._events = events
 
     async def run(
-        self, session: Session, call: ToolCall, tool: Tool | None, ctx: ToolContext, notify: Notify
+        self,
+        session: Session,
+        call: ToolCall,
+        tool: Tool | None,
+        ctx: ToolContext,
+        notify: Notify,
+        completed: Callable[[LogEntry], None] | None = None,
     ) -> ToolOutput:
-        """Run one model-requested call; never raises for the call's own failures."""
+        """Run one model-requested call; never raises for the call's own failures. The
+        TOOL_COMPLETED entry goes to `completed` when given (the caller logs it with the call's
+        result), else to the log's queue."""
         sid = session.id
         self._events.publish(
             EventType.TOOL_CALLED, sid, f"calling {call.name}",
@@ -53,11 +62,12 @@ class ToolGate:
             result = ToolOutput(success=False, error="cancelled by the client")
         finally:
             control.tool_tasks.pop(call.id, None)
-        self._events.publish(
+        entry = event_entry(
             EventType.TOOL_COMPLETED, sid, f"{call.name} {'succeeded' if result.success else 'failed'}",
             {"tool_id": call.id, "tool_name": call.name, "success": str(result.success).lower(),
              "duration_ms": f"{(time.perf_counter() - started) * 1000:.1f}"},
         )  # fmt: skip
+        (completed or self._events.submit)(entry)
         return result
 
     async def _decide_and_run(

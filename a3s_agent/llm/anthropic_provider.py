@@ -14,13 +14,11 @@ Why not the `anthropic` package: it streams the same turn at about four times th
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 from ..base.errors import Unavailable
-from ..base.jsontext import valid_text
+from ..base.jsontext import model_json
 from ..base.models import LLMConfig
 from .anthropic_request import request_body
 from .anthropic_stream import MessageReader
@@ -30,6 +28,7 @@ from .http import (
     RETRY_STATUSES,
     Endpoint,
     Retryable,
+    drain,
     http_failure,
     retrying,
 )
@@ -41,8 +40,6 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 _RETRY_STATUSES = RETRY_STATUSES | {529}  # 529: overloaded
 _RETRY_EVENTS = {"overloaded_error", "api_error", "rate_limit_error"}
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-"""A JSON escape of a UTF-16 surrogate: only through one can parsed JSON hold a lone surrogate."""
 
 
 def messages_url(base_url: str) -> str:
@@ -102,6 +99,7 @@ class AnthropicProvider:
                 for ready in reader.feed(_parsed(event)):
                     yield ready
                 if reader.stopped:
+                    await drain(response.content)
                     break
             await events.aclose()
         for ready in reader.finish():
@@ -113,13 +111,11 @@ def _parsed(event: ServerEvent) -> dict[str, Any]:
     if not event.data.strip():
         return {}
     try:
-        parsed = json.loads(event.data)
+        data = model_json(event.data)  # a model's lone surrogates become U+FFFD
     except ValueError as exc:
         raise Unavailable(f"the LLM provider sent a malformed event: {event.data[:200]!r}") from exc
-    if not isinstance(parsed, dict):
+    if not isinstance(data, dict):
         return {}
-    # A model's lone surrogates become U+FFFD; looked for in the text, not in every parsed value.
-    data: dict[str, Any] = valid_text(parsed) if _SURROGATE_ESCAPE.search(event.data) else parsed
     if event.event == "error" or data.get("type") == "error":
         raise _stream_failure(data)
     return data

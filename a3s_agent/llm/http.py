@@ -24,7 +24,7 @@ import email.utils
 import io
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 from ..base.backoff import Backoff
@@ -42,6 +42,8 @@ DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_RETRIES = 3
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 MAX_RETRY_AFTER_S = 60.0
+_DRAIN_S = 0.05
+_DRAIN_BYTES = 64 * 1024
 _RETRY_INITIAL_S, _RETRY_MAX_S, _RETRY_JITTER = 0.5, 8.0, 0.25
 
 
@@ -114,6 +116,17 @@ class Endpoint:
         assert self.proxy is not None
         said = self.proxy.refusal(status, reason)
         return FailedPrecondition(said) if status == 407 else Retryable(f"{said} to {self.shown}")
+
+
+async def drain(content: aiohttp.StreamReader) -> None:
+    """Read what follows the end of a streamed reply (normally just the end of the chunked body),
+    so that its connection goes back to the pool instead of being closed; at most _DRAIN_BYTES
+    in _DRAIN_S."""
+    read = 0
+    with suppress(Exception):  # whatever comes (or breaks) now, the reply is complete
+        async with asyncio.timeout(_DRAIN_S):
+            while not content.at_eof() and read < _DRAIN_BYTES:
+                read += len(await content.readany())
 
 
 def http_failure(

@@ -17,9 +17,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..base.errors import InvalidArgument, Unavailable
-from ..base.jsontext import valid_text
+from ..base.jsontext import model_json
 from ..base.models import LLMConfig
-from .http import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, Endpoint, http_failure, retrying
+from .http import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, Endpoint, drain, http_failure, retrying
 from .messages import on_the_wire, tool_images_after_results
 from .openai_stream import TurnReader, whole_reply
 from .provider import CompletionRequest, ProviderEvent
@@ -120,9 +120,10 @@ class OpenAICompatibleProvider:
             if not payload:  # an empty `data:` heart-beat
                 continue
             if payload == "[DONE]":
+                await drain(response.content)
                 break
             try:
-                chunk = valid_text(json.loads(payload))  # a model's lone surrogates become U+FFFD
+                chunk = model_json(payload)  # a model's lone surrogates become U+FFFD
             except ValueError as exc:
                 raise Unavailable(f"the LLM provider sent a malformed chunk: {payload[:200]!r}") from exc
             for ready in reader.feed(chunk):
@@ -163,6 +164,6 @@ def _parsed(text: str) -> Any:
 def _json_reply(raw: bytes) -> Any:
     """A whole JSON reply; invalid UTF-8 is replaced, not fatal, as in streamed replies."""
     try:
-        return valid_text(json.loads(raw.decode("utf-8", errors="replace")))
+        return model_json(raw.decode("utf-8", errors="replace"))
     except ValueError as exc:
         raise Unavailable(f"the LLM provider sent malformed JSON: {exc}") from exc

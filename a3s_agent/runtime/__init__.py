@@ -21,7 +21,7 @@ from ..core.client_tools import ClientTools
 from ..core.context import ContextManager
 from ..core.control import ControlPlane
 from ..core.events import EventBus
-from ..core.prompts import system_prompt
+from ..core.prompts import SystemPrompts
 from ..core.session import Session
 from ..core.sessions import SessionManager, existing_directory
 from ..core.skill_catalog import SkillCatalog
@@ -84,6 +84,7 @@ class Runtime:
         self.control = ControlPlane(self.sessions, self.events)
         self.client_tools = ClientTools(self.sessions, self.registry)
         self.todos = TodoLists(self.sessions)
+        self.prompts = SystemPrompts(settings.resolved_workspace_root, settings.project_instructions)
         self.skills = SkillCatalog(
             self.sessions, settings, lambda: self.workspace, lambda: set(self.registry.names())
         )
@@ -302,11 +303,13 @@ class Runtime:
         ]
 
     async def prepare_tools(self, session: Session | None) -> None:
-        """Connect the session's MCP servers whose tools are not known yet (runtime/mcp.py).
+        """Connect the session's MCP servers whose tools are not known yet (runtime/mcp.py), and
+        bring the workspace facts and project instructions prompt_for uses up to date.
         FailedPrecondition when the session's workspace is not on this machine: replicas share
         workspaces on one volume at one path, they do not route sessions to the replica holding them."""
         if session is not None:
             self._check_workspace(session)
+            await self.prompts.refresh(self._workspace_of(session))
         await self.mcp.prepare(session)
 
     def _check_workspace(self, session: Session) -> None:
@@ -318,8 +321,12 @@ class Runtime:
             )
 
     def prompt_for(self, session: Session) -> str:
-        workspace = session.config.workspace or str(self.workspace)
-        return system_prompt(session.config.system_prompt, workspace, self.skills.instructions_for(session))
+        return self.prompts.prompt(
+            session.config.system_prompt, self._workspace_of(session), self.skills.instructions_for(session)
+        )
+
+    def _workspace_of(self, session: Session) -> Path:
+        return Path(session.config.workspace) if session.config.workspace else self.workspace
 
     def own_run(self, session_id: str, run_id: str) -> AbstractAsyncContextManager[None]:
         return self.replicas.own(session_id, run_id)

@@ -17,7 +17,7 @@ from ..core.agent import Agent, AgentEvent, DoneEvent, GenerateOptions
 from ..core.chunks import chunk_entry, entry_chunk, failure_entry
 from ..core.events import CHUNK, EventBus, Filter, Subscription
 from ..core.sessions import SessionManager
-from ..core.store import LeaseLost
+from ..core.store import LeaseLost, LogEntry
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +79,19 @@ class Runs:
         started: asyncio.Future[None],
     ) -> None:
         logged = False
+        carried: dict[int, AgentEvent] = {}  # logged with the write they report (kept: ids stay unique)
+
+        def log_chunk(event: AgentEvent) -> LogEntry:
+            carried[id(event)] = event
+            return chunk_entry(session_id, options.run_id, event)
+
         try:
-            async for event in _done_last(self._agent.run(session_id, messages, options)):
+            run = self._agent.run(session_id, messages, options, log_chunk)
+            async for event in _done_last(run):
                 # Committed in order with the run's events (a refused one stops the run: runtime
                 # on_fenced); followers see it once it is.
-                self._bus.submit(chunk_entry(session_id, options.run_id, event))
+                if carried.pop(id(event), None) is not event:
+                    self._bus.submit(chunk_entry(session_id, options.run_id, event))
                 if not logged:
                     logged = True
                     started.set_result(None)

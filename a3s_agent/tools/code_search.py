@@ -26,26 +26,12 @@ _DIGITS = b"0123456789"
 class GrepArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    pattern: str = Field(
-        min_length=1,
-        description=(
-            "Regular expression (Rust regex syntax, as ripgrep uses), e.g. 'def \\w+_handler' or "
-            "'TODO|FIXME'. Escape metacharacters to match them literally: 'foo\\(' finds 'foo('."
-        ),
-    )
-    path: str = Field(".", description="File or directory to search, relative to the workspace.")
-    glob: str | None = Field(
-        None,
-        description=(
-            "Only search files whose path matches this glob, e.g. '*.py', '*.{ts,tsx}', 'src/**/*.go'; "
-            "a leading '!' excludes instead, e.g. '!*.min.js'."
-        ),
-    )
-    case_insensitive: bool = Field(False, description="Match letters regardless of case.")
-    context: int = Field(0, ge=0, le=10, description="Lines to show before and after each match.")
-    max_results: int = Field(
-        200, ge=1, le=5000, description="Stop after this many matching lines (the output says if more exist)."
-    )
+    pattern: str = Field(min_length=1, description="Rust regex; escape metacharacters: 'foo\\('.")
+    path: str = Field(".", description="File or directory.")
+    glob: str | None = Field(None, description="Files to search, e.g. '*.py'; '!*.min.js' excludes.")
+    case_insensitive: bool = False
+    context: int = Field(0, ge=0, le=10, description="Lines shown around each match.")
+    max_results: int = Field(200, ge=1, le=5000)
 
 
 @dataclass
@@ -173,17 +159,10 @@ def _failure_message(stderr: str) -> str:
 
 @tool("grep", family="code", lane="query", truncation_hint="narrow the pattern, path or glob to see the rest")
 async def grep(args: GrepArgs, ctx: ToolContext) -> ToolOutput:
-    """Search file contents for a regular expression (ripgrep), returning `path:line:text` per matching line.
-
-    Use it to find where a string, identifier or pattern occurs across the workspace or inside one
-    file. Paths are relative to the workspace; with `context`, surrounding lines are shown as
-    `path-line-text` and groups are separated by `--`. Files ignored by .gitignore/.ignore, hidden
-    files and binary files are skipped. Long lines are cut to a preview. Output stops after
-    `max_results` matching lines (metadata `truncated` says whether more exist).
-
-    Examples: {"pattern": "class \\w+Error"}; {"pattern": "todo", "case_insensitive": true,
-    "glob": "*.py"}; {"pattern": "load_config\\(", "path": "src", "context": 2}.
-    For where a symbol is defined or used, find_definition and find_references are more precise.
+    """Search file contents with a regular expression (ripgrep): `path:line:text` per matching
+    line. The way to find where text occurs; for a symbol's definition or uses find_definition
+    and find_references are more precise, for file names use search_files. Ignored, hidden and
+    binary files are skipped.
     """
     rg = find_binary("rg")
     if rg is None:

@@ -201,6 +201,8 @@ class Containment:
             if self.loop is not None and not self.loop.is_closed():
                 self.loop.call_later(_REAP_RETRY_S, self.reap)
             return
+        if not _exited_child():
+            return  # no zombie to look for (the scan reads every thread's children)
         my_session = os.getsid(0)
         for pid in procfs.children(os.getpid()) - first:
             proc = procfs.read(pid)
@@ -380,6 +382,15 @@ def _replace(target: Path, data: bytes) -> None:
     temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     temp.write_bytes(data)
     os.replace(temp, target)
+
+
+def _exited_child() -> bool:
+    """Whether some child of the server (of any of its threads) has exited and is not reaped yet;
+    WNOWAIT leaves it to whoever waits for it."""
+    try:
+        return os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # no child at all
+        return False
 
 
 def _text(path: Path | None) -> str | None:

@@ -35,8 +35,6 @@ _FOOTER_ROOM = 300  # bytes of the output budget kept for read_file's footer
 _MAX_ENTRIES = 1000
 _MAX_BRACE_EXPANSIONS = 256
 
-_PATH_DESCRIPTION = "Path relative to the workspace root (an absolute path must lie inside the workspace)."
-
 
 # Shared helpers
 #
@@ -103,13 +101,10 @@ def _shown_prefix(workspace: Path, start: Path) -> str:
 class ReadFileArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(description=_PATH_DESCRIPTION)
-    offset: int = Field(0, ge=0, description="0-based line to start from: offset=100 starts at line 101.")
-    limit: int = Field(2000, ge=1, le=100_000, description="Maximum number of lines to return.")
-    encoding: Literal["utf-8", "ascii", "base64"] = Field(
-        "utf-8",
-        description='Text encoding, or "base64" for the raw bytes of a binary file (offset/limit ignored).',
-    )
+    path: str
+    offset: int = Field(0, ge=0, description="0-based line to start from.")
+    limit: int = Field(2000, ge=1, le=100_000, description="Lines to return at most.")
+    encoding: Literal["utf-8", "ascii", "base64"] = "utf-8"
 
 
 def _decoded_lines(window: list[bytes], encoding: str, first: int, shown: str) -> list[str]:
@@ -270,18 +265,11 @@ def _open_file(workspace: Path, raw: str) -> BinaryIO:
     truncation_hint="read a smaller range with offset and limit",
 )
 async def read_file(args: ReadFileArgs, ctx: ToolContext) -> ToolOutput:
-    """Read a text file, with line numbers, or look at an image.
-
-    Lines come as `cat -n` shows them: the 1-based line number right-aligned, a tab, then the
-    line's text. The line numbers are not part of the file: leave them out of edit_file's
-    old_string. At most `limit` lines (default 2000) from `offset` (0-based) are returned;
-    a footer "(lines X-Y of N)" says which, and how to continue when there is more, e.g.
-    {"path": "src/app.py", "offset": 2000}. Lines over 2000 characters are cut.
-    A PNG, JPEG, GIF or WebP image comes back as the image itself (when you can see images)
-    with a line giving its format and size. Other binary files are refused; read them with
-    {"path": "data.bin", "encoding": "base64"}, which returns the whole file's bytes
-    base64-encoded (no numbering), for files up to about 75 KB. Use list_files or search_files
-    to find paths, and grep to find text.
+    """Read a file you know the path of. Text comes numbered as by `cat -n` (number, tab, line); the
+    numbers are not part of the file, so leave them out of edit_file's old_string. A footer tells
+    how to read on past `limit` lines. PNG, JPEG, GIF and WebP images come back as images; other
+    binary files only with encoding "base64" (whole file, up to 75 KB). To find files use
+    search_files or list_files; to find text, grep.
     """
     with _open_file(ctx.workspace, args.path) as handle:
         size = os.fstat(handle.fileno()).st_size
@@ -304,12 +292,10 @@ async def read_file(args: ReadFileArgs, ctx: ToolContext) -> ToolOutput:
 class WriteFileArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(description=_PATH_DESCRIPTION + " Missing parent directories are created.")
-    content: str = Field(description="The complete new content of the file.")
-    encoding: Literal["utf-8", "base64"] = Field(
-        "utf-8", description='"utf-8" writes content as text; "base64" decodes content to raw bytes first.'
-    )
-    overwrite: bool = Field(True, description="Replace the file if it exists; false makes that an error.")
+    path: str
+    content: str
+    encoding: Literal["utf-8", "base64"] = Field("utf-8", description="base64: content is binary data.")
+    overwrite: bool = Field(True, description="false: fail if the file exists.")
 
 
 def _content_bytes(content: str, encoding: str) -> bytes:
@@ -344,13 +330,8 @@ def _write(workspace: Path, raw: str, data: bytes, overwrite: bool) -> tuple[str
 
 @tool("write_file", family="file", lane="execute")
 async def write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolOutput:
-    """Create a file or replace its whole content; missing parent directories are created.
-
-    The write is atomic: readers see either the old or the new file, never half of it, and an
-    existing file keeps its permissions. To change part of an existing file prefer edit_file,
-    which needs only the changed text. Set overwrite=false to fail instead of replacing a file
-    that exists. For binary data pass the bytes base64-encoded with encoding="base64".
-    Example: {"path": "src/util.py", "content": "def add(a, b):\\n    return a + b\\n"}
+    """Create a new file, or replace a file's whole content, atomically (parent directories are
+    created). To change part of an existing file use edit_file instead.
     """
     data = _content_bytes(args.content, args.encoding)
     if len(data) > MAX_WRITE_BYTES:
@@ -371,14 +352,10 @@ async def write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolOutput:
 class EditFileArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(description=_PATH_DESCRIPTION)
-    old_string: str = Field(
-        description="The exact text to replace, including whitespace and indentation, without line numbers."
-    )
-    new_string: str = Field(description="The text to put in its place (may be empty to delete old_string).")
-    replace_all: bool = Field(
-        False, description="Replace every occurrence; otherwise old_string must occur exactly once."
-    )
+    path: str
+    old_string: str
+    new_string: str
+    replace_all: bool = False
 
 
 def _like_file_line_endings(text: str, old: str, new: str) -> tuple[str, str]:
@@ -508,15 +485,10 @@ def _unified_diff(before: str, after: str, shown: str) -> str:
 
 @tool("edit_file", family="file", lane="execute")
 async def edit_file(args: EditFileArgs, ctx: ToolContext) -> ToolOutput:
-    """Replace exact text in a file and show the change as a unified diff.
-
-    old_string must match the file exactly (whitespace and indentation included; leave out
-    read_file's line-number prefix) and must occur exactly once, unless replace_all=true
-    replaces every occurrence. If it occurs several times the error gives the line numbers:
-    add surrounding lines to old_string to pick one. Read the file first so old_string is
-    copied, not remembered. An empty new_string deletes the text. The file is rewritten
-    atomically. Use write_file to create a file or replace all of it.
-    Example: {"path": "app.py", "old_string": "    return a - b\\n", "new_string": "    return a + b\\n"}
+    """Change part of a file: replace old_string with new_string; returns the diff. The way to edit
+    an existing file. old_string is copied from read_file's output (without the line numbers) and
+    must match exactly, whitespace included, and once: add neighbouring lines to make it unique,
+    or set replace_all. An empty new_string deletes.
     """
     check_edit(args)
     shown, before, after, count = await asyncio.to_thread(_edit, ctx.workspace, args.path, args)
@@ -529,16 +501,12 @@ async def edit_file(args: EditFileArgs, ctx: ToolContext) -> ToolOutput:
 class DeleteFileArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(description=_PATH_DESCRIPTION)
+    path: str
 
 
 @tool("delete_file", family="file", lane="execute")
 async def delete_file(args: DeleteFileArgs, ctx: ToolContext) -> ToolOutput:
-    """Delete one file, or a symlink (the link itself, never what it points to).
-
-    Directories are refused. There is no undo, so check the path first (list_files).
-    Example: {"path": "build/old_output.txt"}
-    """
+    """Delete one file or symlink (not its target); directories are refused. There is no undo."""
     with _locate(ctx.workspace, args.path, follow_final=False) as place:
         try:
             info = os.stat(place.name, dir_fd=place.dir_fd, follow_symlinks=False)
@@ -564,14 +532,10 @@ async def delete_file(args: DeleteFileArgs, ctx: ToolContext) -> ToolOutput:
 class ListFilesArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(".", description="Directory to list, relative to the workspace root.")
-    recursive: bool = Field(False, description="Also list the contents of subdirectories, at any depth.")
-    max_depth: int | None = Field(
-        None,
-        ge=1,
-        description="How many levels to list (1 = only the directory's own entries); overrides recursive.",
-    )
-    include_hidden: bool = Field(False, description="Also list entries whose names start with a dot.")
+    path: str = "."
+    recursive: bool = False
+    max_depth: int | None = Field(None, ge=1, description="Levels to list; overrides recursive.")
+    include_hidden: bool = False
 
 
 def _listing_line(prefix: str, entry: TreeEntry) -> str:
@@ -608,14 +572,9 @@ def _list(workspace: Path, start: Path, max_depth: int | None, include_hidden: b
 
 @tool("list_files", family="file", lane="query")
 async def list_files(args: ListFilesArgs, ctx: ToolContext) -> ToolOutput:
-    """List a directory's entries: one line each with type (file, dir, symlink), size in bytes and path.
-
-    Directory paths end with "/" and symlinks show their target; paths are relative to the
-    workspace and sorted. Entries ignored by .gitignore files, and the .git directory, are
-    left out; so are hidden entries (names starting with ".") unless include_hidden=true.
-    By default only the directory's own entries are listed: recursive=true goes all the way
-    down, max_depth=N goes N levels. At most 1000 entries are listed.
-    Example: {"path": "src", "max_depth": 2}. To find files by name anywhere use search_files.
+    """List a directory's entries (type, size, path; 1000 at most) to see a project's layout: its
+    own entries unless recursive or max_depth. Entries .gitignore ignores, .git and dot-names are
+    left out. To find files by name, use search_files.
     """
     start = _directory(ctx.workspace, args.path)
     max_depth = args.max_depth if args.max_depth is not None else (None if args.recursive else 1)
@@ -631,11 +590,8 @@ async def list_files(args: ListFilesArgs, ctx: ToolContext) -> ToolOutput:
 class SearchFilesArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    pattern: str = Field(
-        min_length=1,
-        description='Glob matched against file paths relative to `path`, e.g. "**/*.py", "src/*.{ts,tsx}".',
-    )
-    path: str = Field(".", description="Directory to search under, relative to the workspace root.")
+    pattern: str = Field(min_length=1, description='Glob on paths below path, e.g. "**/*.{ts,tsx}".')
+    path: str = "."
 
 
 def _expand_braces(pattern: str) -> list[str]:
@@ -728,16 +684,9 @@ def _search(workspace: Path, start: Path, pattern: str, patterns: list[list[str]
 
 @tool("search_files", family="file", lane="query")
 async def search_files(args: SearchFilesArgs, ctx: ToolContext) -> ToolOutput:
-    """Find files by name with a glob pattern; returns matching file paths, sorted, one per line.
-
-    The pattern is matched against each file's path relative to `path` (default: the workspace
-    root), so "*.py" only matches files directly in it; use "**/" to match at any depth.
-    `*` and `?` stay within one path segment, `**` spans any number of directories, `[abc]`
-    is a character class and `{a,b}` lists alternatives. Wildcards skip names that start with
-    a dot unless the pattern spells the dot (".github/**/*.yml"). Files ignored by .gitignore
-    and the .git directory are skipped; directories themselves are not returned. At most 1000
-    paths are returned; no match is not an error. To search file contents use grep.
-    Examples: {"pattern": "**/test_*.py"}, {"pattern": "**/*.{ts,tsx}", "path": "web/src"}
+    """Find files by name: the paths matching a glob (1000 at most). "*.py" matches only directly
+    in path, "**/*.py" at any depth; dot-names match only when spelled (".github/**"), ignored
+    files never. To search inside files, use grep.
     """
     patterns = _glob_segments(args.pattern)
     start = _directory(ctx.workspace, args.path)

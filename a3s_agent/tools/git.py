@@ -191,10 +191,7 @@ def _section(title: str, lines: list[str]) -> list[str]:
 class GitStatusArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(
-        default=".",
-        description="Report only changes under this file or directory (relative to the workspace).",
-    )
+    path: str = "."
 
 
 @dataclass
@@ -302,16 +299,8 @@ async def _status(args: GitStatusArgs, checkout: _Checkout) -> ToolOutput:
 
 @tool("git_status", family="git", lane="query")
 async def git_status(args: GitStatusArgs, ctx: ToolContext) -> ToolOutput:
-    """Show the state of the git repository holding the workspace: the current branch (or the
-    detached commit), the upstream branch with how many commits you are ahead/behind it, and
-    the changed files in three groups: staged (in the index, ready to commit), unstaged
-    (changed in the working tree but not staged) and untracked (new files git does not know;
-    an untracked directory is shown once, with a trailing '/'). Each change has its type:
-    added, modified, deleted, renamed (shown as 'old -> new'), copied or type changed.
-    Ignored files are not listed. Paths are relative to the workspace.
-
-    Use it before committing to see what would be included, or to orient yourself in a repo.
-    Example: {"path": "src"} reports only changes under src/.
+    """The repository's branch, how far it is ahead of or behind its upstream, and the changed
+    files: staged, unstaged and untracked. Use it to orient yourself and before committing.
     """
     return await _in_repository(_status, args, ctx)
 
@@ -322,19 +311,9 @@ async def git_status(args: GitStatusArgs, ctx: ToolContext) -> ToolOutput:
 class GitDiffArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    path: str | None = Field(
-        default=None,
-        description="Only diff this file or directory (relative to the workspace); default: the whole workspace.",
-    )
-    staged: bool = Field(
-        default=False,
-        description="Diff the index (what is staged for the next commit) instead of the working tree.",
-    )
-    ref: _Ref | None = Field(
-        default=None,
-        description="A commit to compare against (branch, tag, sha, 'HEAD~2'...): "
-        "default is the index, or HEAD when staged=true.",
-    )
+    path: str | None = None
+    staged: bool = Field(default=False, description="The index instead of the working tree.")
+    ref: _Ref | None = Field(default=None, description="Compare with this commit, not the index/HEAD.")
 
 
 def _diff_label(args: GitDiffArgs) -> str:
@@ -387,15 +366,8 @@ async def _diff(args: GitDiffArgs, checkout: _Checkout) -> ToolOutput:
     truncation_hint="diff fewer files with path, or look at git_status first",
 )
 async def git_diff(args: GitDiffArgs, ctx: ToolContext) -> ToolOutput:
-    """Show a unified diff of changes in the git repository holding the workspace.
-
-    By default: working tree vs index (unstaged changes). With staged=true: index vs HEAD
-    (what the next commit will contain). With ref: working tree vs that commit (or, with
-    staged=true too, index vs that commit). Untracked files are not in any diff; use
-    git_status to see them. Paths in the diff are relative to the workspace. An empty diff
-    succeeds with "No changes". Metadata counts files_changed, insertions and deletions.
-
-    Examples: {} ; {"staged": true} ; {"ref": "main", "path": "src/app.py"} ; {"ref": "HEAD~3"}
+    """A unified diff: unstaged changes by default, staged ones (the next commit) with staged, or
+    against a commit with ref. Untracked files are in no diff: see git_status.
     """
     return await _in_repository(_diff, args, ctx)
 
@@ -406,16 +378,9 @@ async def git_diff(args: GitDiffArgs, ctx: ToolContext) -> ToolOutput:
 class GitLogArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_count: int = Field(default=20, ge=1, le=1000, description="How many commits to list at most.")
-    path: str | None = Field(
-        default=None,
-        description="Only commits that touched this file or directory (relative to the workspace); "
-        "default: the whole workspace.",
-    )
-    ref: _Ref | None = Field(
-        default=None,
-        description="Where to start the history (branch, tag, sha...); default: HEAD.",
-    )
+    max_count: int = Field(default=20, ge=1, le=1000)
+    path: str | None = None
+    ref: _Ref | None = Field(default=None, description="Where to start; default HEAD.")
 
 
 _LOG_FIELDS = ("sha", "short", "author", "email", "date", "subject")
@@ -448,12 +413,8 @@ async def _log(args: GitLogArgs, checkout: _Checkout) -> ToolOutput:
 
 @tool("git_log", family="git", lane="query", truncation_hint="ask for fewer commits with max_count")
 async def git_log(args: GitLogArgs, ctx: ToolContext) -> ToolOutput:
-    """List recent commits of the git repository holding the workspace, newest first, one line
-    each: short sha, author name, author date (ISO 8601) and subject.
-
-    Use path to see the history of one file or directory, ref to start from another branch,
-    tag or commit. A repository with no commits yet gives an empty list (not an error).
-    Examples: {} ; {"max_count": 5} ; {"path": "src/parser.py", "max_count": 10} ; {"ref": "origin/main"}
+    """Recent commits, newest first: short sha, author, date, subject; of one file or directory
+    with path.
     """
     return await _in_repository(_log, args, ctx)
 
@@ -464,23 +425,11 @@ async def git_log(args: GitLogArgs, ctx: ToolContext) -> ToolOutput:
 class GitCommitArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    message: Annotated[str, AfterValidator(_check_message)] = Field(
-        min_length=1,
-        description="The commit message: a short subject line, optionally a blank line and a body.",
-    )
-    paths: list[str] = Field(
-        default_factory=list,
-        description="Files or directories (relative to the workspace) to stage and commit, including "
-        "new and deleted files. Only these paths are committed; other staged changes stay staged.",
-    )
-    all: bool = Field(
-        default=False,
-        description="Stage every change to tracked files in the workspace (like `git commit -a`) and commit "
-        "the whole index. New files still have to be named in paths.",
-    )
+    message: Annotated[str, AfterValidator(_check_message)] = Field(min_length=1)
+    paths: list[str] = Field(default_factory=list, description="Commit exactly these, new files too.")
+    all: bool = Field(default=False, description="Stage all tracked changes (git commit -a).")
     author: Annotated[str, AfterValidator(_check_author)] | None = Field(
-        default=None,
-        description="Author as 'Name <email>'; default: the configured git identity.",
+        default=None, description="'Name <email>', when git has no identity."
     )
 
 
@@ -582,20 +531,8 @@ async def _commit(args: GitCommitArgs, checkout: _Checkout) -> ToolOutput:
 
 @tool("git_commit", family="git", lane="execute")
 async def git_commit(args: GitCommitArgs, ctx: ToolContext) -> ToolOutput:
-    """Record a commit in the git repository holding the workspace and return its sha.
-
-    Three ways to choose what goes in:
-    - paths: stage and commit exactly these files/directories (new, modified or deleted);
-      anything else already staged is left staged, out of this commit.
-    - all=true: stage every change to already-tracked files in the workspace and commit the
-      whole index (new files must also be listed in paths).
-    - neither: commit what is already staged.
-    A commit with no changes is refused. Works in a repository with no commits yet. If git
-    has no user identity configured, pass author ("Name <email>"), used as committer too.
-    Check git_status first to see what will be committed.
-
-    Examples: {"message": "Fix off-by-one in parser", "paths": ["src/parser.py", "tests/test_parser.py"]}
-              {"message": "Update docs", "all": true}
+    """Commit and return the sha: the given paths (other staged changes stay out), all tracked
+    changes, or, with neither, what is staged. Check git_status first.
     """
     return await _in_repository(_commit, args, ctx)
 

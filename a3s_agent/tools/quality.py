@@ -97,19 +97,10 @@ _LINTER_SUGGESTIONS: dict[str, str] = {
 class FormatCodeArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    path: str | None = Field(
-        default=None, description="Workspace file to format. Give either path or content, not both."
-    )
-    content: str | None = Field(
-        default=None, description="Source text to format instead of a file (needs language)."
-    )
-    language: Language | None = Field(
-        default=None,
-        description="Language of content; with path it overrides detection by file extension.",
-    )
-    check: bool = Field(
-        default=False, description="Only show the diff of what would change; never write the file."
-    )
+    path: str | None = Field(default=None, description="A file to rewrite; or give content.")
+    content: str | None = Field(default=None, description="Text to format (needs language).")
+    language: Language | None = None
+    check: bool = Field(default=False, description="Only show the diff; write nothing.")
 
     @model_validator(mode="after")
     def _one_source(self) -> FormatCodeArgs:
@@ -123,31 +114,14 @@ class FormatCodeArgs(BaseModel):
 class LintCodeArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(
-        default=".",
-        description="Workspace file or directory to lint; directories are linted as Python with ruff.",
-    )
-    fix: bool = Field(
-        default=False, description="Apply the linter's safe automatic fixes, then report what remains."
-    )
+    path: str = "."
+    fix: bool = Field(default=False, description="Apply ruff's safe fixes first.")
 
 
 @tool("format_code", family="code", lane="execute")
 async def format_code(args: FormatCodeArgs, ctx: ToolContext) -> ToolOutput:
-    """Format source code with the project's standard formatter and show a unified diff of the changes.
-
-    Formatter by file extension (or `language`): Python .py/.pyi -> ruff format; shell .sh/.bash ->
-    shfmt; JavaScript/TypeScript/JSON/CSS/SCSS/Less/Markdown/YAML -> prettier (only if installed).
-    The workspace's own formatter configuration (pyproject.toml/ruff.toml, .editorconfig for shfmt,
-    .prettierrc) is honoured; configuration above the workspace is not read, and configuration that
-    would run code (prettier plugins or JavaScript config) is refused.
-
-    - `{"path": "src/app.py"}` rewrites the file in place and returns the diff.
-    - `{"path": "src/app.py", "check": true}` returns the diff of what would change, file untouched.
-    - `{"content": "x=1", "language": "python"}` returns the formatted text and the diff.
-
-    Fails with the formatter's message on syntax errors, and names what to install when no
-    formatter is available for the language.
+    """Format a file or text with the project's formatter and its configuration (ruff format for
+    Python, shfmt for shell, prettier for JS/TS, JSON, CSS, Markdown, YAML); returns the diff.
     """
     if args.path is not None:
         return await _format_file(args.path, args.language, args.check, ctx)
@@ -242,15 +216,8 @@ def _unified_diff(before: str, after: str, name: str) -> str:
 
 @tool("lint_code", family="code", lane="execute", truncation_hint="lint a narrower path to see the rest")
 async def lint_code(args: LintCodeArgs, ctx: ToolContext) -> ToolOutput:
-    """Lint code and list problems as `file:line:col: CODE message`, paths relative to the workspace.
-
-    Python files and directories use ruff (the nearest ruff configuration at or above the path,
-    within the workspace, applies); shell scripts (.sh/.bash) use shellcheck. Use after editing
-    code to catch unused imports, undefined names, syntax errors and similar bugs. `fix: true`
-    applies ruff's safe automatic fixes and reports how many were fixed and which problems
-    remain (shellcheck cannot fix automatically).
-    Metadata `diagnostics` holds [{file, line, col, code, message, fixable}] and `count` their number.
-    Examples: `{"path": "src"}`, `{"path": "app.py", "fix": true}`, `{"path": "scripts/deploy.sh"}`.
+    """Lint Python (ruff, with the project's configuration) or shell scripts (shellcheck):
+    `file:line:col: CODE message` per problem. Run it on code you changed.
     """
     target = resolve_in_workspace(ctx.workspace, args.path)
     rel = relative_to_workspace(ctx.workspace, target)

@@ -24,31 +24,24 @@ _SCRIPT_SUFFIX: dict[str, str] = {"python": ".py", "bash": ".sh", "sh": ".sh", "
 
 
 def _timeout_field() -> Any:
-    return Field(
-        default=DEFAULT_TIMEOUT_MS,
-        ge=1,
-        le=MAX_TIMEOUT_MS,
-        description="Kill the process and everything it started after this many milliseconds (max 600000).",
-    )
+    return Field(default=DEFAULT_TIMEOUT_MS, ge=1, le=MAX_TIMEOUT_MS)
 
 
 class BashArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    command: str = Field(
-        min_length=1, description="Command line run with `bash -c`; pipes, && and redirects work."
-    )
+    command: str = Field(min_length=1)
     timeout_ms: int = _timeout_field()
-    cwd: str = Field(default=".", description="Directory to run in, relative to the workspace root.")
+    cwd: str = "."
 
 
 class RunScriptArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    language: ScriptLanguage = Field(default="python", description="Interpreter for the script.")
-    code: str | None = Field(default=None, description="Script source to run. Give either code or path.")
-    path: str | None = Field(default=None, description="Workspace script file to run instead of code.")
-    args: list[str] = Field(default_factory=list, description="Command-line arguments passed to the script.")
+    language: ScriptLanguage = "python"
+    code: str | None = Field(default=None, description="The script; or give path.")
+    path: str | None = None
+    args: list[str] = Field(default_factory=list)
     timeout_ms: int = _timeout_field()
 
     @model_validator(mode="after")
@@ -60,16 +53,11 @@ class RunScriptArgs(BaseModel):
 
 @tool("bash", family="command", lane="execute", truncation_hint=_REDIRECT_HINT)
 async def bash(args: BashArgs, ctx: ToolContext) -> ToolOutput:
-    """Run a shell command with `bash -c` in the workspace and return its output and exit code.
-
-    Use it for builds, tests, package managers, git plumbing and anything else a terminal does:
-    `{"command": "pytest -q tests/test_api.py"}`, `{"command": "make build", "cwd": "backend",
-    "timeout_ms": 300000}`. stdout and stderr come back interleaved as they were written. A non-zero
-    exit code makes the call fail, with the output still returned. The command has no terminal
-    and no stdin, so interactive programs must be given flags that keep them from prompting.
-    When the command ends or times out (default 120 s, max 600 s), it and every process it
-    started are killed, so background servers (`cmd &`) do not outlive the call. Output over the
-    limit is cut; redirect it to a file and read that with read_file.
+    """Run a command with `bash -c`: tests, builds, package managers. Returns stdout and stderr
+    interleaved; a non-zero exit fails the call. To read, find, edit or write files and for git
+    use the dedicated tools, not cat/grep/sed/echo. No terminal or stdin: pass flags that keep
+    programs from prompting. When the call ends or times out, everything it started is killed,
+    servers (`&`) too. Redirect long output to a file and read_file it.
     """
     cwd = resolve_in_workspace(ctx.workspace, args.cwd, field="cwd")
     if not cwd.is_dir():
@@ -80,15 +68,8 @@ async def bash(args: BashArgs, ctx: ToolContext) -> ToolOutput:
 
 @tool("run_script", family="command", lane="execute", truncation_hint=_REDIRECT_HINT)
 async def run_script(args: RunScriptArgs, ctx: ToolContext) -> ToolOutput:
-    """Run a Python, bash, sh or Node.js script in the workspace root and return its output and exit code.
-
-    Give the source in `code` (written to a temporary file outside the workspace, deleted
-    afterwards) or a workspace script in `path`; `args` become its command-line arguments.
-    Prefer this over bash for multi-line programs, e.g. `{"language": "python", "code":
-    "import sys\\nprint(sys.argv[1:])", "args": ["a", "b"]}` or `{"path": "scripts/migrate.py"}`.
-    Python runs with the agent's own interpreter. Results are as for bash: stdout and stderr
-    interleaved, a non-zero exit code fails the call with the output still returned, and the
-    script and its children are killed on timeout (default 120 s, max 600 s).
+    """Run a script given as code, or a workspace file's path, with args, in the workspace root;
+    results as for bash. Better than bash for a multi-line program. Python is the agent's own.
     """
     interpreter = _interpreter(args.language)
     workspace = ctx.workspace.resolve()

@@ -175,16 +175,9 @@ def _compiled(grammar_name: str) -> tuple[Language, Query]:
 class _SymbolArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    symbol: str = Field(
-        pattern=r"^[\w$]+$",
-        max_length=256,
-        description="A bare identifier, e.g. 'parse_args' or 'UserService' (not 'module.func' or 'A::b').",
-    )
-    path: str = Field(".", description="File or directory to search, relative to the workspace.")
-    language: LanguageName | None = Field(
-        None,
-        description="Only search files of this language ('typescript' includes .tsx); default: all of them.",
-    )
+    symbol: str = Field(pattern=r"^[\w$]+$", max_length=256, description="A bare name, not 'a.b'.")
+    path: str = Field(".", description="File or directory.")
+    language: LanguageName | None = None
 
 
 class FindDefinitionArgs(_SymbolArgs):
@@ -192,10 +185,8 @@ class FindDefinitionArgs(_SymbolArgs):
 
 
 class FindReferencesArgs(_SymbolArgs):
-    include_definition: bool = Field(False, description="Also list the places where the symbol is defined.")
-    max_results: int = Field(
-        500, ge=1, le=5000, description="Stop after this many references (the output says if more exist)."
-    )
+    include_definition: bool = False
+    max_results: int = Field(500, ge=1, le=5000)
 
 
 @dataclass(frozen=True, order=True)
@@ -403,16 +394,8 @@ def _nothing_found(what: str, args: _SymbolArgs, target: str, scan: _Scan) -> st
 
 @tool("find_definition", family="code", lane="query", truncation_hint=_TRUNCATION_HINT)
 async def find_definition(args: FindDefinitionArgs, ctx: ToolContext) -> ToolOutput:
-    """Find where a symbol (function, class, method, variable, constant, type, interface, field...) is defined.
-
-    Parses source files with tree-sitter, so hits are real definitions, not mentions in comments
-    or strings. Languages: Python, JavaScript, TypeScript/TSX, Go, Rust, Java, C, C++ (chosen by
-    file extension; `language` restricts to one). Files ignored by .gitignore and hidden files
-    are skipped. Output: one `path:line: kind: first line` per definition, e.g.
-    `src/app.py:12: function: def load_config(path: str) -> Config:`.
-
-    Example: {"symbol": "load_config"}; {"symbol": "User", "path": "src", "language": "typescript"}.
-    Next steps: read the file at that line, or find_references to see where it is used.
+    """Find where a function, class, method, variable or type is defined: `path:line: kind: first
+    line`. Parses the code (tree-sitter), so unlike grep it skips comments, strings and mere uses.
     """
     target, scan = await _search(args, ctx, _collect_definitions(args.symbol.encode()))
     if not scan.hits:
@@ -423,18 +406,9 @@ async def find_definition(args: FindDefinitionArgs, ctx: ToolContext) -> ToolOut
 
 @tool("find_references", family="code", lane="query", truncation_hint=_TRUNCATION_HINT)
 async def find_references(args: FindReferencesArgs, ctx: ToolContext) -> ToolOutput:
-    """Find every use of a symbol: calls, reads, type annotations, imports, attribute/field accesses.
-
-    Parses source files with tree-sitter and lists each identifier spelled exactly like the
-    symbol, leaving out comments, strings and longer names that merely contain it. The
-    definitions themselves are left out unless `include_definition` is true. Matching is by
-    name, not by scope: same-named symbols in unrelated modules are listed too. Languages:
-    Python, JavaScript, TypeScript/TSX, Go, Rust, Java, C, C++. Output: one
-    `path:line:column: line text` per reference, e.g. `src/cli.py:40:14: cfg = load_config(args.path)`,
-    in path order, stopping after `max_results`.
-
-    Example: {"symbol": "load_config"}; {"symbol": "Render", "path": "pkg/ui", "language": "go"}.
-    Use it before renaming or changing a signature to see every caller.
+    """Find every use of a name (calls, reads, imports, annotations): `path:line:column: text`.
+    Parses the code, so comments, strings and longer names do not match; same-named symbols of
+    other scopes do. Use it before renaming or changing a signature.
     """
     collect = _collect_references(args.symbol.encode(), args.include_definition)
     target, scan = await _search(args, ctx, collect, args.max_results)

@@ -86,8 +86,8 @@ class TodoArgs(BaseModel):
 
 @tool("todo", family="interaction", lane="query")
 async def todo(args: TodoArgs, ctx: ToolContext) -> ToolOutput:
-    """Your todo list for a multi-step task. Send the whole list (it replaces the last; one item
-    in_progress at a time); without todos, read it."""
+    """Your todo list for a task of several steps. Send the whole list to replace it, one item
+    in_progress at a time, marking items completed as you finish them; without todos, read it."""
     if ctx.todos is None or not ctx.session_id:
         raise ToolFailure("the todo list belongs to a session: call todo within one")
     if "todos" in args.model_fields_set:

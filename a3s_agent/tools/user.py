@@ -18,19 +18,8 @@ NOBODY_CAN_ANSWER = (
 class AskUserArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    question: str = Field(
-        min_length=1,
-        max_length=4000,
-        description="The question, complete enough to answer without other context.",
-    )
-    options: list[str] = Field(
-        default_factory=list,
-        max_length=20,
-        description=(
-            'Answers to choose from, each distinct, e.g. ["keep the old API", "break it"]; '
-            "empty for a free-form answer."
-        ),
-    )
+    question: str = Field(min_length=1, max_length=4000)
+    options: list[str] = Field(default_factory=list, max_length=20, description="Choices, if any.")
 
     @field_validator("question")
     @classmethod
@@ -52,13 +41,8 @@ class AskUserArgs(BaseModel):
 
 @tool("ask_user", family="interaction", lane="query", external=True)
 async def ask_user(args: AskUserArgs, ctx: ToolContext) -> ToolOutput:
-    """Ask the user a question and wait for the answer.
-
-    Use it only when you cannot go on without a decision or a fact that only the user has
-    (which of two incompatible designs, a credential's name, whether to delete something).
-    Give `options` when the answer is a choice. If nobody is there to answer, the call fails:
-    then make the most reasonable choice yourself and say which one you made.
-    Example: {"question": "Drop support for Python 3.10?", "options": ["yes", "no"]}
+    """Ask the user and wait for the answer: only when you cannot go on without a decision or fact
+    only they have. If nobody answers, the call fails: then choose sensibly and say so.
     """
     raise ToolFailure(NOBODY_CAN_ANSWER, question=args.question, options=args.options)
 

@@ -55,12 +55,8 @@ _TAG = re.compile(r"<[^>]+>")
 class WebSearchArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(
-        min_length=1,
-        max_length=400,
-        description="What to search for, as you would type it into a search engine.",
-    )
-    max_results: int = Field(default=5, ge=1, le=20, description="How many results to return (1-20).")
+    query: str = Field(min_length=1, max_length=400)
+    max_results: int = Field(default=5, ge=1, le=20)
 
 
 @dataclass(frozen=True)
@@ -157,13 +153,8 @@ def _format_results(results: list[dict[str, str]]) -> str:
 
 @tool("web_search", family="web", lane="query", truncation_hint="ask for fewer max_results")
 async def web_search(args: WebSearchArgs, ctx: ToolContext) -> ToolOutput:
-    """Search the web and get a numbered list of results: title, URL and a short snippet.
-
-    Use it to find documentation, error messages, release notes or anything not in the
-    workspace; then read the promising pages with web_fetch. Snippets are short and may be
-    stale, so fetch a page before relying on its details.
-    Example: {"query": "httpx AsyncClient stream timeout", "max_results": 5}
-    Fails when no search backend is configured on the server (the error says how to set one up).
+    """Search the web: title, URL and snippet per result. For documentation, error messages and
+    anything not in the workspace; web_fetch a page before relying on its details.
     """
     import httpx  # on first use: see tools/checked_fetch.py
 
@@ -238,28 +229,10 @@ _ACCEPT = {
 class WebFetchArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    url: str = Field(
-        min_length=1,
-        max_length=8192,
-        description="The http:// or https:// URL to fetch, e.g. https://docs.python.org/3/library/asyncio.html",
-    )
-    format: FetchFormat = Field(
-        default="markdown",
-        description=(
-            "How to return an HTML page: 'markdown' (the main content with headings, links and "
-            "tables; best for reading), 'text' (plain text, shortest) or 'html' (the raw page). "
-            "Plain-text and JSON responses are returned as they are."
-        ),
-    )
-    timeout_ms: int = Field(
-        default=30_000, ge=1, le=120_000, description="Give up after this many milliseconds in total."
-    )
-    max_bytes: int = Field(
-        default=5_000_000,
-        ge=1,
-        le=20_000_000,
-        description="Read at most this many bytes of the response body; the rest is not downloaded.",
-    )
+    url: str = Field(min_length=1, max_length=8192)
+    format: FetchFormat = Field(default="markdown", description="What an HTML page becomes.")
+    timeout_ms: int = Field(default=30_000, ge=1, le=120_000)
+    max_bytes: int = Field(default=5_000_000, ge=1, le=20_000_000)
 
 
 @dataclass
@@ -352,14 +325,8 @@ def _readable(page_html: str, fmt: Literal["markdown", "text"], url: str) -> str
     truncation_hint='the page is longer than the output limit; format "text" is shorter',
 )
 async def web_fetch(args: WebFetchArgs, ctx: ToolContext) -> ToolOutput:
-    """Fetch a web page or file over http(s) and return its content, HTML converted to markdown by default.
-
-    Use it to read documentation, issues, API references or raw files (a raw GitHub file,
-    a JSON API response). HTML pages come back as markdown of their main content (menus
-    and footers dropped), or as plain text or raw HTML when `format` asks. Plain-text and
-    JSON responses are returned as they are; images, PDFs and other binary files are refused.
-    Redirects are followed (at most 5). Only http:// and https:// URLs of public addresses.
-    Example: {"url": "https://peps.python.org/pep-0008/", "format": "markdown"}
+    """Read a public http(s) URL: documentation, issues, raw files, JSON APIs. An HTML page comes
+    back as the markdown of its main content; binary files are refused.
     """
     import httpx
 

@@ -60,7 +60,9 @@ def test_tools_are_in_the_file_family_with_strict_schemas() -> None:
     for tool in TOOLS:
         assert tool.family == "file"
         assert tool.parameters_schema["additionalProperties"] is False
-        assert all("description" in prop for prop in tool.parameters_schema["properties"].values())
+        assert all(
+            "type" in prop or "anyOf" in prop for prop in tool.parameters_schema["properties"].values()
+        )
 
 
 # read_file

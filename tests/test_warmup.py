@@ -1,0 +1,136 @@
+"""The warm-up a serving server runs once it is ready (runtime/warmup.py): it does not delay
+readiness, it loads the tokenizer and the provider modules, a stop during it is clean, a failure in it
+is not fatal. Each case runs `a3s-agent serve`'s own `run` in a fresh process (pytest's has loaded
+the tokenizer already), with the warm-up held on an event until the case lets it go."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import free_port
+
+_CHILD = """
+import asyncio, json, os, signal, sys, threading
+from pathlib import Path
+
+import aiohttp, grpc
+
+from a3s_agent import server
+from a3s_agent.config import Settings
+from a3s_agent.proto import code_agent_pb2 as pb, code_agent_pb2_grpc as pb_grpc
+from a3s_agent.runtime import warmup
+
+CASE = {case!r}
+PROVIDER = "a3s_agent.llm.openai_compat"
+entered, gate, finished = threading.Event(), threading.Event(), threading.Event()
+real_warm = warmup._warm
+
+
+def held(*args):
+    entered.set()
+    gate.wait(60)
+    try:
+        if CASE == "fail":
+            raise RuntimeError("the warm-up broke")
+        real_warm(*args)
+    finally:
+        finished.set()
+
+
+warmup._warm = held
+
+
+def loaded():
+    tiktoken = sys.modules.get("tiktoken")
+    return tiktoken is not None and "o200k_base" in tiktoken.registry.ENCODINGS
+
+
+async def health(stub, http):
+    grpc_status = (await stub.HealthCheck(pb.HealthCheckRequest(), timeout=5)).status
+    async with http.get("http://127.0.0.1:{http_port}/health/ready") as reply:
+        return [grpc_status, reply.status]
+
+
+async def main():
+    settings = Settings(
+        listen="127.0.0.1:{port}", http_listen="127.0.0.1:{http_port}",
+        workspace=Path({workspace!r}), data_dir=Path({data!r}),
+    )
+    serving = asyncio.create_task(server.run(settings))
+    report = {{}}
+    async with grpc.aio.insecure_channel("127.0.0.1:{port}") as channel, aiohttp.ClientSession() as http:
+        stub = pb_grpc.CodeAgentServiceStub(channel)
+        while True:
+            try:
+                if (await stub.HealthCheck(pb.HealthCheckRequest(), timeout=0.5)).status == 1:
+                    break
+            except grpc.RpcError:
+                await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(entered.wait, 30), "the warm-up never started"
+        report["held"] = {{"health": await health(stub, http), "loaded": loaded(), "provider": PROVIDER in sys.modules}}
+        if CASE == "stop":
+            os.kill(os.getpid(), signal.SIGTERM)
+            report["code"] = await asyncio.wait_for(serving, 30)  # while the warm-up is still held
+            gate.set()
+            await asyncio.to_thread(finished.wait, 30)
+            report["after"] = {{"loaded": loaded(), "provider": PROVIDER in sys.modules}}
+            print(json.dumps(report))
+            return
+        gate.set()
+        assert await asyncio.to_thread(finished.wait, 60), "the warm-up never ended"
+        report["after"] = {{"health": await health(stub, http), "loaded": loaded(), "provider": PROVIDER in sys.modules}}
+        created = await stub.CreateSession(pb.CreateSessionRequest())
+        report["session"] = bool(created.session_id)
+    os.kill(os.getpid(), signal.SIGTERM)
+    report["code"] = await serving
+    print(json.dumps(report))
+
+
+asyncio.run(main())
+"""
+
+SERVING = [1, 200]  # HealthCheck STATUS_HEALTHY, /health/ready 200
+
+
+def _run_case(case: str, tmp_path: Path) -> tuple[dict[str, object], str]:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    child = _CHILD.format(
+        case=case,
+        port=free_port(),
+        http_port=free_port(),
+        workspace=str(workspace),
+        data=str(tmp_path / "data"),
+    )
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path / "tiktoken")}
+    done = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=180, env=env, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def test_the_server_is_ready_while_the_warm_up_runs_and_warmed_after_it(tmp_path: Path) -> None:
+    report, _ = _run_case("ready", tmp_path)
+    assert report["held"] == {"health": SERVING, "loaded": False, "provider": False}
+    assert report["after"] == {"health": SERVING, "loaded": True, "provider": True}
+    assert report["session"] and report["code"] == 0
+    assert any((tmp_path / "tiktoken").iterdir()), "the tokenizer's file was not seeded"
+
+
+def test_a_stop_during_the_warm_up_is_clean_and_skips_what_is_left(tmp_path: Path) -> None:
+    report, _ = _run_case("stop", tmp_path)
+    assert report["held"] == {"health": SERVING, "loaded": False, "provider": False}
+    assert report["code"] == 0
+    assert report["after"] == {"loaded": False, "provider": False}
+
+
+def test_a_failed_warm_up_is_logged_and_the_server_serves_on(tmp_path: Path) -> None:
+    report, stderr = _run_case("fail", tmp_path)
+    assert report["after"] == {"health": SERVING, "loaded": False, "provider": False}
+    assert report["session"] and report["code"] == 0
+    assert "warm-up failed" in stderr and "the warm-up broke" in stderr
