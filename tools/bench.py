@@ -344,10 +344,12 @@ class FakeLLMProcess:
         arguments: str = '{"path": "small.txt"}',
         answer: str = "Done.",
         fake: str = "fake_llm",
+        turns_file: Path | None = None,
     ) -> None:
         argv = [sys.executable, "-m", f"tests.{fake}", "--port", "0",
                 "--tool-rounds", str(rounds), "--tool-name", tool, "--tool-args", arguments,
-                "--text", answer, *(["--delay-ms", str(delay_ms)] if delay_ms else [])]  # fmt: skip
+                "--text", answer, *(["--delay-ms", str(delay_ms)] if delay_ms else []),
+                *(["--turns-file", str(turns_file)] if turns_file else [])]  # fmt: skip
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -1317,6 +1319,161 @@ async def bench_dialect(seconds: float, workspace: Path) -> list[Row]:
     ]
 
 
+TASK_SOURCE = "def greet(name):\n    return 'hello ' + name\n" * 20
+"""The file the six-turn task works on; its last turn writes it back, so every task starts alike."""
+
+
+def _task_turns() -> list[dict[str, object]]:
+    """The scripted six-turn task: read_file, grep, edit_file, bash, write_file, then the answer."""
+    calls = [
+        ("read_file", {"path": "task.py"}),
+        ("grep", {"pattern": "def greet", "path": "."}),
+        (
+            "edit_file",
+            {"path": "task.py", "old_string": "'hello '", "new_string": "'hi '", "replace_all": True},
+        ),
+        ("bash", {"command": "head -c 64 task.py"}),
+        ("write_file", {"path": "task.py", "content": TASK_SOURCE}),
+    ]
+    turns: list[dict[str, object]] = [{"tool_calls": [{"name": n, "arguments": a}]} for n, a in calls]
+    return [*turns, {"content": "Renamed the greeting and restored the file."}]
+
+
+async def _task(stub: pb_grpc.CodeAgentServiceStub) -> list[str]:
+    """One six-turn task in a new session over StreamGenerate; returns the tool errors seen."""
+    session_id = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
+    go = pb.GenerateRequest(
+        session_id=session_id, messages=[pb.Message(role=pb.Message.ROLE_USER, content="go")]
+    )
+    return [
+        chunk.tool_result.error or chunk.tool_result.output
+        async for chunk in stub.StreamGenerate(go)
+        if chunk.type == pb.GenerateChunk.CHUNK_TYPE_TOOL_RESULT and not chunk.tool_result.success
+    ]
+
+
+async def bench_task_cpu(seconds: float, workspace: Path) -> list[Row]:
+    """The server's own CPU per scripted six-turn task after a warm-up task, each in a new session.
+    The kernel counts CPU in 10 ms ticks, so tasks run in batches of five and the median is taken
+    over the batches' per-task figures."""
+    try:
+        import psutil
+    except ImportError:
+        return [Row("server CPU per six-turn task", "skipped: psutil is not installed")]
+    (workspace / "task.py").write_text(TASK_SOURCE)
+    batches, batch = max(4, int(seconds * 2)), 5
+    script = workspace.parent / "task_turns.json"
+    script.write_text(json.dumps(_task_turns() * (batches * batch + 1)))
+    with FakeLLMProcess(0, turns_file=script) as fake, agent_process(workspace) as agent:
+        agent.wait_healthy()
+        server = psutil.Process(agent.proc.pid)
+
+        def own_cpu_ms() -> float:  # user + system of the server itself; children are counted apart
+            times = server.cpu_times()
+            return (times.user + times.system) * 1000
+
+        async with grpc.aio.insecure_channel(agent.address) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            await _initialize(stub, fake.base_url)
+            if errors := await _task(stub):  # warm-up: connections, first-use imports
+                raise RuntimeError(f"the six-turn task failed: {errors}")
+            per_task = []
+            for _ in range(batches):
+                before = own_cpu_ms()
+                for _ in range(batch):
+                    await _task(stub)
+                per_task.append((own_cpu_ms() - before) / batch)
+    return [
+        Row(
+            f"server CPU per six-turn task, median of {batches} batches of {batch} (ms)",
+            f"{statistics.median(per_task):.1f}",
+            "<= 15",
+        ),
+        Row(
+            "server CPU per six-turn task, lowest / highest batch (ms)",
+            f"{min(per_task):.1f} / {max(per_task):.1f}",
+        ),
+    ]
+
+
+# --- first: the first calls after start (issue 19, the warm-up) ---------------------------
+
+WARM_BASELINE = "3e06dfc"
+"""The last commit before the warm-up: started beside today's code in one run."""
+WARMED_AFTER_S = 2.0
+"""How long after ready the "once warmed" calls come (the warm-up takes a fraction of it)."""
+
+
+async def _first_calls(workspace: Path, base_url: str, source: Path | None, pause_s: float) -> list[float]:
+    """A fresh `serve` (its own data dir) with the fake as its model: [ready s, RSS MB when the
+    first call comes, first CreateSession ms, first Generate ms, a later Generate ms], the first
+    call `pause_s` after ready."""
+    data = tempfile.mkdtemp(dir=workspace.parent)
+    env = {"A3S_LLM_PROVIDER": "openai", "A3S_LLM_MODEL": "fake-model", "A3S_LLM_BASE_URL": base_url,
+           "A3S_LLM_API_KEY": "sk-bench"}  # fmt: skip
+    with agent_process(workspace, source=source, extra=("--data-dir", data), env=env) as agent:
+        ready = agent.wait_healthy()
+        await asyncio.sleep(pause_s)
+        rss = _rss_mb(agent.proc.pid)
+        async with grpc.aio.insecure_channel(agent.address) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            started = time.perf_counter()
+            created = await stub.CreateSession(pb.CreateSessionRequest())
+            create_ms = (time.perf_counter() - started) * 1000
+            generations = []
+            for session_id in (
+                created.session_id,
+                (await stub.CreateSession(pb.CreateSessionRequest())).session_id,
+            ):
+                request = pb.GenerateRequest(
+                    session_id=session_id, messages=[pb.Message(role=pb.Message.ROLE_USER, content="go")]
+                )
+                started = time.perf_counter()
+                await stub.Generate(request)
+                generations.append((time.perf_counter() - started) * 1000)
+    return [ready, rss, create_ms, *generations]
+
+
+async def bench_first(seconds: float, workspace: Path, rounds: int = 5) -> list[Row]:
+    """The first CreateSession and Generate of a fresh server, at once after ready and once the
+    warm-up is done, before the warm-up (WARM_BASELINE) and today, alternating (medians)."""
+    (workspace / "small.txt").write_text("lorem ipsum\n")
+    runs: dict[tuple[str, float], list[list[float]]] = {}
+    with tempfile.TemporaryDirectory() as old, FakeLLMProcess(rounds=1) as fake:
+        sources = {"before": _checkout_of(WARM_BASELINE, Path(old)), "today": None}
+        for _ in range(rounds):
+            for name, source in sources.items():
+                for pause_s in (0.0, WARMED_AFTER_S):
+                    runs.setdefault((name, pause_s), []).append(
+                        await _first_calls(workspace, fake.base_url, source, pause_s)
+                    )
+    med = {
+        key: [statistics.median(values) for values in zip(*found, strict=True)] for key, found in runs.items()
+    }
+    ready = {
+        name: statistics.median(r[0] for key, found in runs.items() if key[0] == name for r in found)
+        for name in sources
+    }
+    now_b, now_t = med[("before", 0.0)], med[("today", 0.0)]
+    warm_b, warm_t = med[("before", WARMED_AFTER_S)], med[("today", WARMED_AFTER_S)]
+    later = f"{WARMED_AFTER_S:g} s after ready"
+    return [
+        Row(f"first: ready (s), before the warm-up ({WARM_BASELINE})", f"{ready['before']:.2f}"),
+        Row("first: ready (s), today", f"{ready['today']:.2f}"),
+        Row("first: ready ratio (today / before)", f"{ready['today'] / ready['before']:.2f}", "<= 1.05"),
+        Row("first: CreateSession at once after ready (ms), before", f"{now_b[2]:.1f}"),
+        Row("first: CreateSession at once after ready (ms), today", f"{now_t[2]:.1f}", "report"),
+        Row(f"first: CreateSession {later} (ms), before", f"{warm_b[2]:.1f}"),
+        Row(f"first: CreateSession {later} (ms), today", f"{warm_t[2]:.1f}", "<= 20"),
+        Row(f"first: Generate {later} (ms), before", f"{warm_b[3]:.1f}"),
+        Row(f"first: Generate {later} (ms), today", f"{warm_t[3]:.1f}"),
+        Row("first: first Generate / a later one, before", f"{warm_b[3] / warm_b[4]:.2f}"),
+        Row("first: first Generate / a later one, today", f"{warm_t[3] / warm_t[4]:.2f}", "<= 1.5"),
+        Row(f"first: idle RSS {later} (MB), before", f"{warm_b[1]:.0f}"),
+        Row(f"first: idle RSS {later} (MB), today (tokenizer loaded)", f"{warm_t[1]:.0f}", "report"),
+    ]
+
+
 SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "foundation": bench_foundation,
     "tools": bench_tools,
@@ -1331,6 +1488,8 @@ SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "acp": bench_acp,
     "replicas": bench_replicas,
     "dialect": bench_dialect,
+    "task_cpu": bench_task_cpu,
+    "first": bench_first,
 }
 
 
@@ -1363,8 +1522,14 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each throughput run")
     parser.add_argument("--only", nargs="*", default=[], help=f"sections to run: {', '.join(SECTIONS)}")
     parser.add_argument("--bare-server", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--peer", choices=["opencode"], help="compare with a peer (tools/peer_opencode.py)")
+    parser.add_argument("--runs", type=int, default=5, help="runs of each side with --peer")
     args = parser.parse_args()
     if args.bare_server:
         asyncio.run(_bare_server(args.bare_server))
+    elif args.peer:
+        from peer_opencode import bench_main
+
+        bench_main(args.runs)
     else:
         asyncio.run(main(args.seconds, args.only))
