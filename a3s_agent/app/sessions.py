@@ -24,8 +24,9 @@ PageKey = tuple[int, str]
 
 @dataclass(frozen=True)
 class SessionView:
-    """A session as replies show it: with its context usage, compaction (threshold, target) and
-    the token budget that applies to it (0: none; its usage so far is `session.usage`)."""
+    """A session as replies show it: with its context usage (an estimate while the tokenizer loads:
+    `usage.estimated`), compaction (threshold, target) and the token budget that applies to it
+    (0: none; its usage so far is `session.usage`)."""
 
     session: Session
     usage: ContextUsage
@@ -159,7 +160,7 @@ class Sessions:
     async def _view(self, session: Session) -> SessionView:
         return SessionView(
             session,
-            await self._rt.context.usage(session.id),
+            await self._rt.context.shown_usage(session.id),
             self._rt.context.shares(session),
             self._rt.token_budget_for(session),
         )

@@ -78,6 +78,8 @@ class ContextUsage:
     prompt_tokens: int
     completion_tokens: int
     message_count: int
+    estimated: bool = False
+    """Counted chars/4 while the tokenizer was being loaded (`ContextManager.shown_usage`)."""
 
     @property
     def total_tokens(self) -> int:
@@ -153,12 +155,28 @@ class ContextManager:
         session = self._sessions.get(session_id)
         return await self.measure(session, await self._sessions.history(session_id))
 
-    def _meter(self, session: Session) -> Callable[[list[Message]], ContextUsage]:
-        """What measures a history of `session`, safe to call off the event loop (the system
-        prompt and tool schemas are taken now, on it)."""
+    async def shown_usage(self, session_id: str) -> ContextUsage:
+        """The usage a session reply shows (CreateSession, GetSession, ConfigureSession): exact,
+        except while the session's tokenizer is being loaded (by the warm-up right after ready, or
+        another call): then counted chars/4 and marked `estimated`, so the reply does not wait for
+        that load. What decides (GetContextUsage, compaction, token budgets, generation) always
+        counts exactly."""
+        session = self._sessions.get(session_id)
+        history = await self._sessions.history(session_id)
+        counter = self.counter(session)
+        if not counter.loading:
+            return await self.measure(session, history)
+        rough = TokenCounter(counter.model, approximate=True)
+        return replace(await asyncio.to_thread(self._meter(session, rough), history), estimated=True)
+
+    def _meter(
+        self, session: Session, counter: TokenCounter | None = None
+    ) -> Callable[[list[Message]], ContextUsage]:
+        """What measures a history of `session` (with `counter`, else the session's own), safe to
+        call off the event loop (the system prompt and tool schemas are taken now, on it)."""
         return partial(
             _count,
-            self.counter(session),
+            counter or self.counter(session),
             self._host.prompt_for(session),
             [tool_schema(t) for t in self._host.tools_for(session)],
         )

