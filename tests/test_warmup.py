@@ -9,7 +9,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+
+import pytest
+
+from a3s_agent.llm import tokens
+from a3s_agent.runtime import warmup
 
 from .conftest import free_port
 
@@ -134,3 +140,16 @@ def test_a_failed_warm_up_is_logged_and_the_server_serves_on(tmp_path: Path) -> 
     assert report["after"] == {"health": SERVING, "loaded": False, "provider": False}
     assert report["session"] and report["code"] == 0
     assert "warm-up failed" in stderr and "the warm-up broke" in stderr
+
+
+def test_the_tokenizer_loads_with_a_short_switch_interval_and_it_is_restored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the warm-up's thread parses the BPE file, calls on the event loop get the interpreter
+    back within LOAD_SWITCH_INTERVAL_S instead of Python's 5 ms; afterwards the interval is the
+    process's again."""
+    seen: list[float] = []
+    monkeypatch.setattr(tokens, "load_encoding", lambda name: seen.append(sys.getswitchinterval()))
+    before = sys.getswitchinterval()
+    warmup._warm("gpt-4o", [], threading.Event())
+    assert seen == [warmup.LOAD_SWITCH_INTERVAL_S] and sys.getswitchinterval() == before

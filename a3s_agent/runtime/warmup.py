@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -69,6 +70,12 @@ class WarmUp:
             log.debug("warmed up in %.0f ms", (time.perf_counter() - started) * 1000)
 
 
+LOAD_SWITCH_INTERVAL_S = 0.0005
+"""The interpreter's thread switch interval while the tokenizer loads (Python's default is 5 ms):
+parsing its BPE file is Python code on the warm-up's thread, and a call on the event loop waits up
+to one interval each time it needs the interpreter back."""
+
+
 def _warm(model: str, tools: Sequence[Tool], stopping: threading.Event) -> None:
     """The tool schemas and the tokenizer first (the first CreateSession counts tokens), then the
     provider modules (the first Generate), skipping what is left once the server stops."""
@@ -76,8 +83,13 @@ def _warm(model: str, tools: Sequence[Tool], stopping: threading.Event) -> None:
         return
     counter = TokenCounter(model)
     schemas = [tool_schema(tool) for tool in tools]
-    if counter.encoding is None:  # the load; None when the model is counted as chars/4
-        log.debug("no tokenizer to load for %r", model)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(LOAD_SWITCH_INTERVAL_S)
+    try:
+        if counter.encoding is None:  # the load; None when the model is counted as chars/4
+            log.debug("no tokenizer to load for %r", model)
+    finally:
+        sys.setswitchinterval(interval)
     counter.count_tools(schemas)
     for module in GENERATION_MODULES:
         if stopping.is_set():
