@@ -17,14 +17,17 @@ import pytest
 
 from a3s_agent.config import Settings
 from a3s_agent.llm import messages, tokens
+from a3s_agent.llm.tokens import TokenCounter
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.runtime.warmup import WarmUp
 
-from .conftest import LiveServer, running, user
+from .conftest import LiveServer, initialize, new_session, running, user
+from .fake_llm import FakeLLM, text
 from .test_http import JSON, serving
 
 ESTIMATED = "a3s-usage-estimated"
 TEXT = "1234567890 " * 1000  # tiktoken: 5 tokens a group, 5000 in all; chars/4: 2750
+WINDOW = 12_000  # a threshold share of it is below the schemas' UTF-8 bytes, above their tokens
 
 
 class HeldLoad:
@@ -144,3 +147,46 @@ async def test_with_no_load_under_way_a_session_reply_counts_exactly(
     assert held.entered.is_set() and ESTIMATED not in dict(await call.trailing_metadata())
     exact = await live.stub.GetContextUsage(pb.GetContextUsageRequest(session_id=created.session_id))
     assert created.session.context_usage == exact.usage
+
+
+async def test_a_generation_while_the_tokenizer_loads_does_not_wait_for_it(
+    warming: LiveServer, held: HeldLoad, fake: FakeLLM
+) -> None:
+    """The auto-compaction check before each model call: the conversation's UTF-8 bytes (a bound
+    on its tokens) fit far below the threshold, so the answer comes with the load still held."""
+    await initialize(warming, fake)
+    fake.script(text("hello"))
+    session_id = await new_session(warming, auto_compact=True)
+    reply = await warming.stub.Generate(
+        pb.GenerateRequest(session_id=session_id, messages=[user("hi")]), timeout=10
+    )
+    assert reply.message.content == "hello" and len(fake.requests) == 1
+    assert not held.gate.is_set() and not tokens._ENCODINGS, "the generation loaded the tokenizer"
+
+
+async def test_a_generation_the_bound_cannot_settle_waits_for_the_exact_count(
+    warming: LiveServer, held: HeldLoad, fake: FakeLLM
+) -> None:
+    """A window so small that the bound (UTF-8 bytes: system prompt, schemas, messages) passes the
+    threshold: the check waits for the load, then counts exactly (under the threshold: no
+    compaction), and the model is asked."""
+    await initialize(warming, fake)
+    fake.script(text("hello"))
+    session_id = await new_session(warming, auto_compact=True, max_context_length=WINDOW)
+    session = warming.runtime.sessions.get(session_id)
+    threshold, _ = warming.runtime.context.shares(session)
+    bound = TokenCounter("fake-model", upper_bound=True).count_tools(
+        [messages.tool_schema(t) for t in warming.runtime.tools_for(session)]
+    )
+    assert bound > threshold * WINDOW, "the window must be small enough for the bound not to settle"
+    pending = asyncio.ensure_future(
+        warming.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("hi")]), timeout=30)
+    )
+    await warming.stub.GetSession(pb.GetSessionRequest(session_id=session_id))  # a round trip later
+    await asyncio.sleep(0.3)
+    assert not pending.done() and not fake.requests, "the model was asked before the exact count"
+    held.release()
+    reply = await pending
+    assert reply.message.content == "hello" and len(fake.requests) == 1
+    exact = await warming.stub.GetContextUsage(pb.GetContextUsageRequest(session_id=session_id))
+    assert exact.usage.total_tokens <= threshold * WINDOW, "the exact count must fit (no compaction)"

@@ -1,6 +1,6 @@
 """The warm-up a serving server runs once it is ready (runtime/warmup.py): it does not delay
-readiness, it loads the tokenizer and the provider modules, a stop during it is clean, a failure in it
-is not fatal. Each case runs `a3s-agent serve`'s own `run` in a fresh process (pytest's has loaded
+readiness, it loads the provider modules and, once the server is quiet, the tokenizer; a stop during
+it is clean, a failure in it is not fatal. Each case runs `a3s-agent serve`'s own `run` in a fresh process (pytest's has loaded
 the tokenizer already), with the warm-up held on an event until the case lets it go."""
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ from a3s_agent.runtime import warmup
 
 CASE = {case!r}
 PROVIDER = "a3s_agent.llm.openai_compat"
-entered, gate, finished = threading.Event(), threading.Event(), threading.Event()
-real_warm = warmup._warm
+entered, gate, prepared, finished = threading.Event(), threading.Event(), threading.Event(), threading.Event()
+real_prepare, real_load = warmup._prepare, warmup._load_tokenizer
+if CASE == "busy-long":
+    warmup.QUIET_WAIT_MAX_S = 0.5
 
 
 def held(*args):
@@ -42,12 +44,19 @@ def held(*args):
     try:
         if CASE == "fail":
             raise RuntimeError("the warm-up broke")
-        real_warm(*args)
+        return real_prepare(*args)
+    finally:
+        prepared.set()
+
+
+def load(*args):
+    try:
+        real_load(*args)
     finally:
         finished.set()
 
 
-warmup._warm = held
+warmup._prepare, warmup._load_tokenizer = held, load
 
 
 def loaded():
@@ -82,12 +91,22 @@ async def main():
             os.kill(os.getpid(), signal.SIGTERM)
             report["code"] = await asyncio.wait_for(serving, 30)  # while the warm-up is still held
             gate.set()
-            await asyncio.to_thread(finished.wait, 30)
+            await asyncio.to_thread(prepared.wait, 30)
             report["after"] = {{"loaded": loaded(), "provider": PROVIDER in sys.modules}}
             print(json.dumps(report))
             return
+        if CASE.startswith("busy"):  # a busy server: the load waits for a quiet moment (or too long)
+            burning = threading.Event()
+            burner = threading.Thread(target=lambda: [None for _ in iter(burning.is_set, True)])
+            burner.start()
+            gate.set()
+            await asyncio.to_thread(prepared.wait, 30)
+            # 3 s: well past the quiet windows and a load; 10 s: past the longest wait (0.5 s) and the load
+            report["busy"] = {{"loaded while busy": await asyncio.to_thread(finished.wait, 10.0 if CASE == "busy-long" else 3.0)}}
+            burning.set()
+            burner.join()
         gate.set()
-        assert await asyncio.to_thread(finished.wait, 60), "the warm-up never ended"
+        assert await asyncio.to_thread((finished if CASE != "fail" else prepared).wait, 60), "the warm-up never ended"
         report["after"] = {{"health": await health(stub, http), "loaded": loaded(), "provider": PROVIDER in sys.modules}}
         created = await stub.CreateSession(pb.CreateSessionRequest())
         report["session"] = bool(created.session_id)
@@ -128,6 +147,21 @@ def test_the_server_is_ready_while_the_warm_up_runs_and_warmed_after_it(tmp_path
     assert any((tmp_path / "tiktoken").iterdir()), "the tokenizer's file was not seeded"
 
 
+def test_the_tokenizer_load_waits_while_the_server_is_busy(tmp_path: Path) -> None:
+    """A thread burning the interpreter stands for callers keeping the server busy: the schemas and
+    provider modules are warmed, the tokenizer's load waits until the burn stops."""
+    report, _ = _run_case("busy", tmp_path)
+    assert report["busy"] == {"loaded while busy": False}
+    assert report["after"] == {"health": SERVING, "loaded": True, "provider": True}
+
+
+def test_a_server_never_quiet_loads_the_tokenizer_after_the_longest_wait(tmp_path: Path) -> None:
+    """QUIET_WAIT_MAX_S (0.5 s in this case): the load comes while the burn goes on."""
+    report, _ = _run_case("busy-long", tmp_path)
+    assert report["busy"] == {"loaded while busy": True}
+    assert report["after"] == {"health": SERVING, "loaded": True, "provider": True}
+
+
 def test_a_stop_during_the_warm_up_is_clean_and_skips_what_is_left(tmp_path: Path) -> None:
     report, _ = _run_case("stop", tmp_path)
     assert report["held"] == {"health": SERVING, "loaded": False, "provider": False}
@@ -151,5 +185,5 @@ def test_the_tokenizer_loads_with_a_short_switch_interval_and_it_is_restored(
     seen: list[float] = []
     monkeypatch.setattr(tokens, "load_encoding", lambda name: seen.append(sys.getswitchinterval()))
     before = sys.getswitchinterval()
-    warmup._warm("gpt-4o", [], threading.Event())
+    warmup._load_tokenizer("gpt-4o", [], threading.Event())
     assert seen == [warmup.LOAD_SWITCH_INTERVAL_S] and sys.getswitchinterval() == before

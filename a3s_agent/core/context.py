@@ -159,8 +159,8 @@ class ContextManager:
         """The usage a session reply shows (CreateSession, GetSession, ConfigureSession): exact,
         except while the session's tokenizer is being loaded (by the warm-up right after ready, or
         another call): then counted chars/4 and marked `estimated`, so the reply does not wait for
-        that load. What decides (GetContextUsage, compaction, token budgets, generation) always
-        counts exactly."""
+        that load. What decides (GetContextUsage, compaction, token budgets, generation) counts
+        exactly or by a bound that settles it (`over_threshold`)."""
         session = self._sessions.get(session_id)
         history = await self._sessions.history(session_id)
         counter = self.counter(session)
@@ -187,8 +187,17 @@ class ContextManager:
         return await asyncio.to_thread(self._meter(session), history)
 
     async def over_threshold(self, session: Session, history: list[Message]) -> bool:
+        """Whether `history` is past the session's compaction threshold. While the tokenizer loads,
+        a bound that fits settles it without waiting for the load (the first generations after
+        start); the exact count decides the rest."""
         threshold, _ = self.shares(session)
-        return (await self.measure(session, history)).total_tokens > threshold * self.window(session)
+        limit = threshold * self.window(session)
+        counter = self.counter(session)
+        if counter.loading:
+            bound = TokenCounter(counter.model, upper_bound=True)
+            if (await asyncio.to_thread(self._meter(session, bound), history)).total_tokens <= limit:
+                return False
+        return (await self.measure(session, history)).total_tokens > limit
 
     async def compact(self, session_id: str, *, overflowed: bool = False) -> Compaction:
         """Compact now (CompactContext, before a model call past the threshold, or with `overflowed`

@@ -1,15 +1,19 @@
-"""The warm-up the server runs once it reports ready, so that the first session and the first
+"""The warm-up the server runs once it is ready, so that the first session and the first
 generation do not pay for what start-up leaves lazy (start-up stays fast: tests/test_lazy_imports.py).
 
-What is warmed, on a worker thread (it is CPU-bound; the event loop keeps answering health checks):
-the schemas of the tools a session is offered (cheap, cached: the first CreateSession needs them),
-then the tokenizer of the server's default model, loaded by counting those schemas (which leaves
-their count in the token cache), then the modules of the HTTP model providers. A call that needs the
-exact count meanwhile waits for the same load, never repeats it; session replies do not wait: from
-the warm-up's first step, which announces the load before the schemas are built, until the load is
-done, their usage is an estimate (core/context.py `shown_usage`). Stopping skips the steps not
-begun; a failure is logged, never fatal (the first calls then load what they need, as without a
-warm-up)."""
+What is warmed, on a worker thread (it is CPU-bound; the event loop keeps answering): the schemas of
+the tools a session is offered (cheap, cached: the first CreateSession needs them) and the modules
+of the HTTP model providers (the first Generate) at once; then, once the server has been quiet for a
+moment (`until_quiet`: its own CPU under a tenth of a core for QUIET_WINDOWS windows in a row, or
+after QUIET_WAIT_MAX_S), the tokenizer of the server's default model, loaded by counting those
+schemas. The load takes ~0.3 s of CPU, part of it in tiktoken's Rust code holding the interpreter
+lock, so a call arriving during it would wait: clients that connect at ready and go on at once
+(Initialize, CreateSession, Generate) come before it. Nothing waits for the load meanwhile: from
+the warm-up's first step, which announces it, until it is done, session replies estimate their
+usage (core/context.py `shown_usage`) and the auto-compaction check settles by a byte bound
+(`over_threshold`); a call that needs the exact count waits for the same load, never repeats it.
+Stopping skips the steps not begun; a failure is logged, never fatal (the first calls then load what
+they need, as without a warm-up)."""
 
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..llm.messages import tool_schema
 from ..llm.tokens import TokenCounter
@@ -62,12 +66,36 @@ class WarmUp:
             model = self._runtime.llm_for().model
             # Before the worker starts: session replies estimate from now on rather than load it.
             TokenCounter(model).announce_load()
-            await asyncio.to_thread(_warm, model, tools, self._stopping)
+            schemas = await asyncio.to_thread(_prepare, tools, self._stopping)
+            await until_quiet()
+            await asyncio.to_thread(_load_tokenizer, model, schemas, self._stopping)
         except Exception as exc:
             log.warning("warm-up failed (the first calls will load what they need): %s", exc)
             return
         if not self._stopping.is_set():
             log.debug("warmed up in %.0f ms", (time.perf_counter() - started) * 1000)
+
+
+QUIET_WINDOW_S = 0.1
+QUIET_WINDOWS = 2
+QUIET_CPU_SHARE = 0.1
+"""Of one core: below it, the server is serving nothing much (a health check, a stream waiting)."""
+QUIET_WAIT_MAX_S = 10.0
+"""A server never that quiet loads the tokenizer anyway after this long (session replies would
+stay estimates otherwise)."""
+
+
+async def until_quiet() -> None:
+    """Return once the process has used under QUIET_CPU_SHARE of a core for QUIET_WINDOWS windows
+    of QUIET_WINDOW_S in a row, or QUIET_WAIT_MAX_S after the call."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + QUIET_WAIT_MAX_S
+    calm, cpu, wall = 0, time.process_time(), loop.time()
+    while calm < QUIET_WINDOWS and wall < deadline:
+        await asyncio.sleep(QUIET_WINDOW_S)
+        now_cpu, now_wall = time.process_time(), loop.time()
+        calm = calm + 1 if now_cpu - cpu < QUIET_CPU_SHARE * (now_wall - wall) else 0
+        cpu, wall = now_cpu, now_wall
 
 
 LOAD_SWITCH_INTERVAL_S = 0.0005
@@ -76,13 +104,22 @@ parsing its BPE file is Python code on the warm-up's thread, and a call on the e
 to one interval each time it needs the interpreter back."""
 
 
-def _warm(model: str, tools: Sequence[Tool], stopping: threading.Event) -> None:
-    """The tool schemas and the tokenizer first (the first CreateSession counts tokens), then the
-    provider modules (the first Generate), skipping what is left once the server stops."""
+def _prepare(tools: Sequence[Tool], stopping: threading.Event) -> list[dict[str, Any]]:
+    """The tool schemas (the first CreateSession), then the provider modules (the first Generate),
+    skipping the modules once the server stops."""
+    schemas = [tool_schema(tool) for tool in tools]
+    for module in GENERATION_MODULES:
+        if stopping.is_set():
+            break
+        importlib.import_module(module)
+    return schemas
+
+
+def _load_tokenizer(model: str, schemas: list[dict[str, Any]], stopping: threading.Event) -> None:
+    """Load the tokenizer of `model` by counting `schemas` (which leaves their count cached)."""
     if stopping.is_set():
         return
     counter = TokenCounter(model)
-    schemas = [tool_schema(tool) for tool in tools]
     interval = sys.getswitchinterval()
     sys.setswitchinterval(LOAD_SWITCH_INTERVAL_S)
     try:
@@ -91,7 +128,3 @@ def _warm(model: str, tools: Sequence[Tool], stopping: threading.Event) -> None:
     finally:
         sys.setswitchinterval(interval)
     counter.count_tools(schemas)
-    for module in GENERATION_MODULES:
-        if stopping.is_set():
-            return
-        importlib.import_module(module)
