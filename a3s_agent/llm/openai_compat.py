@@ -20,6 +20,7 @@ from ..base.errors import InvalidArgument, Unavailable
 from ..base.jsontext import model_json
 from ..base.models import LLMConfig
 from .http import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, Endpoint, drain, http_failure, retrying
+from .json_body import fixed_json
 from .messages import on_the_wire, tool_images_after_results
 from .openai_stream import TurnReader, whole_reply
 from .provider import CompletionRequest, ProviderEvent
@@ -141,7 +142,7 @@ class OpenAICompatibleProvider:
         if with_options:
             body["stream_options"] = {"include_usage": True}
         if request.tools:
-            body["tools"] = request.tools
+            body["tools"] = fixed_json(request.tools)
         if request.temperature is not None:
             body["temperature"] = request.temperature
         if request.max_tokens:
