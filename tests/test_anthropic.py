@@ -43,7 +43,7 @@ from .fake_anthropic import (
     tool_call,
     tool_calls,
 )
-from .fake_llm import FakeLLM
+from .fake_llm import FakeLLM, Raw
 from .test_proxies import proxying
 
 KEY = "sk-ant-api03-Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0L"
@@ -669,3 +669,31 @@ def test_the_size_estimate_counts_what_each_provider_sends() -> None:
         assert is_big(anthropic) and is_big(openai)
         small = CompletionRequest("m", [{"role": "user", "content": "x" * (BIG_BODY_CHARS - 100)}])
         assert not is_big(request_body(small, "anthropic x", thinking=False))
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"type": "content_block_stop", "index": [0]},
+        {"type": "content_block_start", "index": 0, "content_block": "text"},
+        {"type": "content_block_delta", "index": 0, "delta": "x"},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": 5}},
+        {"type": "message_start", "message": "m"},
+    ],
+    ids=["index", "content_block", "delta", "text", "message"],
+)
+async def test_an_event_member_of_the_wrong_type_is_skipped_not_an_internal_error(
+    server: LiveServer, claude: FakeAnthropic, odd: dict[str, Any]
+) -> None:
+    """An event whose member has the wrong JSON type counts as without it: the reply still comes."""
+    events = [
+        odd,
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "ok"}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 1}},
+        {"type": "message_stop"},
+    ]
+    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+    claude.script(Raw(body.encode()))
+    assert (await generate(server, "hi")).message.content == "ok"

@@ -24,7 +24,7 @@ from a3s_agent.llm.sse import ServerEvent, server_events
 from a3s_agent.proto import code_agent_pb2 as pb
 
 from .conftest import LiveServer, agent_settings, initialize, new_session, running, user
-from .fake_llm import DIALECTS, Error, FakeLLM, call, error, text, tool_call, tool_calls
+from .fake_llm import DIALECTS, Error, FakeLLM, Raw, call, error, text, tool_call, tool_calls
 
 NOTES = "hello from the notes\n"
 
@@ -305,3 +305,27 @@ def test_the_fake_takes_a_dialect_on_its_command_line() -> None:
         assert proc.wait(timeout=5) == 0
     with pytest.raises(ValueError, match="unknown dialect"):
         FakeLLM(dialect="no-such-server")
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        b'{"x_groq": "y", "choices": []}',
+        b'{"choices": {"index": 0}}',
+        b'{"choices": [{"index": 0, "delta": "x"}]}',
+        b'{"choices": [{"index": 0, "delta": {"tool_calls": 5}}]}',
+        b'{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": "f"}]}}]}',
+    ],
+    ids=["x_groq", "choices", "delta", "tool_calls", "function"],
+)
+async def test_a_chunk_part_of_the_wrong_type_is_skipped_not_an_internal_error(
+    agent: LiveServer, fake: FakeLLM, odd: bytes
+) -> None:
+    """A server's chunk whose member has the wrong JSON type counts as without it (as a chunk that is
+    no object does): the rest of the reply still comes (a fragment whose `function` is no object is
+    a call without name or arguments, refused as any such call, and the model answers again)."""
+    rest = b'data: {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]}\n\n'
+    fake.script(Raw(b"data: " + odd + b"\n\n" + rest + b"data: [DONE]\n\n"), text("ok"))
+    session_id = await new_session(agent)
+    reply = await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("hi")]))
+    assert reply.message.content == "ok"

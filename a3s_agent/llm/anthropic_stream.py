@@ -20,6 +20,7 @@ from ..base.errors import Unavailable
 from ..base.models import Usage
 from .anthropic_request import BLOCKS
 from .provider import ProviderEvent, ReasoningDelta, TextDelta, ToolCallReady, TurnEnd
+from .wire_values import as_object, as_text
 
 _FINISH_REASONS = {
     "end_turn": "stop",
@@ -68,17 +69,17 @@ class MessageReader:
     def feed(self, event: dict[str, Any]) -> list[ProviderEvent]:
         kind = event.get("type")
         if kind == "content_block_delta":
-            return self._delta(self._blocks.get(event.get("index", -1)), event.get("delta") or {})
+            return self._delta(self._blocks.get(_index(event, -1)), as_object(event.get("delta")))
         if kind == "content_block_start":
-            return self._start(event.get("index", len(self._blocks)), event.get("content_block") or {})
+            return self._start(_index(event, len(self._blocks)), as_object(event.get("content_block")))
         if kind == "content_block_stop":
-            block = self._blocks.get(event.get("index", -1))
+            block = self._blocks.get(_index(event, -1))
             return [self._ready(block)] if block is not None and block.type == "tool_use" else []
         if kind == "message_start":
-            self._take_usage((event.get("message") or {}).get("usage"))
+            self._take_usage(as_object(event.get("message")).get("usage"))
         elif kind == "message_delta":
             self._take_usage(event.get("usage"))
-            self._stop_reason = (event.get("delta") or {}).get("stop_reason") or self._stop_reason
+            self._stop_reason = as_text(as_object(event.get("delta")).get("stop_reason")) or self._stop_reason
         elif kind == "message_stop":
             self.stopped = True
         return []  # ping, and events added to the API later
@@ -100,34 +101,34 @@ class MessageReader:
 
     def _start(self, index: int, content: dict[str, Any]) -> list[ProviderEvent]:
         block = self._blocks[index] = _Block(
-            type=str(content.get("type", "")),
-            id=content.get("id") or "",
-            name=content.get("name") or "",
-            signature=content.get("signature") or "",
-            data=content.get("data") or "",
+            type=as_text(content.get("type")),
+            id=as_text(content.get("id")),
+            name=as_text(content.get("name")),
+            signature=as_text(content.get("signature")),
+            data=as_text(content.get("data")),
         )
         if block.type == "tool_use" and content.get("input"):
             block.pieces.append(json.dumps(content["input"]))  # a whole input, not streamed
-        elif block.type == "thinking" and content.get("thinking"):
-            block.pieces.append(content["thinking"])
-            return [ReasoningDelta(content["thinking"])]
-        elif block.type == "text" and content.get("text"):
-            return [TextDelta(content["text"])]
+        elif block.type == "thinking" and (thinking := as_text(content.get("thinking"))):
+            block.pieces.append(thinking)
+            return [ReasoningDelta(thinking)]
+        elif block.type == "text" and (text := as_text(content.get("text"))):
+            return [TextDelta(text)]
         return []
 
     def _delta(self, block: _Block | None, delta: dict[str, Any]) -> list[ProviderEvent]:
         kind = delta.get("type")
         if kind == "text_delta":
-            return [TextDelta(delta["text"])] if delta.get("text") else []
+            return [TextDelta(text)] if (text := as_text(delta.get("text"))) else []
         if block is None:
             return []
         if kind == "input_json_delta":
-            block.pieces.append(delta.get("partial_json") or "")
-        elif kind == "thinking_delta" and delta.get("thinking"):
-            block.pieces.append(delta["thinking"])
-            return [ReasoningDelta(delta["thinking"])]
+            block.pieces.append(as_text(delta.get("partial_json")))
+        elif kind == "thinking_delta" and (thinking := as_text(delta.get("thinking"))):
+            block.pieces.append(thinking)
+            return [ReasoningDelta(thinking)]
         elif kind == "signature_delta":
-            block.signature += delta.get("signature") or ""
+            block.signature += as_text(delta.get("signature"))
         return []
 
     def _ready(self, block: _Block) -> ToolCallReady:
@@ -153,6 +154,11 @@ class MessageReader:
             cache_write_tokens=written,
             reasoning_tokens=_count(details.get("thinking_tokens")) if isinstance(details, dict) else 0,
         )
+
+
+def _index(event: dict[str, Any], default: int) -> int:
+    index = event.get("index", default)
+    return index if isinstance(index, int) else -1
 
 
 def _count(value: Any) -> int:

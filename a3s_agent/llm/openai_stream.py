@@ -33,6 +33,7 @@ from ..base.errors import Unavailable
 from ..base.models import ProviderState, Usage
 from .provider import ProviderEvent, ReasoningDelta, TextDelta, ToolCallReady, TurnEnd
 from .provider_errors import is_error_body, mid_reply_failure
+from .wire_values import as_array, as_object, as_text
 
 _REASONING = "reasoning_content"
 _REASONING_ALIAS = "reasoning"  # vLLM 0.11 on, OpenRouter, Ollama: shown, not sent back
@@ -81,12 +82,12 @@ class TurnReader:
             return []
         if is_error_body(chunk):
             raise mid_reply_failure(chunk)
-        self._take_usage(chunk.get("usage") or (chunk.get("x_groq") or {}).get("usage"))
+        self._take_usage(chunk.get("usage") or as_object(chunk.get("x_groq")).get("usage"))
         events: list[ProviderEvent] = []
-        for choice in chunk.get("choices") or ():
+        for choice in as_array(chunk.get("choices")):
             if not isinstance(choice, dict):
                 continue
-            delta = choice.get("delta") or {}
+            delta = as_object(choice.get("delta"))
             reasoning = delta.get(_REASONING)
             if isinstance(reasoning, str):
                 if self._reasoning is None:
@@ -100,12 +101,11 @@ class TurnReader:
                 events.append(TextDelta(text))
             if delta.get(_EXTRA):
                 self._extra = delta[_EXTRA]
-            for fragment in delta.get("tool_calls") or ():
+            for fragment in as_array(delta.get("tool_calls")):
                 if isinstance(fragment, dict) and self._take(fragment):
                     events += self._whole_calls()
             self._take_usage(choice.get("usage"))
-            if choice.get("finish_reason"):
-                self._finish_reason = choice["finish_reason"]
+            self._finish_reason = as_text(choice.get("finish_reason")) or self._finish_reason
         return events
 
     def finish(self) -> list[ProviderEvent]:
@@ -131,9 +131,9 @@ class TurnReader:
         current = self._by_index.get(index) if isinstance(index, int) else None
         if current is None and not isinstance(index, int) and self._calls:
             current = self._calls[-1]  # no index: the fragment continues the latest call
-        call_id = fragment.get("id") or ""
-        function = fragment.get("function") or {}
-        name = function.get("name") or ""
+        call_id = as_text(fragment.get("id"))
+        function = as_object(fragment.get("function"))
+        name = as_text(function.get("name"))
         arguments = function.get("arguments") or ""
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments)  # an object where a JSON string belongs
@@ -215,17 +215,17 @@ def whole_reply(completion: Any, state_key: str) -> list[ProviderEvent]:
     if is_error_body(completion):
         raise mid_reply_failure(completion, "in a reply with HTTP status 200")
     choices = completion.get("choices") if isinstance(completion, dict) else None
-    if not choices:
+    if not choices or not isinstance(choices, list):
         raise Unavailable(f"the LLM provider answered without choices: {str(completion)[:200]}")
-    choice = choices[0]
-    message = choice.get("message") or {}
+    choice = as_object(choices[0])
+    message = as_object(choice.get("message"))
     chunk = {
-        "usage": completion.get("usage") or (completion.get("x_groq") or {}).get("usage"),
+        "usage": completion.get("usage") or as_object(completion.get("x_groq")).get("usage"),
         "choices": [
             {
                 "delta": {**message, "tool_calls": _numbered(message.get("tool_calls"))},
                 "usage": choice.get("usage"),
-                "finish_reason": choice.get("finish_reason") or "stop",
+                "finish_reason": as_text(choice.get("finish_reason")) or "stop",
             }
         ],
     }

@@ -40,9 +40,14 @@ async def server_events(reads: AsyncIterable[bytes]) -> AsyncGenerator[ServerEve
             tail += rest
             continue
         # Decoded a batch at a time: a line break never falls inside a multi-byte character.
+        data = parser.data
         for line in (tail + complete).decode("utf-8", errors="replace").split("\n"):
+            if line[:5] == "data:":  # nearly every line: kept without the parser's call
+                data.append(line[6:] if line[5:6] == " " else line[5:])
+                continue
             event = parser.line(line)
             if event is not None:
+                data = parser.data  # a new list for the next event
                 yield event
         tail = rest
     last = parser.end(tail.decode("utf-8", errors="replace"))
