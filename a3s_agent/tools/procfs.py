@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import select
 import signal
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _PROC = Path("/proc")
+_DESCENDANT_PASSES = 8
+"""At most this many readings of the root's children (each after a walk that found new ones)."""
 
 
 @dataclass(frozen=True)
@@ -77,14 +80,48 @@ def environ_value(pid: int, name: str) -> str | None:
 
 
 def children(pid: int) -> set[int]:
-    """The children of `pid` (of every one of its threads: an orphan is adopted by any thread)."""
-    found: set[int] = set()
+    """The children of `pid` (of every one of its threads: an orphan is adopted by any thread).
+
+    The main thread's are read last: a child moves to it when its parent thread exits, and an
+    orphan is adopted by it, so a child moving during the reading is still found."""
     try:
-        for task in os.listdir(_PROC / str(pid) / "task"):
-            with contextlib.suppress(OSError):
-                found.update(map(int, (_PROC / str(pid) / "task" / task / "children").read_text().split()))
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        pass
+        return set()
+    main = str(pid)
+    found: set[int] = set()
+    for task in [*(t for t in tasks if t != main), main]:
+        with contextlib.suppress(OSError):
+            found.update(map(int, _read(f"/proc/{pid}/task/{task}/children").split()))
+    return found
+
+
+@functools.cache
+def children_listed() -> bool:
+    """Whether this kernel lists a thread's children (/proc/<pid>/task/<tid>/children)."""
+    return os.path.exists("/proc/thread-self/children")
+
+
+def descendants(pid: int) -> dict[int, Proc]:
+    """Every process below `pid`, by pid, found down the children lists (the stat files read are
+    only theirs, not every process's on the machine).
+
+    Meant for a child subreaper `pid`: a process whose parent dies during the walk moves to `pid`,
+    so `pid`'s children are read again after the walk, until no new one shows up."""
+    found: dict[int, Proc] = {}
+    tried: set[int] = set()
+    for _ in range(_DESCENDANT_PASSES):
+        pending = list(children(pid) - tried)
+        if not pending:
+            break
+        while pending:
+            child = pending.pop()
+            if child in tried:
+                continue
+            tried.add(child)
+            if (proc := read(child)) is not None:
+                found[child] = proc
+                pending.extend(children(child))
     return found
 
 
@@ -107,8 +144,9 @@ def kill(procs: Iterable[Proc], wait_s: float) -> int:
     """SIGKILL each process that still is the one described (same pid and start time), then wait up
     to `wait_s` for them to exit. Returns how many were signalled."""
     handles = []
+    me = os.getpid()
     for proc in procs:
-        if proc.state == "Z" or proc.pid == os.getpid():
+        if proc.state == "Z" or proc.pid == me:
             continue
         try:
             handle = os.pidfd_open(proc.pid)

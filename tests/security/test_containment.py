@@ -6,7 +6,9 @@ of the server and a restart on the same data dir. Run through the real gRPC serv
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import secrets
 import shlex
 import signal
@@ -19,7 +21,7 @@ import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
-from a3s_agent.tools.containment import CGROUPS_VARIABLE
+from a3s_agent.tools.containment import CGROUPS_VARIABLE, MARKER
 
 from ..conftest import LiveServer, agent_settings, alive, initialize, new_session, running, user
 from ..fake_llm import FakeLLM, text, tool_call
@@ -44,6 +46,9 @@ ESCAPES = {
     "python": "{python} -c {py} {payload} {flag} {tag}",
     # No marker left in its environment, and in a session of its own.
     "scrubbed": "env -i /bin/sh -c {payload_setsid} sh {flag} {tag}",
+    # No marker, a session of its own, and the escape below a shell that stays: two levels under
+    # the server once setsid's fork exits (both the shell and its child carry the tag).
+    "nested": "env -u A3S_AGENT_SCOPE setsid -f sh -c {payload_nested} sh {flag} {tag}",
 }
 
 
@@ -57,6 +62,7 @@ class Escapes:
             ESCAPES[kind].format(
                 payload=shlex.quote(PAYLOAD),
                 payload_setsid=shlex.quote(f'setsid -f sh -c {shlex.quote(PAYLOAD)} sh "$1" "$2"'),
+                payload_nested=shlex.quote(f'sh -c {shlex.quote(PAYLOAD)} sh "$1" "$2"; :'),
                 python=shlex.quote(sys.executable),
                 py=shlex.quote(PY_DOUBLE_FORK),
                 flag=shlex.quote(str(self.flags[kind])),
@@ -235,6 +241,49 @@ async def test_escapes_of_a_served_call_end_and_leave_no_zombies(
     assert "Traceback" not in logged.log()
 
 
+async def test_a_call_ending_leaves_alone_what_the_server_did_not_start_even_with_its_marker(
+    logged: LoggedServer, tmp_path: Path
+) -> None:
+    # A process outside the server's tree, started while the call runs and carrying the call's very
+    # marker, is not the call's: its kill looks only below the server (everything a call starts
+    # stays there, the server being a subreaper), while the call's own escapes still end.
+    escapes = Escapes(tmp_path, ["scrubbed", "nested"])
+    marker_file, go = tmp_path / "marker", tmp_path / "go"
+    logged.start()
+    outsider = None
+    try:
+        async with grpc.aio.insecure_channel(logged.address) as channel:
+            command = (
+                f'printf %s "$A3S_AGENT_SCOPE" > {shlex.quote(str(marker_file))}\n{escapes.command}\n'
+                f"while [ ! -e {shlex.quote(str(go))} ]; do sleep 0.02; done"
+            )
+            call = asyncio.ensure_future(_bash(pb_grpc.CodeAgentServiceStub(channel), command))
+            await eventually(lambda: escapes.all_escaped() and marker_file.exists())
+            marker = marker_file.read_text()
+            assert marker.count(":") == 2, marker
+            outsider = await asyncio.create_subprocess_exec(
+                "sleep", "300", env={**os.environ, MARKER: marker}, start_new_session=True
+            )
+            await eventually(lambda: f"{MARKER}={marker}".encode() in _environ(outsider.pid))
+            go.touch()
+            assert (await call).success
+            await escapes.wait_gone()
+            assert alive(outsider.pid), "a process the server did not start was killed"
+    finally:
+        if outsider is not None:
+            outsider.kill()
+            await outsider.wait()
+        logged.stop()
+    assert "Traceback" not in logged.log()
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
+
+
 async def test_what_a_killed_server_left_running_is_killed_at_its_restart(
     mode: str, logged: LoggedServer, tmp_path: Path
 ) -> None:
@@ -271,6 +320,60 @@ async def test_what_a_killed_server_left_running_is_killed_at_its_restart(
     finally:
         await channel.close()
         logged.kill()
+
+
+async def test_the_record_rewritten_in_place_still_names_the_running_call_after_a_crash(
+    tmp_path: Path,
+) -> None:
+    # Without cgroups, an orphan that dropped the marker but stayed in the call's session is found
+    # after a crash only through processes.json. The record is rewritten in place: here the last
+    # write (one call) is shorter than the one before it (two calls at once).
+    (tmp_path / "workspace").mkdir()
+    env = {CGROUPS_VARIABLE: "0"}
+    logged = LoggedServer(tmp_path / "workspace", tmp_path / "data", tmp_path / "server.log", env=env)
+    root_file, background_file, go = tmp_path / "root", tmp_path / "background", tmp_path / "go"
+    tag = f"300.{secrets.randbelow(10**9)}"
+    logged.start()
+    channel = grpc.aio.insecure_channel(logged.address)
+    stub = pb_grpc.CodeAgentServiceStub(channel)
+    try:
+        flags = [tmp_path / "first", tmp_path / "second"]
+        waiting = [
+            asyncio.ensure_future(
+                _bash(
+                    stub,
+                    f"touch {shlex.quote(str(flag))}\nwhile [ ! -e {shlex.quote(str(go))} ]; do sleep 0.02; done",
+                )
+            )
+            for flag in flags
+        ]
+        await eventually(lambda: all(flag.exists() for flag in flags))
+        go.touch()
+        assert all(result.success for result in await asyncio.gather(*waiting))
+        command = (
+            f"echo $$ > {shlex.quote(str(root_file))}\n"
+            f"(env -u {MARKER} sleep {tag} & echo $! > {shlex.quote(str(background_file))})\nsleep 60"
+        )
+        call = asyncio.ensure_future(_bash(stub, command))
+        await eventually(lambda: background_file.exists() and background_file.read_text().strip())
+        background = int(background_file.read_text())
+        assert MARKER.encode() not in _environ(background)
+        logged.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+        logged.proc.wait(10)  # type: ignore[union-attr]
+        with pytest.raises(grpc.aio.AioRpcError):
+            await call
+        assert alive(background)
+        restarted = LoggedServer(logged.workspace, logged.data_dir, tmp_path / "restarted.log", env=env)
+        restarted.start()
+        try:
+            await eventually(lambda: not alive(background) and not alive(int(root_file.read_text())))
+        finally:
+            restarted.stop()
+    finally:
+        await channel.close()
+        logged.kill()
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(background_file.read_text()), signal.SIGKILL)
 
 
 async def test_a_server_stopping_kills_the_tool_processes_still_running(tmp_path: Path) -> None:
