@@ -103,7 +103,10 @@ class ControlPlane:
 
     def of(self, session_id: str) -> SessionControl:
         self._sessions.get(session_id)
-        return self._controls.setdefault(session_id, SessionControl())
+        control = self._controls.get(session_id)
+        if control is None:  # built only when missing: it is asked for many times a turn
+            control = self._controls[session_id] = SessionControl()
+        return control
 
     def forget(self, session_id: str) -> None:
         control = self._controls.pop(session_id, None)
