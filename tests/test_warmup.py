@@ -1,7 +1,8 @@
 """The warm-up a serving server runs once it is ready (runtime/warmup.py): it does not delay
-readiness, it loads the provider modules and, once the server is quiet, the tokenizer; a stop during
-it is clean, a failure in it is not fatal. Each case runs `a3s-agent serve`'s own `run` in a fresh process (pytest's has loaded
-the tokenizer already), with the warm-up held on an event until the case lets it go."""
+readiness, it builds the tool schemas and, once the server is quiet, loads the provider modules and
+the tokenizer; a stop during it is clean, a failure in it is not fatal. Each case runs `a3s-agent
+serve`'s own `run` in a fresh process (pytest's has loaded the tokenizer already), with the warm-up
+held on an event until the case lets it go."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from a3s_agent.runtime import warmup
 CASE = {case!r}
 PROVIDER = "a3s_agent.llm.openai_compat"
 entered, gate, prepared, finished = threading.Event(), threading.Event(), threading.Event(), threading.Event()
-real_prepare, real_load = warmup._prepare, warmup._load_tokenizer
+real_prepare, real_load = warmup._prepare, warmup._load_lazy
 if CASE == "busy-long":
     warmup.QUIET_WAIT_MAX_S = 0.5
 
@@ -56,7 +57,7 @@ def load(*args):
         finished.set()
 
 
-warmup._prepare, warmup._load_tokenizer = held, load
+warmup._prepare, warmup._load_lazy = held, load
 
 
 def loaded():
@@ -102,7 +103,8 @@ async def main():
             gate.set()
             await asyncio.to_thread(prepared.wait, 30)
             # 3 s: well past the quiet windows and a load; 10 s: past the longest wait (0.5 s) and the load
-            report["busy"] = {{"loaded while busy": await asyncio.to_thread(finished.wait, 10.0 if CASE == "busy-long" else 3.0)}}
+            load_done = await asyncio.to_thread(finished.wait, 10.0 if CASE == "busy-long" else 3.0)
+            report["busy"] = {{"loaded while busy": load_done, "provider": PROVIDER in sys.modules}}
             burning.set()
             burner.join()
         gate.set()
@@ -148,17 +150,17 @@ def test_the_server_is_ready_while_the_warm_up_runs_and_warmed_after_it(tmp_path
 
 
 def test_the_tokenizer_load_waits_while_the_server_is_busy(tmp_path: Path) -> None:
-    """A thread burning the interpreter stands for callers keeping the server busy: the schemas and
-    provider modules are warmed, the tokenizer's load waits until the burn stops."""
+    """A thread burning the interpreter stands for callers keeping the server busy: the schemas are
+    warmed, the provider modules and the tokenizer wait until the burn stops."""
     report, _ = _run_case("busy", tmp_path)
-    assert report["busy"] == {"loaded while busy": False}
+    assert report["busy"] == {"loaded while busy": False, "provider": False}
     assert report["after"] == {"health": SERVING, "loaded": True, "provider": True}
 
 
 def test_a_server_never_quiet_loads_the_tokenizer_after_the_longest_wait(tmp_path: Path) -> None:
     """QUIET_WAIT_MAX_S (0.5 s in this case): the load comes while the burn goes on."""
     report, _ = _run_case("busy-long", tmp_path)
-    assert report["busy"] == {"loaded while busy": True}
+    assert report["busy"] == {"loaded while busy": True, "provider": True}
     assert report["after"] == {"health": SERVING, "loaded": True, "provider": True}
 
 
@@ -185,5 +187,5 @@ def test_the_tokenizer_loads_with_a_short_switch_interval_and_it_is_restored(
     seen: list[float] = []
     monkeypatch.setattr(tokens, "load_encoding", lambda name: seen.append(sys.getswitchinterval()))
     before = sys.getswitchinterval()
-    warmup._load_tokenizer("gpt-4o", [], threading.Event())
+    warmup._load_lazy("gpt-4o", [], threading.Event())
     assert seen == [warmup.LOAD_SWITCH_INTERVAL_S] and sys.getswitchinterval() == before

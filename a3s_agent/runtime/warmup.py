@@ -1,19 +1,20 @@
 """The warm-up the server runs once it is ready, so that the first session and the first
 generation do not pay for what start-up leaves lazy (start-up stays fast: tests/test_lazy_imports.py).
 
-What is warmed, on a worker thread (it is CPU-bound; the event loop keeps answering): the schemas of
-the tools a session is offered (cheap, cached: the first CreateSession needs them) and the modules
-of the HTTP model providers (the first Generate) at once; then, once the server has been quiet for a
-moment (`until_quiet`: its own CPU under a tenth of a core for QUIET_WINDOWS windows in a row, or
-after QUIET_WAIT_MAX_S), the tokenizer of the server's default model, loaded by counting those
-schemas. The load takes ~0.3 s of CPU, part of it in tiktoken's Rust code holding the interpreter
-lock, so a call arriving during it would wait: clients that connect at ready and go on at once
-(Initialize, CreateSession, Generate) come before it. Nothing waits for the load meanwhile: from
-the warm-up's first step, which announces it, until it is done, session replies estimate their
-usage (core/context.py `shown_usage`) and the auto-compaction check settles by a byte bound
-(`over_threshold`); a call that needs the exact count waits for the same load, never repeats it.
-Stopping skips the steps not begun; a failure is logged, never fatal (the first calls then load what
-they need, as without a warm-up)."""
+What is warmed, on a worker thread (it is CPU-bound; the event loop keeps answering): at once, the
+schemas of the tools a session is offered (cached: the first CreateSession needs them); then, once
+the server has been quiet for a moment (`until_quiet`: its own CPU under a tenth of a core for
+QUIET_WINDOWS windows in a row, or after QUIET_WAIT_MAX_S), the modules of the HTTP model providers
+(the first Generate) and the tokenizer of the server's default model, loaded by counting those
+schemas. Both are CPU work holding the interpreter (the tokenizer ~0.3 s, part of it in tiktoken's
+Rust code holding the lock throughout), so a call arriving during them waits: clients that connect
+at ready and go on at once (Initialize, CreateSession, Generate) come before them; a Generate that
+does imports the provider modules itself (~11 ms, once). Nothing waits for the tokenizer meanwhile:
+from the warm-up's first step, which announces its load, until the load is done, session replies
+estimate their usage (core/context.py `shown_usage`) and the auto-compaction check settles by a
+byte bound (`over_threshold`); a call that needs the exact count waits for the same load, never
+repeats it. Stopping skips the steps not begun; a failure is logged, never fatal (the first calls
+then load what they need, as without a warm-up)."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ class WarmUp:
             TokenCounter(model).announce_load()
             schemas = await asyncio.to_thread(_prepare, tools, self._stopping)
             await until_quiet()
-            await asyncio.to_thread(_load_tokenizer, model, schemas, self._stopping)
+            await asyncio.to_thread(_load_lazy, model, schemas, self._stopping)
         except Exception as exc:
             log.warning("warm-up failed (the first calls will load what they need): %s", exc)
             return
@@ -105,18 +106,18 @@ to one interval each time it needs the interpreter back."""
 
 
 def _prepare(tools: Sequence[Tool], stopping: threading.Event) -> list[dict[str, Any]]:
-    """The tool schemas (the first CreateSession), then the provider modules (the first Generate),
-    skipping the modules once the server stops."""
-    schemas = [tool_schema(tool) for tool in tools]
+    """The tool schemas (the first CreateSession builds them otherwise: ~12 ms)."""
+    return [] if stopping.is_set() else [tool_schema(tool) for tool in tools]
+
+
+def _load_lazy(model: str, schemas: list[dict[str, Any]], stopping: threading.Event) -> None:
+    """The provider modules (~11 ms: the first Generate imports them otherwise), then the tokenizer
+    of `model`, loaded by counting `schemas` (which leaves their count cached); what is left is
+    skipped once the server stops."""
     for module in GENERATION_MODULES:
         if stopping.is_set():
-            break
+            return
         importlib.import_module(module)
-    return schemas
-
-
-def _load_tokenizer(model: str, schemas: list[dict[str, Any]], stopping: threading.Event) -> None:
-    """Load the tokenizer of `model` by counting `schemas` (which leaves their count cached)."""
     if stopping.is_set():
         return
     counter = TokenCounter(model)
