@@ -125,6 +125,11 @@ _THINKING_FIRST = (
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
+def sse_frames(events: list[dict[str, Any]]) -> list[bytes]:
+    """The Messages API's stream framing: each event as `event: <type>` and its JSON `data:`."""
+    return [f"event: {event['type']}\ndata: {_dumps(event)}\n\n".encode() for event in events]
+
+
 def overloaded(*, in_stream: bool = False, retry_after: float | None = None) -> Error:
     """HTTP 529 ``overloaded_error`` (or the same as an ``error`` event after message_start)."""
     return error(529, "Overloaded", type="overloaded_error", in_stream=in_stream, retry_after=retry_after)
@@ -454,7 +459,7 @@ class FakeAnthropic:
             events.append(self._error_body(turn.error))
         else:
             events += self._reply_events(body, turn, number, usage)
-        frames = [f"event: {event['type']}\ndata: {_dumps(event)}\n\n".encode() for event in events]
+        frames = sse_frames(events)
         if isinstance(turn, Reply) and turn.break_after is not None:
             frames = frames[: turn.break_after]
         response = web.StreamResponse(

@@ -39,6 +39,7 @@ from .fake_anthropic import (
     error,
     midway_error,
     overloaded,
+    sse_frames,
     text,
     tool_call,
     tool_calls,
@@ -694,6 +695,5 @@ async def test_an_event_member_of_the_wrong_type_is_skipped_not_an_internal_erro
         {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 1}},
         {"type": "message_stop"},
     ]
-    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
-    claude.script(Raw(body.encode()))
+    claude.script(Raw(b"".join(sse_frames(events))))
     assert (await generate(server, "hi")).message.content == "ok"

@@ -17,6 +17,8 @@ from a3s_agent.llm.anthropic_provider import AnthropicProvider
 from a3s_agent.llm.openai_compat import OpenAICompatibleProvider
 from a3s_agent.llm.provider import CompletionRequest, Provider, TextDelta
 
+from .fake_anthropic import sse_frames
+
 OPENAI_REPLY = (
     f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': 'hi'}, 'finish_reason': 'stop'}]})}\n\n"
     "data: [DONE]\n\n"
@@ -29,7 +31,7 @@ ANTHROPIC_EVENTS = [
     {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 1}},
     {"type": "message_stop"},
 ]
-ANTHROPIC_REPLY = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in ANTHROPIC_EVENTS)
+ANTHROPIC_REPLY = b"".join(sse_frames(ANTHROPIC_EVENTS)).decode()
 
 
 async def _server(endless: bool) -> AsyncIterator[tuple[str, set[int]]]:
