@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import os
 import signal
 import socket
@@ -15,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import pytest
@@ -112,6 +113,63 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+_FRESH_SERVER_PRELUDE = """
+import asyncio
+from pathlib import Path
+
+import grpc
+
+from a3s_agent import server
+from a3s_agent.config import Settings
+from a3s_agent.proto import code_agent_pb2 as pb
+
+
+def serve():
+    settings = Settings(
+        listen="127.0.0.1:{port}", http_listen="127.0.0.1:{http_port}",
+        workspace=Path({workspace!r}), data_dir=Path({data!r}),
+    )
+    return asyncio.create_task(server.run(settings))
+
+
+async def until_serving(stub):
+    while True:
+        try:
+            if (await stub.HealthCheck(pb.HealthCheckRequest(), timeout=0.5)).status == 1:
+                return
+        except grpc.RpcError:
+            await asyncio.sleep(0.05)
+"""
+
+
+def run_fresh_server(
+    script: str, tmp_path: Path, env: dict[str, str], timeout_s: float, **fields: object
+) -> tuple[dict[str, Any], str]:
+    """Run `script` in a fresh interpreter (one that has imported and loaded nothing yet), after a
+    prelude giving it `serve()` (the server's own `run` as a task, on {port} and {http_port}, in
+    {workspace} with {data}) and `until_serving(stub)`. The script prints a JSON report as its last
+    line; returns the report and the script's stderr."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    child = (_FRESH_SERVER_PRELUDE + script).format(
+        port=free_port(),
+        http_port=free_port(),
+        workspace=str(workspace),
+        data=str(tmp_path / "data"),
+        **fields,
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, **env},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
 class ServerProcess:

@@ -6,9 +6,6 @@ held on an event until the case lets it go."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -18,17 +15,14 @@ import pytest
 from a3s_agent.llm import tokens
 from a3s_agent.runtime import warmup
 
-from .conftest import free_port
+from .conftest import run_fresh_server
 
 _CHILD = """
-import asyncio, json, os, signal, sys, threading
-from pathlib import Path
+import json, os, signal, sys, threading
 
-import aiohttp, grpc
+import aiohttp
 
-from a3s_agent import server
-from a3s_agent.config import Settings
-from a3s_agent.proto import code_agent_pb2 as pb, code_agent_pb2_grpc as pb_grpc
+from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.runtime import warmup
 
 CASE = {case!r}
@@ -72,20 +66,11 @@ async def health(stub, http):
 
 
 async def main():
-    settings = Settings(
-        listen="127.0.0.1:{port}", http_listen="127.0.0.1:{http_port}",
-        workspace=Path({workspace!r}), data_dir=Path({data!r}),
-    )
-    serving = asyncio.create_task(server.run(settings))
+    serving = serve()
     report = {{}}
     async with grpc.aio.insecure_channel("127.0.0.1:{port}") as channel, aiohttp.ClientSession() as http:
         stub = pb_grpc.CodeAgentServiceStub(channel)
-        while True:
-            try:
-                if (await stub.HealthCheck(pb.HealthCheckRequest(), timeout=0.5)).status == 1:
-                    break
-            except grpc.RpcError:
-                await asyncio.sleep(0.05)
+        await until_serving(stub)
         assert await asyncio.to_thread(entered.wait, 30), "the warm-up never started"
         report["held"] = {{"health": await health(stub, http), "loaded": loaded(), "provider": PROVIDER in sys.modules}}
         if CASE == "stop":
@@ -124,21 +109,9 @@ SERVING = [1, 200]  # HealthCheck STATUS_HEALTHY, /health/ready 200
 
 
 def _run_case(case: str, tmp_path: Path) -> tuple[dict[str, object], str]:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    child = _CHILD.format(
-        case=case,
-        port=free_port(),
-        http_port=free_port(),
-        workspace=str(workspace),
-        data=str(tmp_path / "data"),
+    return run_fresh_server(
+        _CHILD, tmp_path, {"TIKTOKEN_CACHE_DIR": str(tmp_path / "tiktoken")}, 180, case=case
     )
-    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path / "tiktoken")}
-    done = subprocess.run(
-        [sys.executable, "-c", child], capture_output=True, text=True, timeout=180, env=env, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
 def test_the_server_is_ready_while_the_warm_up_runs_and_warmed_after_it(tmp_path: Path) -> None:
