@@ -7,11 +7,17 @@ from pathlib import Path
 
 import grpc
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from a3s_agent.base.errors import Unavailable
+from a3s_agent.base.models import Message, ToolCall
+from a3s_agent.core.context import _count, byte_bound
+from a3s_agent.llm.json_body import fixed_json
 from a3s_agent.llm.messages import to_openai, tool_schema
 from a3s_agent.llm.tokens import TokenCounter
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.tools.builtin import builtin_tools
 
 from .conftest import LiveServer, new_session, user
 from .fake_llm import text
@@ -164,3 +170,36 @@ async def test_the_window_is_in_capabilities(live: LiveServer, tmp_path: Path) -
     caps = await live.stub.GetCapabilities(pb.GetCapabilitiesRequest())
     assert caps.limits.max_context_tokens == 2_000_000
     assert "auto_compaction" in caps.features
+
+
+_TEXTS = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=200) | st.sampled_from(
+    ["", "  \n\n  ", "日本語のテキスト", "🙂" * 40, "a" * 3000, "def f(x):\n    return x * 2\n" * 20]
+)
+_CALLS = st.lists(st.builds(ToolCall, id=_TEXTS, name=_TEXTS, arguments=_TEXTS), max_size=3)
+_MESSAGES = st.lists(
+    st.one_of(
+        st.builds(Message, role=st.sampled_from(["user", "system"]), content=_TEXTS),
+        st.builds(Message, role=st.just("assistant"), content=_TEXTS, tool_calls=_CALLS),
+        st.builds(Message, role=st.just("tool"), content=_TEXTS, tool_call_id=_TEXTS),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prompt=_TEXTS, history=_MESSAGES, with_tools=st.booleans())
+@example(  # where the bound is tightest: nothing but the overheads, roles and the id-less prefix
+    prompt="",
+    history=[Message("user"), Message("assistant"), Message("tool", tool_call_id="c"), Message("tool")] * 50,
+    with_tools=False,
+)
+def test_the_byte_bound_is_never_below_the_exact_count(
+    prompt: str, history: list[Message], with_tools: bool
+) -> None:
+    """The auto-compaction check skips the count when the bound fits under the threshold: a
+    bound below the exact count would skip a compaction the count would do."""
+    schemas = [tool_schema(t) for t in builtin_tools()] if with_tools else []
+    exact = _count(TokenCounter("gpt-4o"), prompt, schemas, history).total_tokens
+    bound = byte_bound(prompt, fixed_json(schemas).text, history, float("inf"))
+    assert bound is not None and bound >= exact
+    assert byte_bound(prompt, fixed_json(schemas).text, history, bound - 1) is None

