@@ -26,7 +26,7 @@ from .host import AgentHost
 from .repair import answer_interrupted_calls
 from .sessions import SessionManager
 from .store import LogEntry
-from .tool_gate import ToolGate
+from .tool_gate import ToolGate, called
 from .tool_runner import new_call_id, tool_message
 
 DEFAULT_MAX_TOOL_CALLS = 50
@@ -374,8 +374,12 @@ class _Run:
                 role="assistant", content="".join(text), tool_calls=requested, provider_state=provider_state
             )
             ended = TurnEvent(turn, turn_usage, finish_reason)
+            budget = max(limit - len(self.calls), 0)
+            groups, beyond = _groups(requested[:budget], self.tools), requested[budget:]
+            # The first group's calls run right after this write: their TOOL_CALLED entries go with it.
+            announced = [called(self.session.id, call) for call in groups[0]] if groups else []
             await self.agent._sessions.append_messages(
-                self.session.id, [assistant], usage=turn_usage, log=self._carried([ended])
+                self.session.id, [assistant], usage=turn_usage, log=[*self._carried([ended]), *announced]
             )
             yield ended
             conversation.append(to_openai(assistant))
@@ -383,8 +387,7 @@ class _Run:
                 yield DoneEvent(self._generation(assistant, _final_reason(finish_reason), turn))
                 return
             self.intermediate.append(assistant)
-            budget = limit - len(self.calls)
-            async for step in self._run_calls(requested, budget, conversation):
+            async for step in self._run_calls(groups, beyond, conversation):
                 yield step
             if len(self.calls) >= limit:
                 note = f"Stopped after {len(self.calls)} tool calls: the max_tool_calls limit ({limit}) was reached."
@@ -437,12 +440,12 @@ class _Run:
         return [system, *(to_openai(m) for m in await self.agent._sessions.history(self.session.id))]
 
     async def _run_calls(
-        self, requested: list[ToolCall], budget: int, conversation: list[dict[str, Any]]
+        self, groups: list[list[ToolCall]], beyond: list[ToolCall], conversation: list[dict[str, Any]]
     ) -> AsyncIterator[AgentEvent]:
-        """Run the turn's calls in order; consecutive read-only calls run concurrently.
-        Each group's results are stored together as soon as the group is done."""
-        within, beyond = requested[: max(budget, 0)], requested[max(budget, 0) :]
-        for group in _groups(within, self.tools):
+        """Run the turn's calls in order, group by group (`_groups`: consecutive read-only calls
+        run concurrently; the first group's TOOL_CALLED entries are logged already), each group's
+        results stored together as soon as it is done; then answer the calls `beyond` the limit."""
+        for index, group in enumerate(groups):
             await self.agent._control.checkpoint(self.session.id)
             results: list[ToolOutput] = []
             # A lone call's TOOL_COMPLETED is logged with its result (one transaction less); a
@@ -450,7 +453,7 @@ class _Run:
             completed: list[LogEntry] = []
             try:
                 async for event in self._run_group(
-                    group, results, completed.append if len(group) == 1 else None
+                    group, results, completed.append if len(group) == 1 else None, announced=index == 0
                 ):
                     yield event
                 self.calls.extend(zip(group, results, strict=True))
@@ -491,6 +494,7 @@ class _Run:
         group: list[ToolCall],
         results: list[ToolOutput],
         completed: Callable[[LogEntry], None] | None,
+        announced: bool,
     ) -> AsyncIterator[AgentEvent]:
         """Run a group of calls, passing on notices (such as confirmation requests) while they run."""
         tasks = [
@@ -502,6 +506,7 @@ class _Run:
                     self.context,
                     self.notices.put_nowait,
                     completed,
+                    announced,
                 )
             )
             for call in group

@@ -24,6 +24,14 @@ def lane_of(tool: Tool) -> Lane:
     return Lane.QUERY if tool.lane == "query" else Lane.EXECUTE
 
 
+def called(session_id: str, call: ToolCall) -> LogEntry:
+    """The TOOL_CALLED entry of a call about to run."""
+    return event_entry(
+        EventType.TOOL_CALLED, session_id, f"calling {call.name}",
+        {"tool_id": call.id, "tool_name": call.name, "arguments": call.arguments},
+    )  # fmt: skip
+
+
 class ToolGate:
     def __init__(self, control: ControlPlane, events: EventBus) -> None:
         self._control = control
@@ -37,15 +45,15 @@ class ToolGate:
         ctx: ToolContext,
         notify: Notify,
         completed: Callable[[LogEntry], None] | None = None,
+        announced: bool = False,
     ) -> ToolOutput:
-        """Run one model-requested call; never raises for the call's own failures. The
-        TOOL_COMPLETED entry goes to `completed` when given (the caller logs it with the call's
-        result), else to the log's queue."""
+        """Run one model-requested call; never raises for the call's own failures. Its
+        TOOL_CALLED entry is queued for the log unless `announced` (the caller logged `called`'s
+        entry with the write before). The TOOL_COMPLETED entry goes to `completed` when given (the
+        caller logs it with the call's result), else to the log's queue."""
         sid = session.id
-        self._events.publish(
-            EventType.TOOL_CALLED, sid, f"calling {call.name}",
-            {"tool_id": call.id, "tool_name": call.name, "arguments": call.arguments},
-        )  # fmt: skip
+        if not announced:
+            self._events.submit(called(sid, call))
         started = time.perf_counter()
         control = self._control.of(sid)
         task = asyncio.current_task()
