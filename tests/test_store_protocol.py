@@ -355,6 +355,28 @@ async def test_a_stale_fence_in_append_log_skips_only_that_session(store: Store)
     assert await seqs(store, "a") == [] and await seqs(store, "b") == [1, 2] and await seqs(store, "c") == [1]
 
 
+async def test_a_release_appends_the_runs_last_entries_in_its_transaction(store: Store) -> None:
+    """A run ends in one write: its last events (the generation's end, the DONE chunk) and the
+    release. A lost lease's release writes neither its entries nor touches the new owner's lease."""
+    await store.create_session(session("s"), [])
+    lost = await store.acquire_lease("s", "replica-a", "run-1", 1)
+    assert lost is not None
+    await eventually(lambda: _contains(store.expired_leases(), lost), "the lease to expire")
+    current = await store.acquire_lease("s", "replica-b", "run-2", LONG_TTL_MS)
+    assert current is not None
+
+    late = [entry("s", 1, fence=lost.token)]
+    await store.release_lease(lost, late)
+    assert late[0].seq == 0 and await seqs(store, "s") == []
+    assert await store.lease_of("s") == current
+
+    last = [entry("s", 2, fence=current.token), entry("s", 3, fence=current.token)]
+    await store.release_lease(current, last)
+    assert [e.seq for e in last] == [1, 2] and all(e.id for e in last)
+    assert await seqs(store, "s") == [1, 2]
+    assert await store.lease_of("s") is None
+
+
 # --- the channel ---------------------------------------------------------------------------
 
 

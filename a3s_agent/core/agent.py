@@ -193,6 +193,12 @@ class Agent:
                              **asdict(generation.usage), "duration_ms": generation.duration_ms,
                              **run.spending()},
                         )  # fmt: skip
+                        if run.log_chunk is not None:
+                            # Queued now, committed with the lease's release; followers are handed
+                            # it from there and run only once this task has let go of the session's
+                            # lock and the generation slot (nothing in between awaits): a caller
+                            # told of the end may start the next generation at once.
+                            self._events.submit(run.log_chunk(event))
                     yield event
             except asyncio.CancelledError:
                 await self._answer_open_calls(session_id, "cancelled: the run was stopped")

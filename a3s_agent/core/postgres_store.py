@@ -281,16 +281,18 @@ class PostgresStore:
 
     async def append_log(self, entries: Sequence[LogEntry]) -> None:
         async with self._transaction(entries) as conn:
-            stale: set[str] = set()
-            # Lease rows are locked in one order (session ids sorted), as every writer does.
-            for session_id, fence in sorted(
-                {(e.session_id, e.fence) for e in entries if e.fence is not None}
-            ):
-                try:
-                    await _check_fence(conn, session_id, fence)
-                except LeaseLost:
-                    stale.add(session_id)  # its run moved on: none of its entries are written
-            await self._append(conn, [e for e in entries if e.session_id not in stale])
+            await self._append_fenced(conn, entries)
+
+    async def _append_fenced(self, conn: AsyncConnection[Any], entries: Sequence[LogEntry]) -> None:
+        """`_append` of the entries whose fence still holds (the others keep seq 0)."""
+        stale: set[str] = set()
+        # Lease rows are locked in one order (session ids sorted), as every writer does.
+        for session_id, fence in sorted({(e.session_id, e.fence) for e in entries if e.fence is not None}):
+            try:
+                await _check_fence(conn, session_id, fence)
+            except LeaseLost:
+                stale.add(session_id)  # its run moved on: none of its entries are written
+        await self._append(conn, [e for e in entries if e.session_id not in stale])
 
     async def _append(self, conn: AsyncConnection[Any], entries: Sequence[LogEntry]) -> None:
         """Append `entries` in the transaction of `conn`, setting their seq and id, and notify them on
@@ -389,8 +391,9 @@ class PostgresStore:
             row = await cursor.fetchone()
         return None if row is None else Lease(*row)
 
-    async def release_lease(self, lease: Lease) -> None:
-        async with self._transaction() as conn:
+    async def release_lease(self, lease: Lease, log: Sequence[LogEntry] = ()) -> None:
+        async with self._transaction(log) as conn:
+            await self._append_fenced(conn, log)
             await conn.execute(
                 "DELETE FROM run_leases WHERE session_id = %s AND token = %s", (lease.session_id, lease.token)
             )

@@ -327,12 +327,7 @@ class SqliteStore:
     async def append_log(self, entries: Sequence[LogEntry]) -> None:
         def write(db: sqlite3.Connection) -> None:
             with transaction(db):
-                stale = {
-                    entry.session_id
-                    for entry in entries
-                    if entry.fence is not None and not _holds(db, entry.session_id, entry.fence)
-                }
-                _append_log(db, [entry for entry in entries if entry.session_id not in stale])
+                _append_fenced(db, entries)
 
         await self._db.run(write)
 
@@ -409,12 +404,16 @@ class SqliteStore:
 
         return await self._db.run(write)
 
-    async def release_lease(self, lease: Lease) -> None:
-        await self._db.run(
-            lambda db: db.execute(
-                "DELETE FROM run_leases WHERE session_id = ? AND token = ?", (lease.session_id, lease.token)
-            )
-        )
+    async def release_lease(self, lease: Lease, log: Sequence[LogEntry] = ()) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            with transaction(db):
+                _append_fenced(db, log)
+                db.execute(
+                    "DELETE FROM run_leases WHERE session_id = ? AND token = ?",
+                    (lease.session_id, lease.token),
+                )
+
+        await self._db.run(write)
 
     async def lease_of(self, session_id: str) -> Lease | None:
         query = f"SELECT {_LEASE_COLUMNS} FROM run_leases WHERE session_id = ?"
@@ -469,6 +468,16 @@ def _check_fence(db: sqlite3.Connection, session_id: str, fence: int | None) -> 
         raise LeaseLost(
             f"the run of session {session_id!r} is no longer this replica's: another took it over"
         )
+
+
+def _append_fenced(db: sqlite3.Connection, entries: Sequence[LogEntry]) -> None:
+    """`_append_log` of the entries whose fence still holds (the others keep seq 0)."""
+    stale = {
+        entry.session_id
+        for entry in entries
+        if entry.fence is not None and not _holds(db, entry.session_id, entry.fence)
+    }
+    _append_log(db, [entry for entry in entries if entry.session_id not in stale])
 
 
 def _append_log(db: sqlite3.Connection, entries: Sequence[LogEntry]) -> None:

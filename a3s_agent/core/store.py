@@ -172,8 +172,9 @@ class Store(Protocol):
     async def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease | None:
         """Extend a lease still held; None when it was lost (expired and taken, or released)."""
 
-    async def release_lease(self, lease: Lease) -> None:
-        """End a lease still held (nothing when it was lost)."""
+    async def release_lease(self, lease: Lease, log: Sequence[LogEntry] = ()) -> None:
+        """End a lease still held (nothing when it was lost), appending `log` (the run's last
+        entries) in the same transaction as append_log would."""
 
     async def lease_of(self, session_id: str) -> Lease | None:
         """The session's lease row (expired or not), or None."""

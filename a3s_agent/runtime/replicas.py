@@ -96,10 +96,13 @@ class Replicas:
             lost = renewer is not None and renewer.done() and not renewer.cancelled()
             if renewer is not None:
                 renewer.cancel()
-            await self._bus.flush()  # the run's events go out under its lease
             held = self._held.pop(session_id, None)
-            if held is not None:
-                await self._store.release_lease(held)
+            if held is None:
+                await self._bus.flush()
+            else:  # the run's last events go out under its lease, in the transaction that ends it
+                await self._bus.write(
+                    session_id, [], lambda entries: self._store.release_lease(held, entries)
+                )
             if lost:  # however the run stopped: the replica that took it over ended its stream
                 raise LeaseLost(f"session {session_id!r}: another replica took the run over")
 

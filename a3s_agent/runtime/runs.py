@@ -87,7 +87,7 @@ class Runs:
 
         try:
             run = self._agent.run(session_id, messages, options, log_chunk)
-            async for event in _done_last(run):
+            async for event in run:
                 # Committed in order with the run's events (a refused one stops the run: runtime
                 # on_fenced); followers see it once it is.
                 if carried.pop(id(event), None) is not event:
@@ -130,19 +130,6 @@ class Runs:
     def running(self) -> int:
         """Runs going on now (their callers may have gone)."""
         return len(self._tasks)
-
-
-async def _done_last(events: AsyncIterator[AgentEvent]) -> AsyncIterator[AgentEvent]:
-    """The run's events, its DoneEvent once the loop has ended (the session's lock and the
-    server's generation slot released): a caller told of it may start the next one at once."""
-    done = None
-    async for event in events:
-        if isinstance(event, DoneEvent):
-            done = event
-        else:
-            yield event
-    if done is not None:
-        yield done
 
 
 async def _ended() -> AsyncIterator[Chunk]:
