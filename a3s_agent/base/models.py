@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import enum
-from dataclasses import asdict, astuple, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
@@ -36,7 +36,7 @@ class LLMConfig:
         endpoint it came with, so a config naming another endpoint gets no key from `base`."""
         if base is None:
             return replace(self)
-        merged = LLMConfig(**{name: value or getattr(base, name) for name, value in asdict(self).items()})
+        merged = LLMConfig(**{name: value or getattr(base, name) for name, value in vars(self).items()})
         if not self.api_key and self._names_other_endpoint(base):
             merged.api_key = ""
         return merged
@@ -205,4 +205,9 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(*(mine + theirs for mine, theirs in zip(astuple(self), astuple(other), strict=True)))
+        theirs = vars(other)
+        return Usage(**{name: mine + theirs[name] for name, mine in vars(self).items()})
+
+    def counts(self) -> dict[str, int]:
+        """The fields by name (what asdict gives, without its deep copy: they are ints)."""
+        return dict(vars(self))

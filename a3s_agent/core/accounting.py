@@ -8,7 +8,7 @@ called it by, whether it succeeded, how long it took."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from ..base.models import Usage
 from .events import EVENT, EventType
@@ -36,7 +36,7 @@ class ToolUse:
 
 def spending_data(model: str, calls: int, usage: Usage) -> dict[str, object]:
     """The keys a generation's last event carries for cost summaries."""
-    return {"model": model, "model_calls": calls, **asdict(usage)}
+    return {"model": model, "model_calls": calls, **usage.counts()}
 
 
 def spending_of(entry: LogEntry) -> Spending | None:

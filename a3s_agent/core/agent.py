@@ -7,7 +7,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..base.errors import Cancelled, ContextOverflow, FailedPrecondition, InvalidArgument, ResourceExhausted
@@ -190,7 +190,7 @@ class Agent:
                         self._events.publish(
                             EventType.GENERATION_COMPLETED, session_id, "generation completed",
                             {"finish_reason": generation.finish_reason, "turns": generation.turns,
-                             **asdict(generation.usage), "duration_ms": generation.duration_ms,
+                             **generation.usage.counts(), "duration_ms": generation.duration_ms,
                              **run.spending()},
                         )  # fmt: skip
                         if run.log_chunk is not None:

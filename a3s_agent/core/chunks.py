@@ -72,7 +72,7 @@ def _encode(event: AgentEvent) -> dict[str, Any]:
         case ToolResultEvent(call, result):
             return {"tool_result": {"call": call.to_json(), "output": _output(result)}}
         case TurnEvent(turn, usage, finish_reason):
-            return {"turn": {"turn": turn, "usage": asdict(usage), "finish_reason": finish_reason}}
+            return {"turn": {"turn": turn, "usage": usage.counts(), "finish_reason": finish_reason}}
         case NoticeEvent(data):
             return {"notice": data}
         case DoneEvent(generation):
@@ -81,7 +81,7 @@ def _encode(event: AgentEvent) -> dict[str, Any]:
                 "done": {
                     "message": _message(g.message),
                     "tool_calls": [{"call": c.to_json(), "output": _output(o)} for c, o in g.tool_calls],
-                    "usage": asdict(g.usage),
+                    "usage": g.usage.counts(),
                     "finish_reason": g.finish_reason,
                     "turns": g.turns,
                     "model": g.model,
