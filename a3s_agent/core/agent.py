@@ -173,7 +173,7 @@ class Agent:
     ) -> AsyncIterator[AgentEvent]:
         lanes = self._control.of(session_id).counts
         generating = lanes.holding(Lane.GENERATE, self._sessions.generation_lock(session_id))
-        async with generating, self._host.own_run(session_id, run.run_id):
+        async with generating, self._host.own_run(session_id, run.run_id) as closing:
             control = self._control.start_run(session_id)
             self._events.publish(
                 EventType.GENERATION_STARTED, session_id, "generation started", {"model": llm.model}
@@ -194,11 +194,11 @@ class Agent:
                              **run.spending()},
                         )  # fmt: skip
                         if run.log_chunk is not None:
-                            # Queued now, committed with the lease's release; followers are handed
-                            # it from there and run only once this task has let go of the session's
-                            # lock and the generation slot (nothing in between awaits): a caller
-                            # told of the end may start the next generation at once.
-                            self._events.submit(run.log_chunk(event))
+                            # Logged when the lease is released; followers are handed it from that
+                            # write and run only once this task has let go of the session's lock and
+                            # the generation slot (nothing in between awaits): a caller told of the
+                            # end may start the next generation at once.
+                            closing.append(run.log_chunk(event))
                     yield event
             except asyncio.CancelledError:
                 await self._answer_open_calls(session_id, "cancelled: the run was stopped")

@@ -8,6 +8,7 @@ from typing import Protocol
 
 from ..base.models import LLMConfig
 from ..core.session import Session
+from ..core.store import LogEntry
 from ..llm.provider import Provider
 from ..tools.registry import Tool, ToolContext
 
@@ -41,7 +42,9 @@ class AgentHost(Protocol):
         """The cap on the session's total tokens (core/budget.py; 0: none)."""
         ...
 
-    def own_run(self, session_id: str, run_id: str) -> AbstractAsyncContextManager[None]:
+    def own_run(self, session_id: str, run_id: str) -> AbstractAsyncContextManager[list[LogEntry]]:
         """Hold the session's run lease while a generation runs (waiting while another process's
-        run holds it), so that one process at a time writes the session's history."""
+        run holds it), so that one process at a time writes the session's history. Entries put in
+        the list it gives are logged in the transaction that releases the lease, after the
+        session's queued ones."""
         ...

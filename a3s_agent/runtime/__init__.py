@@ -26,7 +26,7 @@ from ..core.session import Session
 from ..core.sessions import SessionManager, existing_directory
 from ..core.skill_catalog import SkillCatalog
 from ..core.sqlite_store import SqliteStore
-from ..core.store import Store
+from ..core.store import LogEntry, Store
 from ..core.todos import TodoLists
 from ..core.tool_runner import ToolRunner
 from ..datadir import make_data_dir
@@ -328,7 +328,7 @@ class Runtime:
     def _workspace_of(self, session: Session) -> Path:
         return Path(session.config.workspace) if session.config.workspace else self.workspace
 
-    def own_run(self, session_id: str, run_id: str) -> AbstractAsyncContextManager[None]:
+    def own_run(self, session_id: str, run_id: str) -> AbstractAsyncContextManager[list[LogEntry]]:
         return self.replicas.own(session_id, run_id)
 
     def _stop_fenced_run(self, session_id: str) -> None:

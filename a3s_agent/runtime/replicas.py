@@ -22,7 +22,7 @@ from ..core.chunks import failure_entry
 from ..core.events import EventBus, EventType, event_entry, now_ms
 from ..core.repair import answer_interrupted_calls
 from ..core.sessions import SessionManager
-from ..core.store import Lease, LeaseLost, Store
+from ..core.store import Lease, LeaseLost, LogEntry, Store
 
 log = logging.getLogger(__name__)
 
@@ -82,27 +82,30 @@ class Replicas:
     # --- leases ------------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def own(self, session_id: str, run_id: str) -> AsyncIterator[None]:
-        """Hold the session's lease for the body (waiting while another replica's run holds it)."""
+    async def own(self, session_id: str, run_id: str) -> AsyncIterator[list[LogEntry]]:
+        """Hold the session's lease for the body (waiting while another replica's run holds it).
+        The entries the body puts in the list it is given (a run's DONE chunk) are logged in the
+        transaction that releases the lease, after the session's queued ones (the run's last
+        events): nobody is told the run ended before it let go of the session."""
         lease = await self._acquire(session_id, run_id)
         self._held[session_id] = lease
         self._renewers[session_id] = asyncio.get_running_loop().create_task(self._renew(lease))
+        closing: list[LogEntry] = []
         try:
             await self._sessions.refresh(session_id)  # another replica may have written it last
-            yield
+            yield closing
         finally:
             renewer = self._renewers.pop(session_id, None)
             # The renewer only returns when the lease is lost (it is cancelled otherwise).
             lost = renewer is not None and renewer.done() and not renewer.cancelled()
             if renewer is not None:
                 renewer.cancel()
-            held = self._held.pop(session_id, None)
-            if held is None:
-                await self._bus.flush()
-            else:  # the run's last events go out under its lease, in the transaction that ends it
+            try:  # the run's last entries go out under its lease (fenced by it), in the transaction that ends it
                 await self._bus.write(
-                    session_id, [], lambda entries: self._store.release_lease(held, entries)
+                    session_id, closing, lambda entries: self._store.release_lease(lease, entries)
                 )
+            finally:
+                self._held.pop(session_id, None)
             if lost:  # however the run stopped: the replica that took it over ended its stream
                 raise LeaseLost(f"session {session_id!r}: another replica took the run over")
 
