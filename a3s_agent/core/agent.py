@@ -382,8 +382,10 @@ class _Run:
             ended = TurnEvent(turn, turn_usage, finish_reason)
             budget = max(limit - len(self.calls), 0)
             groups, beyond = _groups(requested[:budget], self.tools), requested[budget:]
-            # The first group's calls run right after this write: their TOOL_CALLED entries go with it.
-            announced = [called(self.session.id, call) for call in groups[0]] if groups else []
+            # The first group's calls run right after this write: their TOOL_CALLED entries go with
+            # it, unless the gate may deny or hold them (its decision is then logged with them).
+            ahead = groups and self.agent._gate.holds_nothing(self.agent._sessions.get(self.session.id))
+            announced = [called(self.session.id, call) for call in groups[0]] if ahead else []
             await self.agent._sessions.append_messages(
                 self.session.id, [assistant], usage=turn_usage, log=[*self._carried([ended]), *announced]
             )
@@ -393,7 +395,7 @@ class _Run:
                 yield DoneEvent(self._generation(assistant, _final_reason(finish_reason), turn))
                 return
             self.intermediate.append(assistant)
-            async for step in self._run_calls(groups, beyond, conversation):
+            async for step in self._run_calls(groups, beyond, conversation, first_announced=bool(announced)):
                 yield step
             if len(self.calls) >= limit:
                 note = f"Stopped after {len(self.calls)} tool calls: the max_tool_calls limit ({limit}) was reached."
@@ -446,11 +448,16 @@ class _Run:
         return [system, *(to_openai(m) for m in await self.agent._sessions.history(self.session.id))]
 
     async def _run_calls(
-        self, groups: list[list[ToolCall]], beyond: list[ToolCall], conversation: list[dict[str, Any]]
+        self,
+        groups: list[list[ToolCall]],
+        beyond: list[ToolCall],
+        conversation: list[dict[str, Any]],
+        first_announced: bool,
     ) -> AsyncIterator[AgentEvent]:
         """Run the turn's calls in order, group by group (`_groups`: consecutive read-only calls
-        run concurrently; the first group's TOOL_CALLED entries are logged already), each group's
-        results stored together as soon as it is done; then answer the calls `beyond` the limit."""
+        run concurrently; the first group's TOOL_CALLED entries are logged already when
+        `first_announced`), each group's results stored together as soon as it is done; then
+        answer the calls `beyond` the limit."""
         for index, group in enumerate(groups):
             await self.agent._control.checkpoint(self.session.id)
             results: list[ToolOutput] = []
@@ -459,7 +466,10 @@ class _Run:
             completed: list[LogEntry] = []
             try:
                 async for event in self._run_group(
-                    group, results, completed.append if len(group) == 1 else None, announced=index == 0
+                    group,
+                    results,
+                    completed.append if len(group) == 1 else None,
+                    announced=first_announced and index == 0,
                 ):
                     yield event
                 self.calls.extend(zip(group, results, strict=True))

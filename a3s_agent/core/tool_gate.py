@@ -37,6 +37,18 @@ class ToolGate:
         self._control = control
         self._events = events
 
+    def holds_nothing(self, session: Session) -> bool:
+        """Whether no permission rule and no confirmation of `session` can deny or hold a call:
+        then nothing the gate decides follows a call's TOOL_CALLED (only the tool's own end),
+        and the caller may log that entry ahead of the call, with the write before it. Faces
+        that read the decision from the events in the same commit as TOOL_CALLED (coven's tool
+        states) still get it so whenever there is one to read."""
+        policy = session.settings.permission_policy
+        free = not policy.enabled or (
+            policy.default_decision == "allow" and not policy.deny and not policy.ask
+        )
+        return free and not self._control.confirmation_policy(session.id).enabled
+
     async def run(
         self,
         session: Session,
