@@ -61,8 +61,26 @@ def command_joining(path: Path, argv: Sequence[str]) -> list[str]:
     return [SHELL, "-c", _JOIN, str(path / "cgroup.procs"), *argv]
 
 
+def populated(path: Path) -> bool | None:
+    """Whether a process runs in the cgroup or below it (cgroup.events; a zombie does not count);
+    None when the cgroup is gone or unreadable."""
+    try:
+        fd = os.open(path / "cgroup.events", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        events = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"populated 1" in events
+
+
 def kill(path: Path) -> int:
     """SIGKILL every process in the cgroup and its sub-cgroups; returns how many there were."""
+    if populated(path) is False:
+        return 0  # nothing inside: no walk, no write
     found = len(_all_procs(path))
     try:
         (path / "cgroup.kill").write_text("1")
@@ -83,6 +101,13 @@ def kill(path: Path) -> int:
 
 def remove(path: Path) -> bool:
     """Remove the cgroup and its sub-cgroups; False while a process (even a dying one) is inside."""
+    try:
+        path.rmdir()  # the common case: no sub-cgroup, nothing inside
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:  # EBUSY: it has sub-cgroups, or is populated
+        pass
     for sub in _bottom_up(path):
         try:
             sub.rmdir()

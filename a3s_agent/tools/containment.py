@@ -5,7 +5,9 @@ started inside a `tool_call()` scope; when the call ends (normally, on timeout o
 everything the scope owns is killed. Three nets catch a process that left its process group:
 
 - a cgroup v2 per call, where this process may create cgroups (`cgroup.kill` ends everything in
-  it, whatever its session or parent);
+  it, whatever its session or parent); a call's cgroup found empty at its end is kept for a later
+  call, which checks it is still empty before using it (what entered it meanwhile is killed, and the
+  cgroup dropped); the server's stop and the restart after a crash kill the whole tree;
 - a marker in the environment of the call's first process, `A3S_AGENT_SCOPE=<data dir key>:<server
   pid>-<start>:<call>`, which everything it starts inherits: processes carrying it are killed;
 - the server as a child subreaper: an orphan reparents to the server instead of init, so one that
@@ -35,6 +37,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -52,6 +55,8 @@ _KILL_WAIT_S = 0.5
 _REAP_RETRY_S = 0.05
 _IN_PLACE_BYTES = 4096
 """The longest record rewritten in place (one page); a longer one is replaced through a rename."""
+_SPARE_CGROUPS = 8
+"""Emptied call cgroups kept for the next calls (each reuse saves a mkdir and an rmdir)."""
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +70,9 @@ class CallScope:
         self.cgroup: Path | None = None
         self.root: procfs.Proc | None = None
         self.spawning = True
+        self.emptied = False  # its cgroup held no process when the call was killed
         self._killed = False
-        if owner.cgroup_dir is not None and cgroups.create(owner.cgroup_dir / f"call-{number}"):
-            self.cgroup = owner.cgroup_dir / f"call-{number}"
+        self.cgroup = owner.call_cgroup(number)
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         """`env` with this call's marker (which no caller's value may replace)."""
@@ -80,10 +85,12 @@ class CallScope:
             return list(argv)
         program = argv[0]
         if "/" in program:
-            path = cwd / program
-            if not path.exists():
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
-            if path.is_dir() or not os.access(path, os.X_OK):
+            path = os.path.join(cwd, program)
+            try:
+                is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+            except OSError:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program) from None
+            if is_dir or not os.access(path, os.X_OK):
                 raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
         elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
@@ -128,6 +135,7 @@ class Containment:
         self._lock = threading.Lock()
         self._record_lock = threading.Lock()
         self._stale_cgroups: set[Path] = set()
+        self._spare_cgroups: list[Path] = []
         self._record_size: int | None = None  # how long the record on disk is, once written
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -142,17 +150,39 @@ class Containment:
             self._calls[id(scope)] = scope
         return scope
 
+    def call_cgroup(self, number: int) -> Path | None:
+        """A cgroup for a new call: a spare one that is still empty, else a new one. A spare that a
+        process entered meanwhile (whatever it is: nothing of ours runs there) is killed and dropped."""
+        if self.cgroup_dir is None:
+            return None
+        while True:
+            with self._lock:
+                spare = self._spare_cgroups.pop() if self._spare_cgroups else None
+            if spare is None:
+                break
+            if cgroups.populated(spare) is False:
+                return spare
+            self._kill_cgroup(spare)
+        path = self.cgroup_dir / f"call-{number}"
+        return path if cgroups.create(path) else None
+
     def forget(self, scope: CallScope) -> None:
         with self._lock:
             self._calls.pop(id(scope), None)
-        if scope.cgroup is not None and not cgroups.remove(scope.cgroup):
+            kept = scope.emptied and len(self._spare_cgroups) < _SPARE_CGROUPS and not self.closed
+            if kept and scope.cgroup is not None:
+                self._spare_cgroups.append(scope.cgroup)
+        if scope.cgroup is not None and not kept and not cgroups.remove(scope.cgroup):
             self._stale_cgroups.add(scope.cgroup)  # a dying process is still inside: retried later
-        self._remove_stale_cgroups()
+        if self._stale_cgroups:
+            self._remove_stale_cgroups()
         # No save: the next call's rewrites the record, and recovery checks each entry anyway.
 
     def kill_call(self, scope: CallScope) -> None:
         if scope.cgroup is not None:
-            cgroups.kill(scope.cgroup)
+            scope.emptied = cgroups.populated(scope.cgroup) is False
+            if not scope.emptied:
+                cgroups.kill(scope.cgroup)
         self._kill_rounds(lambda procs: self._belonging_to(scope, procs), self._call_processes())
         self._reap_soon()
 
@@ -391,10 +421,12 @@ class Containment:
                 ],
             )
         )
+        with self._lock:
+            self.closed = True  # no call's cgroup is kept any more
+            self._spare_cgroups.clear()
         if self.cgroup_dir is not None:
-            self._kill_cgroup(self.cgroup_dir)
+            self._kill_cgroup(self.cgroup_dir)  # with the spare cgroups, and whatever entered them
         self.reap()
-        self.closed = True
         self.subreaper = False  # nothing of this server's is left to reap
         if self.record_path is not None:
             self.record_path.unlink(missing_ok=True)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from . import containment
 from .environment import tool_environment
@@ -39,20 +43,6 @@ def find_binary(name: str) -> str | None:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which(name)
-
-
-class _ExitAwareProtocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """Knows when the process itself exits. asyncio's Process.wait() also waits for every
-    pipe to close, which a background child holding stdout can delay indefinitely."""
-
-    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=limit, loop=loop)
-        self.exited: asyncio.Future[None] = loop.create_future()
-
-    def process_exited(self) -> None:
-        super().process_exited()
-        if not self.exited.done():
-            self.exited.set_result(None)
 
 
 class _HeadTail:
@@ -113,66 +103,149 @@ async def _run_contained(
     stdin: bytes | None,
     max_output_bytes: int,
 ) -> ProcessResult:
-    loop = asyncio.get_running_loop()
     started = time.perf_counter()
     env = scope.environment(tool_environment(extra_env))
-    transport, protocol = await loop.subprocess_exec(
-        lambda: _ExitAwareProtocol(limit=_READ_CHUNK, loop=loop),
-        *scope.command(argv, cwd, env),
+    # Spawned without an await, so that it is the scope's to kill before anything can cancel us.
+    proc = subprocess.Popen(  # noqa: ASYNC220
+        scope.command(argv, cwd, env),
+        bufsize=0,
         cwd=cwd,
         env=env,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    scope.started(transport.get_pid())
-    proc = asyncio.subprocess.Process(transport, protocol, loop)
-    merged, out, err = _HeadTail(max_output_bytes), _HeadTail(max_output_bytes), _HeadTail(max_output_bytes)
-
-    async def pump(stream: asyncio.StreamReader, own: _HeadTail) -> None:
-        while chunk := await stream.read(_READ_CHUNK):
-            merged.add(chunk)
-            own.add(chunk)
-
-    async def feed_stdin() -> None:
-        if stdin is not None and proc.stdin is not None:
-            try:
-                proc.stdin.write(stdin)
-                await proc.stdin.drain()
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-            proc.stdin.close()
-
-    assert proc.stdout is not None and proc.stderr is not None
-    pumps = asyncio.gather(pump(proc.stdout, out), pump(proc.stderr, err), feed_stdin())
+    scope.started(proc.pid)
+    child = _Child(proc, stdin, max_output_bytes)
     timed_out = False
     try:
-        try:
-            await asyncio.wait_for(asyncio.shield(protocol.exited), timeout_s)
-        except TimeoutError:
-            timed_out = True
-        else:
-            # The main process is done; a background child may still hold the pipes open.
-            try:
-                await asyncio.wait_for(asyncio.shield(pumps), _DRAIN_GRACE_S)
-            except TimeoutError:
-                pass
+        timed_out = not await _settled(child.exited, timeout_s)
+        if not timed_out:  # the main process is done; a background child may still hold the pipes
+            await _settled(child.drained, _DRAIN_GRACE_S)
     finally:
         # Kill even on success: a background child must not outlive its tool call.
         scope.kill()
         try:
-            await asyncio.wait_for(pumps, _DRAIN_GRACE_S)
-        except (TimeoutError, asyncio.CancelledError):
-            pumps.cancel()
-        await asyncio.shield(protocol.exited)
+            await _settled(child.drained, _DRAIN_GRACE_S)
+        finally:
+            child.close_pipes()
+        await asyncio.shield(child.exited)
 
     return ProcessResult(
-        exit_code=TIMEOUT_EXIT_CODE if timed_out else (transport.get_returncode() or 0),
-        output=merged.text(),
-        stdout=out.text(),
-        stderr=err.text(),
+        exit_code=TIMEOUT_EXIT_CODE if timed_out else (proc.returncode or 0),
+        output=child.merged.text(),
+        stdout=child.out.text(),
+        stderr=child.err.text(),
         timed_out=timed_out,
         duration_ms=round((time.perf_counter() - started) * 1000, 3),
-        truncated=bool(merged.dropped),
+        truncated=bool(child.merged.dropped),
     )
+
+
+async def _settled(future: asyncio.Future[None], timeout_s: float) -> bool:
+    """Wait until `future` is done or `timeout_s` passed, without cancelling it; whether it is done."""
+    if not future.done():
+        await asyncio.wait((future,), timeout=timeout_s)
+    return future.done()
+
+
+class _Child:
+    """A running process's pipes and exit, served by event-loop callbacks on its file descriptors and
+    a pidfd: no transports, stream readers, pump tasks or child-watcher thread (through asyncio's
+    subprocess machinery a call cost about 0.35 ms more of the server's CPU on Python 3.11)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], stdin: bytes | None, limit: int) -> None:
+        self.proc = proc
+        self.loop = asyncio.get_running_loop()
+        self.merged, self.out, self.err = _HeadTail(limit), _HeadTail(limit), _HeadTail(limit)
+        self.exited: asyncio.Future[None] = self.loop.create_future()
+        self.drained: asyncio.Future[None] = self.loop.create_future()
+        self._reading: dict[int, tuple[IO[bytes], _HeadTail]] = {}
+        for pipe, own in ((proc.stdout, self.out), (proc.stderr, self.err)):
+            assert pipe is not None
+            os.set_blocking(pipe.fileno(), False)
+            self.loop.add_reader(pipe.fileno(), self._read, pipe.fileno())
+            self._reading[pipe.fileno()] = (pipe, own)
+        self._input = memoryview(stdin or b"")
+        self._writing = False
+        if proc.stdin is not None:
+            os.set_blocking(proc.stdin.fileno(), False)
+            self._write()
+        self._watch_exit()
+
+    def _read(self, fd: int) -> None:
+        try:
+            chunk = os.read(fd, _READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        pipe, own = self._reading[fd]
+        if chunk:
+            self.merged.add(chunk)
+            own.add(chunk)
+            return
+        self.loop.remove_reader(fd)
+        pipe.close()
+        del self._reading[fd]
+        if not self._reading and not self.drained.done():
+            self.drained.set_result(None)
+
+    def _write(self) -> None:
+        """Feed stdin as the pipe takes it; close it at the end or when the process stops reading."""
+        stdin = self.proc.stdin
+        assert stdin is not None
+        if self._input:
+            try:
+                self._input = self._input[os.write(stdin.fileno(), self._input) :]
+            except BlockingIOError:
+                pass
+            except OSError:  # BrokenPipeError: the process no longer reads its input
+                self._input = self._input[:0]
+        if not self._input:
+            self._close_stdin()
+        elif not self._writing:
+            self.loop.add_writer(stdin.fileno(), self._write)
+            self._writing = True
+
+    def _close_stdin(self) -> None:
+        stdin = self.proc.stdin
+        if stdin is None or stdin.closed:
+            return
+        if self._writing:
+            self.loop.remove_writer(stdin.fileno())
+            self._writing = False
+        stdin.close()
+
+    def _watch_exit(self) -> None:
+        try:
+            pidfd = os.pidfd_open(self.proc.pid)
+        except (OSError, AttributeError):  # no pidfd (Linux < 5.3, a seccomp filter, not Linux)
+            threading.Thread(target=self._wait_in_thread, daemon=True).start()
+            return
+        self.loop.add_reader(pidfd, self._reap, pidfd)
+
+    def _reap(self, pidfd: int) -> None:
+        """(The pidfd became readable: the process exited.) Its status, without blocking."""
+        self.loop.remove_reader(pidfd)
+        os.close(pidfd)
+        self.proc.wait()
+        self._set_exited()
+
+    def _wait_in_thread(self) -> None:
+        self.proc.wait()
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            self.loop.call_soon_threadsafe(self._set_exited)
+
+    def _set_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    def close_pipes(self) -> None:
+        """Stop reading (a process that still holds a pipe after the kill keeps it to itself)."""
+        self._close_stdin()
+        for fd, (pipe, _) in list(self._reading.items()):
+            self.loop.remove_reader(fd)
+            pipe.close()
+        self._reading.clear()

@@ -21,6 +21,7 @@ import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.tools import cgroups
 from a3s_agent.tools.containment import CGROUPS_VARIABLE, MARKER
 
 from ..conftest import LiveServer, agent_settings, alive, initialize, new_session, running, user
@@ -391,3 +392,95 @@ async def test_a_server_stopping_kills_the_tool_processes_still_running(tmp_path
         call.cancel()
         await channel.close()
         logged.kill()
+
+
+OWN_CGROUP = 'sed -n "s/^0:://p" /proc/self/cgroup'
+"""A bash command printing its own cgroup (relative to the cgroup v2 mount)."""
+
+
+async def _spare_cgroup_with_intruder(
+    stub: pb_grpc.CodeAgentServiceStub, data_dir: Path, tag: str
+) -> tuple[Path, asyncio.subprocess.Process]:
+    """A call's cgroup kept for reuse once the call ended, and a process from outside the server's
+    tree (as a daemon handed a command would be) that moved itself into it."""
+    result = await _bash(stub, OWN_CGROUP)
+    assert result.success, result.error
+    run_cgroup = Path(json.loads((data_dir / "processes.json").read_bytes())["cgroup"])
+    spare = run_cgroup / Path(result.output.strip()).name
+    assert spare.parent == run_cgroup and spare.is_dir(), "the emptied call cgroup is not kept"
+    intruder = await asyncio.create_subprocess_exec(
+        "sh",
+        "-c",
+        'echo 0 > "$1" && exec sleep "$2"',
+        "sh",
+        str(spare / "cgroup.procs"),
+        tag,
+        start_new_session=True,
+    )
+    await eventually(lambda: str(intruder.pid) in (spare / "cgroup.procs").read_text().split())
+    return spare, intruder
+
+
+async def _ended(intruder: asyncio.subprocess.Process | None) -> None:
+    """The intruder killed and reaped, should a failed test have left it running."""
+    if intruder is not None and intruder.returncode is None:
+        intruder.kill()
+        await intruder.wait()
+
+
+@pytest.fixture
+def cgroup_server(tmp_path: Path) -> LoggedServer:
+    if cgroups.own_directory() is None:
+        pytest.skip("no writable cgroup v2 here")
+    (tmp_path / "workspace").mkdir()
+    env = {CGROUPS_VARIABLE: "1"}
+    return LoggedServer(tmp_path / "workspace", tmp_path / "data", tmp_path / "server.log", env=env)
+
+
+async def test_a_process_that_entered_a_spare_call_cgroup_never_runs_in_a_later_call(
+    cgroup_server: LoggedServer,
+) -> None:
+    cgroup_server.start()
+    intruder = None
+    try:
+        async with grpc.aio.insecure_channel(cgroup_server.address) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            spare, intruder = await _spare_cgroup_with_intruder(stub, cgroup_server.data_dir, "300.1")
+            # The next call lists the processes of its own cgroup while it runs: only its own.
+            command = f'cg=$({OWN_CGROUP}); cat "{spare.parent}/${{cg##*/}}/cgroup.procs"'
+            result = await _bash(stub, command)
+            assert result.success, result.error
+            assert str(intruder.pid) not in result.output.split()
+            assert await asyncio.wait_for(intruder.wait(), 10) == -signal.SIGKILL
+    finally:
+        await _ended(intruder)
+        cgroup_server.stop()
+    assert "Traceback" not in cgroup_server.log()
+
+
+@pytest.mark.parametrize("end", ["stop", "crash and restart"])
+async def test_a_process_that_entered_a_spare_call_cgroup_ends_with_the_server(
+    cgroup_server: LoggedServer, tmp_path: Path, end: str
+) -> None:
+    cgroup_server.start()
+    intruder = None
+    try:
+        async with grpc.aio.insecure_channel(cgroup_server.address) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            _, intruder = await _spare_cgroup_with_intruder(stub, cgroup_server.data_dir, "300.2")
+        if end == "stop":
+            cgroup_server.stop()
+        else:
+            cgroup_server.kill()
+            assert alive(intruder.pid)  # the crash left it running
+            restarted = LoggedServer(
+                cgroup_server.workspace,
+                cgroup_server.data_dir,
+                tmp_path / "restarted.log",
+                env=cgroup_server.env,
+            )
+            restarted.start().stop()
+        assert await asyncio.wait_for(intruder.wait(), 10) == -signal.SIGKILL
+    finally:
+        await _ended(intruder)
+        cgroup_server.kill()

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -10,7 +14,7 @@ from typing import Any
 import pytest
 
 from a3s_agent.base.errors import InvalidArgument
-from a3s_agent.tools.process import find_binary
+from a3s_agent.tools.process import TIMEOUT_EXIT_CODE, find_binary, run_process
 from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry
 from a3s_agent.tools.shell import TOOLS
 
@@ -240,3 +244,59 @@ async def test_run_script_path_must_be_workspace_file(tmp_path: Path) -> None:
 async def test_run_script_rejects_invalid_arguments(tmp_path: Path, arguments: dict[str, Any]) -> None:
     with pytest.raises(InvalidArgument):
         await call(tmp_path, "run_script", **arguments)
+
+
+# --- the process runner ----------------------------------------------------------------------
+
+
+async def test_run_process_feeds_stdin_larger_than_a_pipe_and_survives_a_process_not_reading_it(
+    tmp_path: Path,
+) -> None:
+    data = bytes(range(256)) * 4096  # 1 MiB: sixteen times what a pipe holds
+    counted = await run_process(["wc", "-c"], cwd=tmp_path, stdin=data)
+    assert counted.exit_code == 0 and counted.stdout.strip() == str(len(data))
+    ignored = await run_process(["sh", "-c", "exec 0<&-; echo done"], cwd=tmp_path, stdin=data, timeout_s=10)
+    assert ignored.exit_code == 0 and ignored.stdout == "done\n" and not ignored.timed_out
+
+
+async def test_run_process_without_pidfds_waits_for_the_exit_in_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(pid: int, flags: int = 0) -> int:
+        raise OSError(errno.ENOSYS, "pidfd_open refused")  # as a seccomp filter or Linux < 5.3 would
+
+    monkeypatch.setattr(os, "pidfd_open", refused)
+    result = await run_process(["sh", "-c", "echo out; echo err >&2; exit 3"], cwd=tmp_path)
+    assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    timed_out = await run_process(["sleep", "30"], cwd=tmp_path, timeout_s=0.2)
+    assert timed_out.timed_out and timed_out.exit_code == 124
+
+
+async def test_run_process_leaves_no_descriptor_or_zombie_behind(tmp_path: Path) -> None:
+    descriptors = set(os.listdir("/proc/self/fd"))
+    for argv, timeout_s in [
+        (["sh", "-c", "echo ok"], 10.0),
+        (["sh", "-c", "kill -9 $$"], 10.0),  # killed by a signal: a negative exit code
+        (["sh", "-c", "sleep 30 & echo started"], 10.0),  # a background child holding the pipes
+        (["sleep", "30"], 0.2),  # timed out
+    ]:
+        result = await run_process(argv, cwd=tmp_path, timeout_s=timeout_s)
+        assert result.exit_code in (0, -signal.SIGKILL, TIMEOUT_EXIT_CODE), result
+    assert set(os.listdir("/proc/self/fd")) <= descriptors
+    zombies = [pid for pid in _children(os.getpid()) if _state(pid) == "Z"]
+    assert zombies == []
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            found.update(int(child) for child in (task / "children").read_text().split())
+    return found
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
