@@ -6,6 +6,7 @@ lines: message_start, ping, content_block_start/delta/stop, message_delta, messa
 events mid-stream), so the real ``anthropic`` client can talk to it. Each request consumes the next
 scripted turn (the same turn helpers as tests/fake_llm.py: ``text``, ``tool_call``, ``tool_calls``,
 ``error``, ``broken_stream``; plus ``overloaded`` and ``midway_error``); every request is recorded.
+A reply is written at once, or an event at a time ``chunk_delay`` apart (a ``Reply`` field).
 
 It is strict where the real API is: it refuses (HTTP 400 with the API's message, consuming no turn)
 a request without ``anthropic-version``, ``system`` as a message role, blank text blocks, unknown
@@ -467,7 +468,12 @@ class FakeAnthropic:
         )
         await response.prepare(request)
         try:
-            await response.write(b"".join(frames))
+            if isinstance(turn, Reply) and turn.chunk_delay > 0:  # each event a write of its own
+                for frame in frames:
+                    await response.write(frame)
+                    await self._wait(turn.chunk_delay)
+            else:
+                await response.write(b"".join(frames))
         except ConnectionError:
             return response
         if isinstance(turn, Reply) and turn.break_after is not None:

@@ -15,6 +15,7 @@ import base64
 import json
 import os
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,23 @@ async def test_one_tool_call_then_an_answer(server: LiveServer, claude: FakeAnth
     assert headers["x-api-key"] == KEY and headers["anthropic-version"] == "2023-06-01"
     assert "authorization" not in headers
     assert claude.requests[0].path == "/v1/messages" and claude.refusals == []
+
+
+async def test_text_read_at_once_is_one_chunk_for_a_client_and_written_apart_several(
+    server: LiveServer, claude: FakeAnthropic
+) -> None:
+    answer = "The notes say hello, and goodbye, and hello again."  # 8-character deltas
+    claude.script(text(answer), replace(text(answer), chunk_delay=0.005))
+    for prompt in ("once", "apart"):
+        session_id = (await server.stub.CreateSession(pb.CreateSessionRequest())).session_id
+        request = pb.GenerateRequest(session_id=session_id, messages=[user(prompt)])
+        said = [
+            c.content
+            async for c in server.stub.StreamGenerate(request)
+            if c.type == pb.GenerateChunk.CHUNK_TYPE_CONTENT
+        ]
+        assert "".join(said) == answer
+        assert len(said) == 1 if prompt == "once" else len(said) > 1  # each delta on as it came
 
 
 async def test_two_parallel_calls_in_one_turn(server: LiveServer, claude: FakeAnthropic) -> None:

@@ -318,16 +318,14 @@ async def test_a_message_streams_text_tool_states_usage_and_done(
         events = await stream.events("r1")
         assert events == [
             THINKING,
-            ("text", "Let me c"),
-            ("text", "heck."),
+            ("text", "Let me check."),  # the deltas of one network read, joined
             ("tool_use", pb.ToolUse(id="call_1", name="bash", input_json='{"command": "echo $COVEN_TOKEN"}')),
             state("call_1", pb.TOOL_STATE_PENDING),
             state("call_1", pb.TOOL_STATE_RUNNING),
             state("call_1", pb.TOOL_STATE_COMPLETED),
             ("tool_result", pb.ToolResult(id="call_1", output="s3cret\n", is_error=False)),
             THINKING,
-            ("text", "All done"),
-            ("text", "."),
+            ("text", "All done."),
             usage_of(agent, "thread-1"),
             ("done", pb.Done(full_response="Let me check.All done.")),
         ]

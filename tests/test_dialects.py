@@ -15,12 +15,16 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
-from a3s_agent.llm.sse import ServerEvent, server_events
+from a3s_agent.llm.openai_stream import TurnReader
+from a3s_agent.llm.provider import ToolCallReady
+from a3s_agent.llm.sse import ServerEvent, event_batches
 from a3s_agent.proto import code_agent_pb2 as pb
 
 from .conftest import LiveServer, agent_settings, initialize, new_session, running, user
@@ -256,8 +260,12 @@ async def _reads(*pieces: bytes) -> AsyncIterator[bytes]:
         yield piece
 
 
+async def _batches(*pieces: bytes) -> list[list[ServerEvent]]:
+    return [batch async for batch in event_batches(_reads(*pieces))]
+
+
 async def _events(*pieces: bytes) -> list[ServerEvent]:
-    return [event async for event in server_events(_reads(*pieces))]
+    return [event for batch in await _batches(*pieces) for event in batch]
 
 
 @pytest.mark.parametrize(
@@ -329,3 +337,177 @@ async def test_a_chunk_part_of_the_wrong_type_is_skipped_not_an_internal_error(
     session_id = await new_session(agent)
     reply = await agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("hi")]))
     assert reply.message.content == "ok"
+
+
+# --- a network read at a time ------------------------------------------------------------------
+
+
+async def test_sse_events_come_together_a_network_read_at_a_time() -> None:
+    """Each read gives every event it completes in one list; a read that completes none gives none;
+    the last event, without its blank line, comes when the stream ends."""
+    batches = await _batches(b"data: a\n\ndata: b\n\nda", b"ta: c\r", b"\n\r\n: ping\n\n", b"data: d")
+    assert [[event.data for event in batch] for batch in batches] == [["a", "b"], ["c"], ["d"]]
+
+
+async def test_sse_an_event_split_over_many_reads_comes_whole() -> None:
+    """A big event in small reads (a hostile server's, or a long tool argument in one chunk): found
+    whole, its multi-byte characters intact wherever the reads cut them."""
+    data = ("é" * 300_000).encode()
+    stream = b"data: " + data + b"\n\ndata: end\n\n"
+    [[big, end]] = await _batches(*(stream[i : i + 1000] for i in range(0, len(stream), 1000)))
+    assert big.data == "é" * 300_000 and end.data == "end"
+
+
+def _fragment_chunk(fragment: dict[str, Any]) -> dict[str, Any]:
+    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": [fragment]}}]}
+
+
+def _args(text: str) -> dict[str, Any]:
+    return {"arguments": text}
+
+
+_FRAGMENTS = {  # each run of fragments, and the calls it makes
+    "indexed": (
+        [
+            {"index": 0, "id": "a", "function": {"name": "f", "arguments": ""}},
+            {"index": 0, "function": _args('{"x"')},
+            {"index": 1, "id": "b", "function": {"name": "g", "arguments": ""}},
+            {"index": 0, "function": _args(": 1}")},  # interleaved with call 1's
+            {"index": 1, "function": _args("{}")},
+        ],
+        [("f", '{"x": 1}'), ("g", "{}")],
+    ),
+    "index0, no ids": (
+        [
+            {"index": 0, "function": {"name": "f", "arguments": ""}},
+            {"index": 0, "function": _args("{}")},
+            {"index": 0, "function": {"name": "g", "arguments": "{}"}},  # a name, whole arguments: a new call
+            {"index": 0, "function": _args("")},
+        ],
+        [("f", "{}"), ("g", "{}")],
+    ),
+    "late name": (
+        [
+            {"index": 0, "id": "a", "function": _args('{"p"')},
+            {"index": 0, "function": {"name": "f", "arguments": ": 1"}},
+            {"index": 0, "function": _args("}")},
+        ],
+        [("f", '{"p": 1}')],
+    ),
+    "arguments before any head": ([{"index": 3, "function": _args('{"q": 2}')}], [("", '{"q": 2}')]),
+    "a fragment of a call passed on": (
+        [
+            {"index": 0, "id": "a", "function": {"name": "f", "arguments": "{}"}},
+            {"index": 1, "id": "b", "function": {"name": "g", "arguments": "{}"}},
+            {"index": 0, "function": _args("stray")},
+        ],
+        [("f", "{}"), ("g", "{}")],
+    ),
+    "odd members": (
+        [
+            {"index": 0, "id": "a", "function": {"name": "f", "arguments": ""}},
+            {"index": 0, "function": {"arguments": {"whole": True}}},  # an object where a string belongs
+            {"index": 0, "function": {"arguments": None}},
+            {"index": True, "function": _args("x")},  # JSON's true is no index 0 or 1
+        ],
+        [("f", '{"whole": true}'), ("", "x")],
+    ),
+}
+
+
+@pytest.mark.parametrize(("fragments", "calls"), list(_FRAGMENTS.values()), ids=list(_FRAGMENTS))
+def test_the_fast_path_for_argument_fragments_reads_them_as_the_general_one(
+    fragments: list[dict[str, Any]], calls: list[tuple[str, str]]
+) -> None:
+    """The bare `{"index": i, "function": {"arguments": ...}}` fragment takes a shortcut; with one
+    more member (`type`, which nothing reads) every fragment takes the general path: same events."""
+
+    def events(fragments: list[dict[str, Any]]) -> list[Any]:
+        reader = TurnReader("endpoint")
+        fed = [event for fragment in fragments for event in reader.feed(_fragment_chunk(fragment))]
+        reader.feed({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+        return fed + reader.finish()
+
+    fast = events(fragments)
+    assert fast == events([{**fragment, "type": "function"} for fragment in fragments])
+    assert [(e.name, e.arguments) for e in fast if isinstance(e, ToolCallReady)] == calls
+
+
+def _sse(*chunks: dict[str, Any]) -> bytes:
+    return (
+        b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in chunks) + b"data: [DONE]\n\n"
+    )
+
+
+def _said(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    return {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
+
+
+async def _stream(server: LiveServer, prompt: str) -> list[pb.GenerateChunk]:
+    session_id = await new_session(server)
+    request = pb.GenerateRequest(session_id=session_id, messages=[user(prompt)])
+    return [chunk async for chunk in server.stub.StreamGenerate(request)]
+
+
+def _shown(chunks: list[pb.GenerateChunk]) -> list[tuple[str, str]]:
+    """The text and reasoning chunks a client got, in order."""
+    shown = []
+    for chunk in chunks:
+        if chunk.type == pb.GenerateChunk.CHUNK_TYPE_CONTENT:
+            shown.append(("text", chunk.content))
+        elif (
+            chunk.type == pb.GenerateChunk.CHUNK_TYPE_METADATA and chunk.metadata["type"] == "reasoning_delta"
+        ):
+            shown.append(("reasoning", chunk.metadata["text"]))
+    return shown
+
+
+async def test_text_written_at_once_reaches_a_client_as_one_chunk_and_apart_as_several(
+    agent: LiveServer, fake: FakeLLM
+) -> None:
+    answer = "The notes say: remember the milk, the eggs and the bread."  # eight 8-character deltas
+    fake.script(text(answer), replace(text(answer), chunk_delay=0.005))
+    assert _shown(await _stream(agent, "notes?")) == [("text", answer)]
+    apart = [said for kind, said in _shown(await _stream(agent, "again?"))]
+    assert "".join(apart) == answer and len(apart) > 1  # each delta passed on as it came
+
+
+async def test_deltas_read_together_are_joined_only_with_their_own_kind(
+    agent: LiveServer, fake: FakeLLM
+) -> None:
+    """Text, reasoning, text in one write: each run joined, the order the model's."""
+    reasoning = [_said({"content": None, "reasoning_content": piece}) for piece in ("Hmm, ", "milk.")]
+    texts = [_said({"content": piece}) for piece in ("The ", "notes ")]
+    after = [_said({"content": piece}) for piece in ("say ", "milk.")]
+    fake.script(Raw(_sse(*texts, *reasoning, *after, _said({}, "stop"))))
+    chunks = await _stream(agent, "notes?")
+    assert _shown(chunks) == [("text", "The notes "), ("reasoning", "Hmm, milk."), ("text", "say milk.")]
+    assert chunks[-1].type == pb.GenerateChunk.CHUNK_TYPE_DONE and chunks[-1].content == "The notes say milk."
+
+
+async def test_a_malformed_chunk_ends_the_reply_after_the_text_read_with_it(
+    agent: LiveServer, fake: FakeLLM
+) -> None:
+    """Text, a chunk that is no JSON, in one read: the text still goes first, then UNAVAILABLE; a
+    lone surrogate the model's JSON spells arrives as U+FFFD."""
+    fake.script(
+        Raw(
+            _sse(
+                _said({"content": "Half "}),
+                _said({"content": "an \ud800"}),  # json.dumps spells it as an escape
+            ).removesuffix(b"data: [DONE]\n\n")
+            + b"data: {not json\n\n"
+        )
+    )
+    session_id = await new_session(agent)
+    request = pb.GenerateRequest(session_id=session_id, messages=[user("go")])
+    said = []
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for chunk in agent.stub.StreamGenerate(request):
+            if chunk.type == pb.GenerateChunk.CHUNK_TYPE_CONTENT:
+                said.append(chunk.content)
+    assert said == ["Half an \ufffd"]
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE and "malformed chunk" in caught.value.details()

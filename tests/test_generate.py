@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -68,8 +69,11 @@ async def test_multi_step_tool_use_edits_files_and_runs_bash(agent: LiveServer, 
 async def test_stream_sends_text_tool_calls_results_usage_and_done_in_order(
     agent: LiveServer, fake: FakeLLM
 ) -> None:
-    fake.script(
-        tool_call("read_file", {"path": "notes.txt"}, content="Reading the notes first."),
+    fake.script(  # the first reply's deltas apart (deltas one network read brings go on as one)
+        replace(
+            tool_call("read_file", {"path": "notes.txt"}, content="Reading the notes first."),
+            chunk_delay=0.005,
+        ),
         text("The notes say: remember the milk."),
     )
     (agent.workspace / "notes.txt").write_text("remember the milk\n")

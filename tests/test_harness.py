@@ -411,8 +411,9 @@ async def _changes(http: Http) -> dict[str, Any] | None:
 
 
 async def test_paging_through_a_long_run(harness: Http, fake: FakeLLM) -> None:
-    answer = "".join(f"word{i} " for i in range(150))  # 8-character deltas: over a hundred chunks
-    fake.script(tool_call("list_files", {"path": "."}), text(answer))
+    answer = "".join(f"word{i} " for i in range(150))  # 8-character deltas: over a hundred chunks,
+    # written apart (the deltas one network read brings go on as one)
+    fake.script(tool_call("list_files", {"path": "."}), replace(text(answer), chunk_delay=0.002))
     await command(harness, start("long"))
     await finished(harness)
     for limit in (64, 7, 1):
@@ -695,7 +696,7 @@ def test_the_release_identity_is_a_sha256_digest_checked_at_start(tmp_path: Path
 async def test_a_retention_gap_is_reported_and_paging_goes_on_from_what_is_kept(
     harness: Http, fake: FakeLLM
 ) -> None:
-    fake.script(text("".join(f"w{i} " for i in range(40))))
+    fake.script(replace(text("".join(f"w{i} " for i in range(40))), chunk_delay=0.002))  # deltas apart
     await command(harness, start("long enough"))
     await finished(harness)
     latest = len(await all_events(harness))

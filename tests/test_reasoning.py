@@ -8,6 +8,7 @@ thinking (nothing to show)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,16 +70,21 @@ async def test_acp_thought_chunks_come_before_the_answer_and_are_never_stored(
     data = tmp_path / "data"
     env: dict[str, str] = {}
     fake: FakeLLM | FakeAnthropic
+    # Each event a network write of its own (what one read brings together goes on as one delta).
+    apart = 0.002
     if provider == "deepseek":
         fake = FakeLLM(
-            tool_call("read_file", {"path": "notes.txt"}, id="read"),
-            text("The notes say hello."),
+            replace(tool_call("read_file", {"path": "notes.txt"}, id="read"), chunk_delay=apart),
+            replace(text("The notes say hello."), chunk_delay=apart),
             dialect="deepseek-reasoning",
         )
         thought = deepseek_reasoning
     else:
         fake = FakeAnthropic(api_key=KEY, redacted=True)
-        fake.script(claude_tool_call("read_file", {"path": "notes.txt"}), claude_text("The notes say hello."))
+        fake.script(
+            replace(claude_tool_call("read_file", {"path": "notes.txt"}), chunk_delay=apart),
+            replace(claude_text("The notes say hello."), chunk_delay=apart),
+        )
         env = {"A3S_LLM_PROVIDER": provider, "A3S_LLM_MODEL": "claude-sonnet-4-5", "A3S_LLM_API_KEY": KEY}
         thought = claude_thinking
     async with fake:

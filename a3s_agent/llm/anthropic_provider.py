@@ -1,6 +1,7 @@
 """Anthropic's Messages API (`provider: "anthropic"` or `"claude"`), spoken directly over aiohttp.
 
-The request is built by anthropic_request.py, the streamed reply read by anthropic_stream.py. Keys
+The request is built by anthropic_request.py, the streamed reply read by anthropic_stream.py, a
+network read at a time (the text deltas one read brings go on as one, delta_runs.py). Keys
 go in `x-api-key`, the API version in `anthropic-version`. Overloaded (529), rate-limited (429),
 failing (5xx) and timed-out requests are retried as the OpenAI-compatible provider's are (http.py:
 backoff, `retry-after`, the proxy HTTPS_PROXY / HTTP_PROXY name); so is an `overloaded_error` (or
@@ -15,6 +16,7 @@ Why not the `anthropic` package: it streams the same turn at about four times th
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 from ..base.errors import Unavailable
@@ -22,19 +24,19 @@ from ..base.jsontext import model_json
 from ..base.models import LLMConfig
 from .anthropic_request import request_body
 from .anthropic_stream import MessageReader
+from .delta_runs import by_read
 from .http import (
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
     RETRY_STATUSES,
     Endpoint,
     Retryable,
-    drain,
     http_failure,
     retrying,
 )
 from .provider import CompletionRequest, ProviderEvent
 from .provider_errors import message_of, mid_reply_failure
-from .sse import ServerEvent, server_events
+from .sse import ServerEvent
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -94,16 +96,20 @@ class AnthropicProvider:
             if response.status >= 400:
                 text = await response.text(errors="replace")
                 raise http_failure(response, text, self._endpoint.shown, _RETRY_STATUSES)
-            events = server_events(response.content.iter_any())
-            async for event in events:
-                for ready in reader.feed(_parsed(event)):
-                    yield ready
-                if reader.stopped:
-                    await drain(response.content)
-                    break
-            await events.aclose()
+            async for ready in by_read(response, partial(_take, reader)):
+                yield ready
         for ready in reader.finish():
             yield ready
+
+
+def _take(reader: MessageReader, batch: list[ServerEvent], events: list[ProviderEvent]) -> bool:
+    """The events of one read fed to `reader` up to message_stop, what they complete added to
+    `events`; True once message_stop came."""
+    for event in batch:
+        events += reader.feed(_parsed(event))
+        if reader.stopped:
+            return True
+    return False
 
 
 def _parsed(event: ServerEvent) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 Spoken directly over aiohttp: the request is JSON, the streamed reply is server-sent events
 (sse.py) of `chat.completion.chunk` objects (openai_stream.py assembles the turn, with each
-server's quirks). The `openai` package did the same at several times the CPU per model turn,
+server's quirks), read a network read at a time: the text deltas one read brings go on as one
+(delta_runs.py). The `openai` package did the same at several times the CPU per model turn,
 which capped how many sessions one process could drive (tools/bench.py, section agent).
 Retries, backoff and Retry-After follow the OpenAI client's conventions (http.py). Servers that refuse
 `stream_options` (Groq, Mistral with 422, xAI) are asked again without it, and the provider
@@ -14,18 +15,20 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..base.errors import InvalidArgument, Unavailable
 from ..base.jsontext import model_json
 from ..base.models import LLMConfig
-from .http import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, Endpoint, drain, http_failure, retrying
+from .delta_runs import by_read
+from .http import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, Endpoint, http_failure, retrying
 from .json_body import fixed_json
 from .messages import on_the_wire, tool_images_after_results
 from .openai_stream import TurnReader, whole_reply
 from .provider import CompletionRequest, ProviderEvent
 from .provider_errors import error_message, is_context_overflow, mid_reply_failure
-from .sse import server_events
+from .sse import ServerEvent
 
 if TYPE_CHECKING:
     import aiohttp
@@ -111,25 +114,11 @@ class OpenAICompatibleProvider:
         return http_failure(response, text, self._endpoint.shown)
 
     async def _read_stream(self, response: aiohttp.ClientResponse) -> AsyncIterator[ProviderEvent]:
-        """Text deltas as they come, each tool call once its arguments are complete, then TurnEnd."""
+        """Text deltas as they come (those of one network read joined), each tool call once its
+        arguments are complete, then TurnEnd."""
         reader = TurnReader(self.state_key)
-        events = server_events(response.content.iter_any())
-        async for event in events:
-            if event.error or event.event == "error":  # old llama.cpp's `error:` field, `event: error`
-                raise mid_reply_failure(_parsed(event.error or event.data))
-            payload = event.data.strip()
-            if not payload:  # an empty `data:` heart-beat
-                continue
-            if payload == "[DONE]":
-                await drain(response.content)
-                break
-            try:
-                chunk = model_json(payload)  # a model's lone surrogates become U+FFFD
-            except ValueError as exc:
-                raise Unavailable(f"the LLM provider sent a malformed chunk: {payload[:200]!r}") from exc
-            for ready in reader.feed(chunk):
-                yield ready
-        await events.aclose()
+        async for ready in by_read(response, partial(_take, reader)):
+            yield ready
         for ready in reader.finish():
             yield ready
 
@@ -152,6 +141,25 @@ class OpenAICompatibleProvider:
         if request.response_format is not None:
             body["response_format"] = request.response_format
         return body
+
+
+def _take(reader: TurnReader, batch: list[ServerEvent], events: list[ProviderEvent]) -> bool:
+    """The chunks of one read fed to `reader`, the events they complete added to `events`; True
+    once `[DONE]` came (what follows it is not read)."""
+    for event in batch:
+        if event.error or event.event == "error":  # old llama.cpp's `error:` field, `event: error`
+            raise mid_reply_failure(_parsed(event.error or event.data))
+        payload = event.data.strip()
+        if not payload:  # an empty `data:` heart-beat
+            continue
+        if payload == "[DONE]":
+            return True
+        try:
+            chunk = model_json(payload)  # a model's lone surrogates become U+FFFD
+        except ValueError as exc:
+            raise Unavailable(f"the LLM provider sent a malformed chunk: {payload[:200]!r}") from exc
+        events += reader.feed(chunk)
+    return False
 
 
 def _parsed(text: str) -> Any:

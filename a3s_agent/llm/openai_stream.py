@@ -33,7 +33,7 @@ from ..base.errors import Unavailable
 from ..base.models import ProviderState, Usage
 from .provider import ProviderEvent, ReasoningDelta, TextDelta, ToolCallReady, TurnEnd
 from .provider_errors import is_error_body, mid_reply_failure
-from .wire_values import as_array, as_object, as_text
+from .wire_values import as_object, as_text
 
 _REASONING = "reasoning_content"
 _REASONING_ALIAS = "reasoning"  # vLLM 0.11 on, OpenRouter, Ollama: shown, not sent back
@@ -82,12 +82,37 @@ class TurnReader:
             return []
         if is_error_body(chunk):
             raise mid_reply_failure(chunk)
-        self._take_usage(chunk.get("usage") or as_object(chunk.get("x_groq")).get("usage"))
+        usage = chunk.get("usage")
+        if usage or "x_groq" in chunk:
+            self._take_usage(usage or as_object(chunk.get("x_groq")).get("usage"))
         events: list[ProviderEvent] = []
-        for choice in as_array(chunk.get("choices")):
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            return events
+        for choice in choices:
             if not isinstance(choice, dict):
                 continue
-            delta = as_object(choice.get("delta"))
+            delta = choice.get("delta")
+            if delta and isinstance(delta, dict):
+                calls = delta.get("tool_calls")
+                if calls is None or len(delta) > 1:  # an argument fragment alone is the common chunk
+                    self._said(delta, events)
+                if isinstance(calls, list):
+                    for fragment in calls:
+                        if isinstance(fragment, dict) and self._take(fragment):
+                            events += self._whole_calls()
+            usage = choice.get("usage")
+            if usage:  # Moonshot's place for it
+                self._take_usage(usage)
+            reason = choice.get("finish_reason")
+            if reason and isinstance(reason, str):
+                self._finish_reason = reason
+        return events
+
+    def _said(self, delta: dict[str, Any], events: list[ProviderEvent]) -> None:
+        """A delta's reasoning and text, and its thought signatures (`extra_content`)."""
+        text = delta.get("content")
+        if text is None or len(delta) > 1:  # more than the common `{"content": "..."}`
             reasoning = delta.get(_REASONING)
             if isinstance(reasoning, str):
                 if self._reasoning is None:
@@ -96,17 +121,10 @@ class TurnReader:
             shown = reasoning or delta.get(_REASONING_ALIAS)
             if shown and isinstance(shown, str):
                 events.append(ReasoningDelta(shown))
-            text = delta.get("content")
-            if text and isinstance(text, str):
-                events.append(TextDelta(text))
             if delta.get(_EXTRA):
                 self._extra = delta[_EXTRA]
-            for fragment in as_array(delta.get("tool_calls")):
-                if isinstance(fragment, dict) and self._take(fragment):
-                    events += self._whole_calls()
-            self._take_usage(choice.get("usage"))
-            self._finish_reason = as_text(choice.get("finish_reason")) or self._finish_reason
-        return events
+        if text and isinstance(text, str):
+            events.append(TextDelta(text))
 
     def finish(self) -> list[ProviderEvent]:
         """The rest of the calls and the TurnEnd; a reply cut off before its finish reason is an error."""
@@ -128,11 +146,21 @@ class TurnReader:
     def _take(self, fragment: dict[str, Any]) -> bool:
         """Add a tool-call fragment to its call; True when it started a new call."""
         index = fragment.get("index")
+        function = fragment.get("function")
+        if type(index) is int and len(fragment) == 2 and type(function) is dict and len(function) == 1:
+            # The common fragment, `{"index": i, "function": {"arguments": "..."}}`: when call i
+            # exists, a piece of its arguments (what the general path below makes of it too).
+            arguments = function.get("arguments")
+            current = self._by_index.get(index)
+            if current is not None and type(arguments) is str:
+                if arguments and not current.sent:
+                    current.pieces.append(arguments)
+                return False
         current = self._by_index.get(index) if isinstance(index, int) else None
         if current is None and not isinstance(index, int) and self._calls:
             current = self._calls[-1]  # no index: the fragment continues the latest call
         call_id = as_text(fragment.get("id"))
-        function = as_object(fragment.get("function"))
+        function = as_object(function)
         name = as_text(function.get("name"))
         arguments = function.get("arguments") or ""
         if not isinstance(arguments, str):

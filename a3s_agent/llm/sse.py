@@ -1,10 +1,15 @@
 """Server-sent events framing (the WHATWG `text/event-stream` format), from raw bytes as they arrive.
 
 Lines may end in CRLF, LF or a bare CR, all legal, and a CRLF may be split across two reads.
-Comments (`: keep-alive`) and unknown fields are ignored; an event is dispatched at a blank line.
-The one field beyond the standard kept here is `error:`, which llama.cpp servers of 2025 used
-for mid-stream failures (`error: {...}` then `data: [DONE]`): dropping it, as a strict parser
-must, would lose the server's only account of what went wrong.
+Comments (`: keep-alive`) and unknown fields are ignored; an event is dispatched at a blank line,
+and the last one also when the stream ends without it. The one field beyond the standard kept
+here is `error:`, which llama.cpp servers of 2025 used for mid-stream failures (`error: {...}`
+then `data: [DONE]`): dropping it, as a strict parser must, would lose the server's only account
+of what went wrong.
+
+The events come a network read at a time (`event_batches`): every event one read completes, in one
+list, so a reply of hundreds of small events costs a step of the readers' loops per read, not per
+event, and what one read brings can be passed on together.
 """
 
 from __future__ import annotations
@@ -22,75 +27,85 @@ class ServerEvent:
     error: str = ""
 
 
-async def server_events(reads: AsyncIterable[bytes]) -> AsyncGenerator[ServerEvent, None]:
-    """The events of a stream whose bytes come in `reads` of any size."""
-    parser = _Parser()
-    held_cr = False  # a read that ended in CR: the next one may begin with its LF
-    tail = b""  # the start of a line whose end has not arrived
+async def event_batches(reads: AsyncIterable[bytes]) -> AsyncGenerator[list[ServerEvent], None]:
+    """The events of a stream whose bytes come in `reads` of any size: those each read completes,
+    together (a read that completes none gives no list); then the last one, if the stream ended
+    without its blank line."""
+    decoder = _Decoder()
     async for read in reads:
-        if held_cr:
+        events = decoder.feed(read)
+        if events:
+            yield events
+    last = decoder.end()
+    if last is not None:
+        yield [last]
+
+
+class _Decoder:
+    """The bytes of the event being read, kept until its blank line (the events' boundary) comes."""
+
+    __slots__ = ("_held_cr", "_pending")
+
+    def __init__(self) -> None:
+        self._pending = bytearray()  # the stream since the last blank line, line ends made LF
+        self._held_cr = False  # a read that ended in CR: the next one may begin with its LF
+
+    def feed(self, read: bytes) -> list[ServerEvent]:
+        """The events `read` completes."""
+        if self._held_cr:
             read = b"\r" + read
-        held_cr = read.endswith(b"\r")
-        if held_cr:
+        self._held_cr = read.endswith(b"\r")
+        if self._held_cr:
             read = read[:-1]
         if b"\r" in read:
             read = read.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        complete, newline, rest = read.rpartition(b"\n")
-        if not newline:
-            tail += rest
+        pending = self._pending
+        start = max(len(pending) - 1, 0)  # a boundary may straddle the old bytes and the new
+        pending += read
+        boundary = pending.rfind(b"\n\n", start)
+        if boundary < 0:
+            return []
+        # Decoded whole events at a time: a line break never falls inside a multi-byte character.
+        text = pending[:boundary].decode("utf-8", errors="replace")
+        del pending[: boundary + 2]
+        events: list[ServerEvent] = []
+        for block in text.split("\n\n"):
+            if block[:5] == "data:" and "\n" not in block:  # one data line: a Chat Completions event
+                events.append(ServerEvent(_value(block, 5)))
+            elif (event := _event(block)) is not None:
+                events.append(event)
+        return events
+
+    def end(self) -> ServerEvent | None:
+        """The stream ended: an event not closed by a blank line still counts (servers omit it)."""
+        return _event(self._pending.decode("utf-8", errors="replace"))
+
+
+def _event(block: str) -> ServerEvent | None:
+    """The event of the lines between two blank lines (None when it has neither data nor error).
+    A block begins or ends with an empty line at most (three line ends in a row), which adds nothing."""
+    head, _, rest = block.partition("\n")
+    if head[:6] == "event:" and rest[:5] == "data:" and "\n" not in rest:  # each Messages API event
+        return ServerEvent(_value(rest, 5), _value(head, 6))
+    data: list[str] = []
+    name = error = ""
+    for line in block.split("\n"):
+        if not line or line[0] == ":":
             continue
-        # Decoded a batch at a time: a line break never falls inside a multi-byte character.
-        data = parser.data
-        for line in (tail + complete).decode("utf-8", errors="replace").split("\n"):
-            if line[:5] == "data:":  # nearly every line: kept without the parser's call
-                data.append(line[6:] if line[5:6] == " " else line[5:])
-                continue
-            event = parser.line(line)
-            if event is not None:
-                data = parser.data  # a new list for the next event
-                yield event
-        tail = rest
-    last = parser.end(tail.decode("utf-8", errors="replace"))
-    if last is not None:
-        yield last
-
-
-class _Parser:
-    """The field-by-field state of the event being read."""
-
-    __slots__ = ("data", "error", "event")
-
-    def __init__(self) -> None:
-        self.data: list[str] = []
-        self.event = ""
-        self.error = ""
-
-    def line(self, line: str) -> ServerEvent | None:
-        if not line:
-            return self._dispatch()
-        if line[0] == ":":
-            return None
-        name, colon, value = line.partition(":")
+        field, colon, value = line.partition(":")
         if colon and value[:1] == " ":
             value = value[1:]
-        if name == "data":
-            self.data.append(value)
-        elif name == "event":
-            self.event = value
-        elif name == "error":
-            self.error = value
+        if field == "data":
+            data.append(value)
+        elif field == "event":
+            name = value
+        elif field == "error":
+            error = value
+    if not data and not error:
         return None
+    return ServerEvent("\n".join(data), name, error)
 
-    def end(self, tail: str) -> ServerEvent | None:
-        """The stream ended: an event not closed by a blank line still counts (servers omit it)."""
-        if tail:
-            self.line(tail)
-        return self._dispatch()
 
-    def _dispatch(self) -> ServerEvent | None:
-        if not self.data and not self.error:
-            self.event = ""
-            return None
-        event = ServerEvent("\n".join(self.data), self.event, self.error)
-        self.data, self.event, self.error = [], "", ""
-        return event
+def _value(line: str, start: int) -> str:
+    """A field's value, which starts at `start` (after the field's colon), without its leading space."""
+    return line[start + 1 :] if line[start : start + 1] == " " else line[start:]
