@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import difflib
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -20,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..base.models import Attachment
 from .atomic import write_atomically_at
 from .beneath import Located
+from .edit_diff import replacement_diff
 from .gitignore import TreeEntry, walk_tree
 from .images import MAGIC_BYTES, MAX_IMAGE_BYTES, MAX_IMAGE_SIDE, image_of, looks_like_image
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
@@ -456,15 +456,17 @@ def apply_edit(before: str, args: EditFileArgs, shown: str) -> tuple[str, int]:
     return _replaced(before, old, new, args.replace_all, shown)
 
 
-def edit_output(shown: str, before: str, after: str, count: int) -> ToolOutput:
+def edit_output(shown: str, before: str, args: EditFileArgs, count: int) -> ToolOutput:
+    """What an edit of `before` (made by apply_edit, `count` replacements) reports: the diff."""
+    old, new = _like_file_line_endings(before, args.old_string, args.new_string)
     return ToolOutput(
-        output=f"Edited {shown}: {count} replacement(s)\n{_unified_diff(before, after, shown)}",
+        output=f"Edited {shown}: {count} replacement(s)\n{replacement_diff(before, old, new, count, shown)}",
         metadata={"path": shown, "replacements": count},
     )
 
 
-def _edit(workspace: Path, raw: str, args: EditFileArgs) -> tuple[str, str, str, int]:
-    """Apply the edit on disk; returns the path as shown, the text before and after, and the count."""
+def _edit(workspace: Path, raw: str, args: EditFileArgs) -> ToolOutput:
+    """Apply the edit on disk and report it (the diff made here, off the event loop too)."""
     counted: list[int] = []
 
     def replace(before: str) -> str:
@@ -472,15 +474,8 @@ def _edit(workspace: Path, raw: str, args: EditFileArgs) -> tuple[str, str, str,
         counted.append(count)
         return after
 
-    shown, before, after = rewrite_text_file(workspace, raw, replace, "edit_file")
-    return shown, before, after, counted[0]
-
-
-def _unified_diff(before: str, after: str, shown: str) -> str:
-    lines = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{shown}", f"b/{shown}"
-    )
-    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    shown, before, _ = rewrite_text_file(workspace, raw, replace, "edit_file")
+    return edit_output(shown, before, args, counted[0])
 
 
 @tool("edit_file", family="file", lane="execute")
@@ -491,8 +486,7 @@ async def edit_file(args: EditFileArgs, ctx: ToolContext) -> ToolOutput:
     or set replace_all. An empty new_string deletes.
     """
     check_edit(args)
-    shown, before, after, count = await asyncio.to_thread(_edit, ctx.workspace, args.path, args)
-    return edit_output(shown, before, after, count)
+    return await asyncio.to_thread(_edit, ctx.workspace, args.path, args)
 
 
 # delete_file

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import difflib
 import errno
 import json
 import os
@@ -11,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from a3s_agent.base.errors import InvalidArgument
 from a3s_agent.tools import beneath
+from a3s_agent.tools.edit_diff import replacement_diff
 from a3s_agent.tools.files import TOOLS
 from a3s_agent.tools.gitignore import walk_tree
 from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry
@@ -670,3 +674,74 @@ async def test_a_name_the_file_system_refuses_is_a_failed_call(tmp_path: Path) -
         "delete_file", json.dumps({"path": "é" * 200}), ToolContext(workspace=tmp_path)
     )
     assert not result.success and "too long" in result.error.lower()
+
+
+def _difflib_diff(before: str, after: str, name: str) -> str:
+    """What edit_file showed before it made its diff from the replacements (difflib over both texts)."""
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{name}", f"b/{name}"
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+def _patched(before: str, diff: str) -> list[str]:
+    """The lines of `before` (splitlines, each ending in one added LF when it had none) with the
+    hunks of `diff` applied, checking every context and removed line against them."""
+    lines = [line if line.endswith("\n") else line + "\n" for line in before.splitlines(keepends=True)]
+    out: list[str] = []
+    done = 0
+    for line in diff.splitlines(keepends=True)[2:]:
+        if line.startswith("@@"):
+            start = int(line.split()[1].lstrip("-").split(",")[0])
+            length = line.split()[1].split(",")
+            at = start - 1 if len(length) == 1 or length[1] != "0" else start
+            out += lines[done:at]
+            done = at
+        elif line[0] == "+":
+            out.append(line[1:])
+        else:
+            assert lines[done] == line[1:], (done, line)
+            if line[0] == " ":
+                out.append(line[1:])
+            done += 1
+    return out + lines[done:]
+
+
+_LINES = st.lists(
+    st.sampled_from(["a\n", "b\n", "ab\n", "x = 1\n", "\n", "a b a\n"]), min_size=1, max_size=30
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=_LINES, data=st.data())
+def test_the_edit_diff_applied_to_the_file_gives_the_edited_file(
+    lines: list[str], data: st.DataObject
+) -> None:
+    before = "".join(lines)
+    start = data.draw(st.integers(0, len(before) - 1))
+    old = before[start : start + data.draw(st.integers(1, 8))]
+    new = data.draw(st.text(alphabet="ab\n x", max_size=8).filter(lambda text: text != old))
+    count = before.count(old) if data.draw(st.booleans()) else 1
+    after = before.replace(old, new, count)
+    diff = replacement_diff(before, old, new, count, "f.txt")
+    assert diff.startswith("--- a/f.txt\n+++ b/f.txt\n@@ ")
+    wanted = [line if line.endswith("\n") else line + "\n" for line in after.splitlines(keepends=True)]
+    assert _patched(before, diff) == wanted
+
+
+@pytest.mark.parametrize(
+    ("before", "old", "new"),
+    [
+        ("def f():\n    return 1\n", "return 1", "return 2"),  # one line
+        ("a\nb\nc\nd\ne\nf\ng\nh\ni\nj\nk\n", "b", "B"),  # context cut at the start
+        ("a\r\nb\r\nc\r\n", "b\r\n", "B"),  # the replacement joins a line to the next
+        ("a\rb\rc\r", "b", "\nb"),  # a leading LF after a CR line end
+        ("one\ntwo\nthree", "three", "3"),  # the last line without a line end
+        ("ab\nab\nab\nzz\n", "b\na", "-"),  # occurrences that meet on a line
+        ("k1\nk2\nk3\nk4\nk5\n", "2\nk3", "X\nY\nZ"),  # lines split and joined
+    ],
+)
+def test_the_edit_diff_is_the_diff_difflib_makes(before: str, old: str, new: str) -> None:
+    for count in {1, before.count(old)}:
+        after = before.replace(old, new, count)
+        assert replacement_diff(before, old, new, count, "f") == _difflib_diff(before, after, "f")

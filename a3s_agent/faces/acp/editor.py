@@ -168,7 +168,7 @@ async def edit_file(
     await _asked(
         "fs/write_text_file", client.write_text_file(session_id=session_id, path=str(path), content=after)
     )
-    return files.edit_output(relative_to_workspace(ctx.workspace, path), before, after, count)
+    return files.edit_output(relative_to_workspace(ctx.workspace, path), before, args, count)
 
 
 async def bash(
