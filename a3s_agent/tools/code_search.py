@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .containment import CallScope, tool_call
+from .containment import tool_call
 from .environment import tool_environment
-from .process import find_binary
+from .process import WatchedChild, find_binary
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
 from .sandbox import relative_to_workspace, resolve_in_workspace
 
 _RG_TIMEOUT_S = 60.0
 _MAX_COLUMNS = 1000
-_READ_CHUNK = 65536
 _STDERR_CAP = 8192
 _DIGITS = b"0123456789"
 
@@ -72,66 +70,64 @@ class _Collector:
         return True
 
 
-def _feed_lines(fd: int, collector: _Collector) -> None:
-    """Feed every complete line read from fd until it ends or the collector has enough."""
-    pending = b""
-    while chunk := os.read(fd, _READ_CHUNK):
-        *complete, pending = (pending + chunk).split(b"\n")
+class _Lines:
+    """Feeds rg's output to the collector a complete line at a time (a WatchedChild sink); once the
+    collector has enough, ignores the rest and calls `stop` (kills rg: that ends the search)."""
+
+    def __init__(self, collector: _Collector, stop: Callable[[], None]) -> None:
+        self.collector = collector
+        self.stop = stop
+        self.pending = b""
+        self.done = False
+
+    def take(self, chunk: bytes) -> None:
+        if self.done:
+            return
+        if not chunk:  # the end of rg's output
+            self.done = True
+            if self.pending:
+                self.collector.feed(self.pending)
+            return
+        *complete, self.pending = (self.pending + chunk).split(b"\n")
         for line in complete:
-            if not collector.feed(line):
+            if not self.collector.feed(line):
+                self.done = True
+                self.stop()
                 return
-    if pending:
-        collector.feed(pending)
-
-
-def _read_until_done(proc: subprocess.Popen[bytes], scope: CallScope, collector: _Collector) -> None:
-    """(Worker thread.) Stream rg's stdout into the collector, then kill what rg started and reap it.
-
-    Killing after a natural end is harmless (rg is exiting and keeps its status); after an early
-    stop it is what ends the search.
-    """
-    assert proc.stdout is not None
-    try:
-        _feed_lines(proc.stdout.fileno(), collector)
-    finally:
-        scope.kill()
-        proc.stdout.close()
-        proc.wait()
 
 
 async def _run_rg(argv: list[str], ctx: ToolContext, collector: _Collector) -> tuple[int, str, bool]:
-    """Run rg, streaming its output into the collector; returns (exit code, stderr, timed out).
-
-    Lines are read in a worker thread: far cheaper per chunk than the event loop's pipe machinery,
-    which matters when rg writes many small results.
-    """
-    with tempfile.TemporaryFile() as stderr, tool_call() as scope:
-        # Spawned here, as asyncio's create_subprocess_exec also does: rg must be ours to kill
-        # before the first await, or a cancellation could leave it running.
+    """Run rg, streaming its output into the collector; returns (exit code, stderr, timed out)."""
+    stderr = bytearray()
+    with tool_call() as scope:
+        # Spawned without an await: rg must be the scope's to kill before anything can cancel us.
         cwd, env = ctx.workspace.resolve(), scope.environment(tool_environment(ctx.env))
         proc = subprocess.Popen(  # noqa: ASYNC220
             scope.command(argv, cwd, env),
+            bufsize=0,
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=stderr,
+            stderr=subprocess.PIPE,
             start_new_session=True,
         )
         scope.started(proc.pid)
-        reading = asyncio.ensure_future(asyncio.to_thread(_read_until_done, proc, scope, collector))
-        timed_out = False
+        lines = _Lines(collector, proc.kill)  # the rest of the call is killed by child.end
+        child = WatchedChild(
+            proc,
+            (
+                (proc.stdout, lines.take),
+                (proc.stderr, lambda chunk: stderr.extend(chunk[: _STDERR_CAP - len(stderr)])),
+            ),
+            None,
+        )
         try:
-            await asyncio.wait_for(asyncio.shield(reading), _RG_TIMEOUT_S)
-        except TimeoutError:
-            timed_out = True
+            ended, _ = await asyncio.wait((child.drained, child.exited), timeout=_RG_TIMEOUT_S)
         finally:
-            if not reading.done():  # timed out or cancelled: end rg so that the reader returns
-                scope.kill()
-                await reading
-        stderr.seek(0)
-        message = stderr.read(_STDERR_CAP).decode("utf-8", errors="replace").strip()
-    return proc.returncode, message.removeprefix("rg: "), timed_out
+            await child.end(scope)  # after a natural end harmless, after a timeout what ends rg
+    message = stderr.decode("utf-8", errors="replace").strip()
+    return proc.returncode, message.removeprefix("rg: "), len(ended) < 2
 
 
 def _rg_argv(rg: str, args: GrepArgs, target: str) -> list[str]:

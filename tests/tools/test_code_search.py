@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import subprocess
@@ -206,3 +207,45 @@ async def test_a_glob_no_file_matches_is_zero_matches_not_a_failure(workspace: P
     result = await grep(workspace, pattern="load_config", glob="*.rs")
     assert result.success, result.error
     assert result.metadata["matches"] == 0 and "No matches" in result.output
+
+
+def _descriptors() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def _zombie_children() -> list[int]:
+    zombies = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                if Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                    zombies.append(int(child))
+            except OSError:
+                continue
+    return zombies
+
+
+@pytest.mark.parametrize("pidfds", [True, False])
+async def test_searches_that_end_every_way_leave_no_descriptor_or_zombie_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pidfds: bool
+) -> None:
+    if not pidfds:  # as a seccomp filter or Linux < 5.3 would: the exit is awaited in a thread
+
+        def refused(pid: int, flags: int = 0) -> int:
+            raise OSError(errno.ENOSYS, "pidfd_open refused")
+
+        monkeypatch.setattr(os, "pidfd_open", refused)
+    (tmp_path / "many.txt").write_text("".join(f"hit {i}\n" for i in range(100_000)))
+    os.mkfifo(tmp_path / "pipe")
+    monkeypatch.setattr(code_search, "_RG_TIMEOUT_S", 0.3)
+    before = _descriptors()
+    many = await grep(tmp_path, pattern="hit", path="many.txt", max_results=4000)  # many pipe reads
+    assert (many.metadata["matches"], many.metadata["truncated"]) == (4000, True)
+    assert many.output.splitlines()[3999] == "many.txt:4000:hit 3999"
+    early = await grep(tmp_path, pattern="hit 9", path="many.txt", max_results=3)
+    assert early.output.splitlines()[:3] == ["many.txt:10:hit 9", "many.txt:91:hit 90", "many.txt:92:hit 91"]
+    assert (await grep(tmp_path, pattern="(", path="many.txt")).error.startswith("invalid regular expression")
+    assert (await grep(tmp_path, pattern="x", path="pipe")).metadata["timed_out"] is True
+    assert _descriptors() <= before
+    await eventually(lambda: not _zombie_children(), "every rg reaped")
+    assert _processes_in(tmp_path) == []

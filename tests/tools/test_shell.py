@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from a3s_agent.base.errors import InvalidArgument
+from a3s_agent.tools.environment import tool_environment
 from a3s_agent.tools.process import TIMEOUT_EXIT_CODE, find_binary, run_process
 from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry
 from a3s_agent.tools.shell import TOOLS
@@ -104,6 +105,34 @@ async def test_bash_sees_context_env(tmp_path: Path) -> None:
     ctx = ToolContext(workspace=tmp_path, env={"A3S_GREETING": "hello from ctx"})
     result = await call(tmp_path, "bash", ctx, command='echo "$A3S_GREETING"')
     assert result.output == "hello from ctx\n"
+
+
+async def test_bash_sees_the_server_environment_as_it_is_at_each_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    show = "echo tz=${TZ-unset} lc=${LC_A3S_TEST-unset} secret=${A3S_TEST_TOKEN-unset}"
+    monkeypatch.setenv("TZ", "UTC")
+    monkeypatch.setenv("A3S_TEST_TOKEN", "s3cret")  # not allow-listed: never passed on
+    monkeypatch.delenv("LC_A3S_TEST", raising=False)
+    assert (await call(tmp_path, "bash", command=show)).output == "tz=UTC lc=unset secret=unset\n"
+    monkeypatch.setenv("TZ", "Europe/Paris")  # same length, same names: only the value changed
+    monkeypatch.setenv("LC_A3S_TEST", "1")
+    assert (await call(tmp_path, "bash", command=show)).output == "tz=Europe/Paris lc=1 secret=unset\n"
+    monkeypatch.delenv("TZ")
+    monkeypatch.delenv("LC_A3S_TEST")
+    assert (await call(tmp_path, "bash", command=show)).output == "tz=unset lc=unset secret=unset\n"
+
+
+def test_the_tool_environment_handed_out_is_the_callers_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "UTC")
+    first = tool_environment()
+    first["TZ"] = "changed"
+    first["A3S_TEST_TOKEN"] = "s3cret"
+    with_extra = tool_environment({"EXTRA": "1"})
+    assert with_extra["TZ"] == "UTC" and "A3S_TEST_TOKEN" not in with_extra and with_extra["EXTRA"] == "1"
+    assert "EXTRA" not in tool_environment() and tool_environment()["TZ"] == "UTC"
+    monkeypatch.setattr(os, "environ", {"TZ": "Asia/Tokyo", "A3S_TEST_TOKEN": "s3cret"})  # a plain dict
+    assert tool_environment() == {"TZ": "Asia/Tokyo", "PATH": os.defpath}
 
 
 async def test_bash_timeout_kills_command_and_children(tmp_path: Path) -> None:
