@@ -122,6 +122,27 @@ async def test_the_bus_counts_the_subscriptions_a_client_holds(live: LiveServer)
     await eventually(lambda: live.runtime.events.subscriber_count == 0, "the subscription closed")
 
 
+async def test_a_session_s_events_reach_its_own_subscribers_and_those_of_every_session(
+    live: LiveServer,
+) -> None:
+    destroyed = pb.AgentEvent.EVENT_TYPE_SESSION_DESTROYED
+    a, b = await new_session(live), await new_session(live)
+    of_a = live.stub.SubscribeEvents(pb.SubscribeEventsRequest(session_id=a))
+    of_b = live.stub.SubscribeEvents(pb.SubscribeEventsRequest(session_id=b))
+    of_all = live.stub.SubscribeEvents(pb.SubscribeEventsRequest())
+    await subscribed(live, 3)
+    for session_id, own in ((a, of_a), (b, of_b)):
+        await live.stub.DestroySession(pb.DestroySessionRequest(session_id=session_id))
+        assert [(e.type, e.session_id) for e in await asyncio.wait_for(_all(own), 10)] == [
+            (destroyed, session_id)
+        ]
+        seen = await asyncio.wait_for(of_all.read(), 10)
+        assert (seen.type, seen.session_id) == (destroyed, session_id)
+    await eventually(lambda: live.runtime.events.subscriber_count == 1, "the ended streams unsubscribed")
+    of_all.cancel()
+    await eventually(lambda: live.runtime.events.subscriber_count == 0, "the subscription closed")
+
+
 async def test_event_streams_end_cleanly_on_shutdown(live: LiveServer) -> None:
     stream = live.stub.SubscribeEvents(pb.SubscribeEventsRequest())
     await subscribed(live)

@@ -322,6 +322,29 @@ async def test_resuming_after_the_last_chunk_ends_at_once(
     assert len(scripted.requests) == 2  # resuming never started a run
 
 
+async def test_the_live_chunks_are_those_read_back_from_the_log_field_for_field(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
+    """The live stream is built from the events the run made, a resumed one from the log: the same."""
+    session_id = await new_session(scripted_agent)
+    script_run(scripted, words=5, delay=0)
+    go = pb.GenerateRequest(
+        session_id=session_id,
+        messages=[user("go")],
+        options=pb.GenerateOptions(enable_tools=True, return_intermediate_steps=True),
+    )
+    live = [c async for c in scripted_agent.stub.StreamGenerate(go)]
+    assert {CHUNK.ChunkType.Name(c.type) for c in live} == {
+        "CHUNK_TYPE_CONTENT",
+        "CHUNK_TYPE_TOOL_CALL",
+        "CHUNK_TYPE_TOOL_RESULT",
+        "CHUNK_TYPE_METADATA",
+        "CHUNK_TYPE_DONE",
+    }
+    reread = scripted_agent.stub.StreamGenerate(go, metadata=((AFTER, str(seq_of(live[0]))),))
+    assert [c async for c in reread] == live[1:]
+
+
 async def _all(call_: Any) -> list[Any]:
     return [c async for c in call_]
 

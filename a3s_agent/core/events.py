@@ -154,7 +154,7 @@ class Subscription:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._bus._subscriptions.discard(self)
+            self._bus._forget(self)
             self._queue.put_nowait(None)
 
     def __aiter__(self) -> AsyncIterator[LogEntry]:
@@ -171,7 +171,7 @@ class Subscription:
                 queued = await self._queue.get()
                 if queued is None:
                     return
-                async for ready in self._in_order(queued):
+                for ready in await self._in_order(queued):
                     yield ready
         finally:
             self.close()
@@ -185,27 +185,30 @@ class Subscription:
             else:
                 page = await store.read_log_since(self._last_id, PAGE)
             for entry in page:
-                async for ready in self._in_order(entry):
+                for ready in await self._in_order(entry):
                     yield ready
             if len(page) < PAGE:
                 return
 
-    async def _in_order(self, entry: LogEntry) -> AsyncIterator[LogEntry]:
+    async def _in_order(self, entry: LogEntry) -> list[LogEntry]:
         """`entry` once, after any entries of its session between the last delivered and it
-        (read from the log: another replica's, or committed while this one was starting)."""
+        (read from the log: another replica's, or committed while this one was starting), as
+        far as the filter wants them. A list, not a generator: one per entry is the hot path."""
         expected = self._next.get(entry.session_id)
         if expected is not None and entry.seq < expected:
-            return  # delivered already
+            return []  # delivered already
+        ready = []
         if expected is not None and entry.seq > expected:
             missing = await self._bus.store.read_log(entry.session_id, expected - 1, entry.seq - expected)
             for earlier in missing:
                 if earlier.seq < entry.seq:
                     self._deliver(earlier)
                     if self.filter.wants(earlier):
-                        yield earlier
+                        ready.append(earlier)
         self._deliver(entry)
         if self.filter.wants(entry):
-            yield entry
+            ready.append(entry)
+        return ready
 
     def _deliver(self, entry: LogEntry) -> None:
         self._next[entry.session_id] = entry.seq + 1
@@ -219,7 +222,9 @@ class EventBus:
         self.store = store
         self.fence_for = fence_for  # the lease token this process holds for a session, if any
         self.on_fenced: Callable[[str], None] = lambda _: None  # told when a session's entries were refused
-        self._subscriptions: set[Subscription] = set()
+        self._subscriptions: dict[str | None, set[Subscription]] = {}
+        """By the session they follow (None: every session), so that an entry is offered only to
+        its session's subscribers and to those of every session."""
         self._pending: list[LogEntry] = []
         self._waiters: list[asyncio.Future[None]] = []
         self._writer: asyncio.Task[None] | None = None
@@ -239,8 +244,18 @@ class EventBus:
                 raise InvalidArgument("a cursor (after_seq) needs a session: each session's log is numbered")
             await self.check_cursor(wanted.session_id, after_seq)
         subscription = Subscription(self, wanted, size, after_seq)
-        self._subscriptions.add(subscription)
+        self._subscriptions.setdefault(wanted.session_id, set()).add(subscription)
         return subscription
+
+    def _forget(self, subscription: Subscription) -> None:
+        followers = self._subscriptions.get(subscription.filter.session_id)
+        if followers is not None:
+            followers.discard(subscription)
+            if not followers:
+                del self._subscriptions[subscription.filter.session_id]
+
+    def _all(self) -> list[Subscription]:
+        return [s for followers in self._subscriptions.values() for s in followers]
 
     async def check_cursor(self, session_id: str, after_seq: int) -> None:
         """InvalidArgument for a cursor past the last seq, Resync for one older than the log."""
@@ -257,7 +272,7 @@ class EventBus:
     @property
     def subscriber_count(self) -> int:
         """Subscriptions open now: a client's subscription is in place once this counts it."""
-        return len(self._subscriptions)
+        return sum(len(followers) for followers in self._subscriptions.values())
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -332,10 +347,13 @@ class EventBus:
 
     def deliver(self, entries: Iterable[LogEntry]) -> None:
         """Hand committed entries (another replica's) to the subscribers."""
+        subscriptions = self._subscriptions
         for entry in entries:
-            for subscription in tuple(self._subscriptions):
-                if subscription.filter.session_id in (None, entry.session_id):
-                    subscription.offer(entry)
+            for session_id in (entry.session_id, None):
+                followers = subscriptions.get(session_id)
+                if followers:
+                    for subscription in tuple(followers):
+                        subscription.offer(entry)
 
     def _delivered(self, entries: Sequence[LogEntry]) -> None:
         refused = {e.session_id for e in entries if e.seq == 0}
@@ -347,14 +365,14 @@ class EventBus:
         """Commit what is queued, then end every subscription (at shutdown)."""
         await self.flush()
         self._closed = True
-        for subscription in tuple(self._subscriptions):
+        for subscription in self._all():
             subscription.offer(None)
         self._subscriptions.clear()
 
     def end_subscriptions(self) -> None:
         """End every event subscription now (at a stop: streams would otherwise run through the
         grace); those following a generation go on while it runs."""
-        for subscription in tuple(self._subscriptions):
+        for subscription in self._all():
             if subscription.filter.kind == EVENT:
                 subscription.offer(None)
-                self._subscriptions.discard(subscription)
+                self._forget(subscription)
