@@ -11,7 +11,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -30,7 +30,6 @@ from .conftest import LiveServer, agent_settings, eventually, initialize, new_se
 from .fake_llm import FakeLLM, error, text, tool_call, tool_calls
 
 PRICES = {"fake-model": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}
-TODAY = datetime.now(UTC).date()
 
 
 def app_of(server: LiveServer) -> Application:
@@ -130,8 +129,14 @@ async def test_durations_are_those_of_the_calls(agent: LiveServer, fake: FakeLLM
 # --- cost summaries --------------------------------------------------------------------------
 
 
+def _today() -> date:
+    return datetime.now(UTC).date()
+
+
 async def test_cost_is_tokens_times_the_operator_s_prices(priced: LiveServer, fake: FakeLLM) -> None:
+    first_day = _today()
     session_id = await tool_run(priced, fake)
+    days = {first_day.isoformat(), _today().isoformat()}  # the run may cross midnight
     usage = priced.runtime.sessions.get(session_id).usage
     assert usage.prompt_tokens > 0 and usage.completion_tokens > 0
     summary = await app_of(priced).observability.cost_summary(session_id, None, None, None)
@@ -147,7 +152,7 @@ async def test_cost_is_tokens_times_the_operator_s_prices(priced: LiveServer, fa
     assert (model.model, model.call_count, model.total_tokens) == ("fake-model", 2, usage.total_tokens)
     assert model.cost_usd == pytest.approx(cost)
     (day,) = summary.by_day
-    assert (day.date, day.call_count, day.total_tokens) == (TODAY.isoformat(), 2, usage.total_tokens)
+    assert day.date in days and (day.call_count, day.total_tokens) == (2, usage.total_tokens)
     assert day.cost_usd == pytest.approx(cost)
 
 
@@ -163,8 +168,10 @@ async def test_cost_filters_by_model_and_day(priced: LiveServer, fake: FakeLLM) 
     session_id = await tool_run(priced, fake)
     observability = app_of(priced).observability
     full = await observability.cost_summary(session_id, None, None, None)
+    (day,) = full.by_day  # the day the calls were made (not the day the test module was loaded)
+    spent = date.fromisoformat(day.date)
     today, tomorrow, yesterday = (
-        d.isoformat() for d in (TODAY, TODAY + timedelta(days=1), TODAY - timedelta(days=1))
+        d.isoformat() for d in (spent, spent + timedelta(days=1), spent - timedelta(days=1))
     )
     assert await observability.cost_summary(session_id, "fake-model", today, today) == full
     assert await observability.cost_summary(None, None, yesterday, tomorrow) == full

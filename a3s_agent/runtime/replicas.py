@@ -100,7 +100,7 @@ class Replicas:
             lost = renewer is not None and renewer.done() and not renewer.cancelled()
             if renewer is not None:
                 renewer.cancel()
-            try:  # the run's last entries go out under its lease (fenced by it), in the transaction that ends it
+            try:  # the run's last entries, fenced by its lease, in the transaction that ends it
                 await self._bus.write(
                     session_id, closing, lambda entries: self._store.release_lease(lease, entries)
                 )
