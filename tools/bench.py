@@ -1352,48 +1352,69 @@ async def _task(stub: pb_grpc.CodeAgentServiceStub) -> list[str]:
     ]
 
 
+CPU_BASELINE = "194aea5"
+"""The commit before the third round of CPU work: its server runs beside today's in `task_cpu`."""
+
+
 async def bench_task_cpu(seconds: float, workspace: Path) -> list[Row]:
-    """The server's own CPU per scripted six-turn task after a warm-up task, each in a new session.
-    The kernel counts CPU in 10 ms ticks, so tasks run in batches of five and the median is taken
-    over the batches' per-task figures."""
+    """The server's own CPU per scripted six-turn task, each in a new session, today and on
+    CPU_BASELINE: two servers at once (each with its fake LLM), batches of tasks alternating between
+    them after a warm-up task each, medians over the batches. The kernel counts CPU in 10 ms ticks,
+    so a batch holds ten tasks; alternating keeps a loaded machine's swings out of the comparison."""
     try:
         import psutil
     except ImportError:
         return [Row("server CPU per six-turn task", "skipped: psutil is not installed")]
-    (workspace / "task.py").write_text(TASK_SOURCE)
-    batches, batch = max(4, int(seconds * 2)), 5
-    script = workspace.parent / "task_turns.json"
-    script.write_text(json.dumps(_task_turns() * (batches * batch + 1)))
-    with FakeLLMProcess(0, turns_file=script) as fake, agent_process(workspace) as agent:
-        agent.wait_healthy()
-        server = psutil.Process(agent.proc.pid)
-
-        def own_cpu_ms() -> float:  # user + system of the server itself; children are counted apart
-            times = server.cpu_times()
-            return (times.user + times.system) * 1000
-
-        async with grpc.aio.insecure_channel(agent.address) as channel:
+    batches, batch = max(6, int(seconds * 4)), 10
+    per_task: dict[str, list[float]] = {"today": [], CPU_BASELINE: []}
+    async with contextlib.AsyncExitStack() as stack:
+        old = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        servers = []
+        for name, source in (("today", None), (CPU_BASELINE, _checkout_of(CPU_BASELINE, old))):
+            root = workspace / name
+            root.mkdir()
+            (root / "task.py").write_text(TASK_SOURCE)
+            script = workspace / f"task_turns_{name}.json"
+            script.write_text(json.dumps(_task_turns() * (batches * batch + 1)))
+            fake = stack.enter_context(FakeLLMProcess(0, turns_file=script))
+            agent = stack.enter_context(agent_process(root, source=source))
+            servers.append((name, fake, agent))
+        channels = []
+        for name, fake, agent in servers:
+            agent.wait_healthy()
+            channel = await stack.enter_async_context(grpc.aio.insecure_channel(agent.address))
             stub = pb_grpc.CodeAgentServiceStub(channel)
             await _initialize(stub, fake.base_url)
             if errors := await _task(stub):  # warm-up: connections, first-use imports
-                raise RuntimeError(f"the six-turn task failed: {errors}")
-            per_task = []
-            for _ in range(batches):
-                before = own_cpu_ms()
+                raise RuntimeError(f"the six-turn task failed on {name}: {errors}")
+            channels.append((name, stub, psutil.Process(agent.proc.pid)))
+        for round_ in range(batches):
+            for name, stub, server in channels if round_ % 2 == 0 else channels[::-1]:
+                before = server.cpu_times()
                 for _ in range(batch):
                     await _task(stub)
-                per_task.append((own_cpu_ms() - before) / batch)
+                after = server.cpu_times()
+                spent = (after.user + after.system - before.user - before.system) * 1000
+                per_task[name].append(spent / batch)
+    today, base = statistics.median(per_task["today"]), statistics.median(per_task[CPU_BASELINE])
     return [
         Row(
             f"server CPU per six-turn task, median of {batches} batches of {batch} (ms)",
-            f"{statistics.median(per_task):.1f}",
+            f"{today:.1f}",
             "<= 15",
         ),
+        Row("server CPU per six-turn task, lowest / highest batch (ms)", _spread(per_task["today"])),
+        Row(f"server CPU per six-turn task on {CPU_BASELINE}, alternating (ms)", f"{base:.1f}"),
         Row(
-            "server CPU per six-turn task, lowest / highest batch (ms)",
-            f"{min(per_task):.1f} / {max(per_task):.1f}",
+            f"server CPU per six-turn task on {CPU_BASELINE}, lowest / highest (ms)",
+            _spread(per_task[CPU_BASELINE]),
         ),
+        Row(f"server CPU per task, today / {CPU_BASELINE}", f"{today / base:.2f}", "report"),
     ]
+
+
+def _spread(values: list[float]) -> str:
+    return f"{min(values):.1f} / {max(values):.1f}"
 
 
 # --- first: the first calls after start (issue 19, the warm-up) ---------------------------

@@ -437,40 +437,25 @@ def cgroup_server(tmp_path: Path) -> LoggedServer:
     return LoggedServer(tmp_path / "workspace", tmp_path / "data", tmp_path / "server.log", env=env)
 
 
-async def test_a_process_that_entered_a_spare_call_cgroup_never_runs_in_a_later_call(
-    cgroup_server: LoggedServer,
+@pytest.mark.parametrize("end", ["the next call", "stop", "crash and restart"])
+async def test_a_process_that_entered_a_spare_call_cgroup_is_killed(
+    cgroup_server: LoggedServer, tmp_path: Path, end: str
 ) -> None:
+    """By the next call that would use the cgroup (and never runs in it), else with the server."""
     cgroup_server.start()
     intruder = None
     try:
         async with grpc.aio.insecure_channel(cgroup_server.address) as channel:
             stub = pb_grpc.CodeAgentServiceStub(channel)
             spare, intruder = await _spare_cgroup_with_intruder(stub, cgroup_server.data_dir, "300.1")
-            # The next call lists the processes of its own cgroup while it runs: only its own.
-            command = f'cg=$({OWN_CGROUP}); cat "{spare.parent}/${{cg##*/}}/cgroup.procs"'
-            result = await _bash(stub, command)
-            assert result.success, result.error
-            assert str(intruder.pid) not in result.output.split()
-            assert await asyncio.wait_for(intruder.wait(), 10) == -signal.SIGKILL
-    finally:
-        await _ended(intruder)
-        cgroup_server.stop()
-    assert "Traceback" not in cgroup_server.log()
-
-
-@pytest.mark.parametrize("end", ["stop", "crash and restart"])
-async def test_a_process_that_entered_a_spare_call_cgroup_ends_with_the_server(
-    cgroup_server: LoggedServer, tmp_path: Path, end: str
-) -> None:
-    cgroup_server.start()
-    intruder = None
-    try:
-        async with grpc.aio.insecure_channel(cgroup_server.address) as channel:
-            stub = pb_grpc.CodeAgentServiceStub(channel)
-            _, intruder = await _spare_cgroup_with_intruder(stub, cgroup_server.data_dir, "300.2")
+            if end == "the next call":  # it lists the processes of its own cgroup: only its own
+                command = f'cg=$({OWN_CGROUP}); cat "{spare.parent}/${{cg##*/}}/cgroup.procs"'
+                result = await _bash(stub, command)
+                assert result.success, result.error
+                assert str(intruder.pid) not in result.output.split()
         if end == "stop":
             cgroup_server.stop()
-        else:
+        elif end == "crash and restart":
             cgroup_server.kill()
             assert alive(intruder.pid)  # the crash left it running
             restarted = LoggedServer(
@@ -484,3 +469,4 @@ async def test_a_process_that_entered_a_spare_call_cgroup_ends_with_the_server(
     finally:
         await _ended(intruder)
         cgroup_server.kill()
+    assert "Traceback" not in cgroup_server.log()
