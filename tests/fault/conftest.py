@@ -115,3 +115,15 @@ def child_pids(pid: int) -> set[int]:
         except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
             continue
     return children
+
+
+def zombie_children(pid: int) -> set[int]:
+    """Children of a process that exited and were not reaped."""
+    zombies = set()
+    for child in child_pids(pid):
+        try:
+            if Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                zombies.add(child)
+        except OSError:
+            continue
+    return zombies

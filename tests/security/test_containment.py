@@ -26,7 +26,7 @@ from a3s_agent.tools.containment import CGROUPS_VARIABLE, MARKER
 
 from ..conftest import LiveServer, agent_settings, alive, initialize, new_session, running, user
 from ..fake_llm import FakeLLM, text, tool_call
-from ..fault.conftest import LoggedServer, child_pids
+from ..fault.conftest import LoggedServer, zombie_children
 from ..test_control import eventually
 
 pytestmark = pytest.mark.security
@@ -106,17 +106,6 @@ def _processes() -> list[tuple[int, list[bytes]]]:
         if state != "Z":
             found.append((int(entry.name), argv))
     return found
-
-
-def _zombie_children(pid: int) -> list[int]:
-    zombies = []
-    for child in child_pids(pid):
-        try:
-            if Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                zombies.append(child)
-        except OSError:
-            continue
-    return zombies
 
 
 @pytest.fixture(params=["cgroups", "no-cgroups"])
@@ -236,7 +225,7 @@ async def test_escapes_of_a_served_call_end_and_leave_no_zombies(
                 assert escapes.all_escaped(), result.error
                 await escapes.wait_gone()
         # The server adopted the orphans (a subreaper) and reaped every one of them.
-        await eventually(lambda: not _zombie_children(logged.pid))
+        await eventually(lambda: not zombie_children(logged.pid))
     finally:
         logged.stop()
     assert "Traceback" not in logged.log()

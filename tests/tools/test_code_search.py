@@ -17,6 +17,7 @@ from a3s_agent.tools.code_search import TOOLS
 from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry
 
 from ..conftest import eventually
+from ..fault.conftest import zombie_children
 
 
 async def grep(workspace: Path, **arguments: object) -> ToolOutput:
@@ -213,18 +214,6 @@ def _descriptors() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
 
 
-def _zombie_children() -> list[int]:
-    zombies = []
-    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            try:
-                if Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                    zombies.append(int(child))
-            except OSError:
-                continue
-    return zombies
-
-
 @pytest.mark.parametrize("pidfds", [True, False])
 async def test_searches_that_end_every_way_leave_no_descriptor_or_zombie_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pidfds: bool
@@ -239,7 +228,7 @@ async def test_searches_that_end_every_way_leave_no_descriptor_or_zombie_behind(
     os.mkfifo(tmp_path / "pipe")
     monkeypatch.setattr(code_search, "_RG_TIMEOUT_S", 0.3)
     before = _descriptors()
-    zombies_before = set(_zombie_children())  # left by other tests of this process, whatever they ran
+    zombies_before = zombie_children(os.getpid())  # left by other tests of this process, whatever they ran
     many = await grep(tmp_path, pattern="hit", path="many.txt", max_results=4000)  # many pipe reads
     assert (many.metadata["matches"], many.metadata["truncated"]) == (4000, True)
     assert many.output.splitlines()[3999] == "many.txt:4000:hit 3999"
@@ -248,5 +237,5 @@ async def test_searches_that_end_every_way_leave_no_descriptor_or_zombie_behind(
     assert (await grep(tmp_path, pattern="(", path="many.txt")).error.startswith("invalid regular expression")
     assert (await grep(tmp_path, pattern="x", path="pipe")).metadata["timed_out"] is True
     assert _descriptors() <= before
-    await eventually(lambda: not set(_zombie_children()) - zombies_before, "every rg reaped")
+    await eventually(lambda: not zombie_children(os.getpid()) - zombies_before, "every rg reaped")
     assert _processes_in(tmp_path) == []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -20,6 +19,7 @@ from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry
 from a3s_agent.tools.shell import TOOLS
 
 from ..conftest import alive
+from ..fault.conftest import zombie_children
 
 
 async def call(workspace: Path, name: str, ctx: ToolContext | None = None, **arguments: Any) -> ToolOutput:
@@ -303,7 +303,7 @@ async def test_run_process_without_pidfds_waits_for_the_exit_in_a_thread(
 
 async def test_run_process_leaves_no_descriptor_or_zombie_behind(tmp_path: Path) -> None:
     descriptors = set(os.listdir("/proc/self/fd"))
-    earlier = _zombies()  # left by other tests of this process, whatever they ran
+    earlier = zombie_children(os.getpid())  # left by other tests of this process, whatever they ran
     for argv, timeout_s in [
         (["sh", "-c", "echo ok"], 10.0),
         (["sh", "-c", "kill -9 $$"], 10.0),  # killed by a signal: a negative exit code
@@ -313,24 +313,4 @@ async def test_run_process_leaves_no_descriptor_or_zombie_behind(tmp_path: Path)
         result = await run_process(argv, cwd=tmp_path, timeout_s=timeout_s)
         assert result.exit_code in (0, -signal.SIGKILL, TIMEOUT_EXIT_CODE), result
     assert set(os.listdir("/proc/self/fd")) <= descriptors
-    assert _zombies() - earlier == set()
-
-
-def _zombies() -> set[int]:
-    """This process's children that exited and were not reaped."""
-    return {pid for pid in _children(os.getpid()) if _state(pid) == "Z"}
-
-
-def _children(pid: int) -> set[int]:
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):
-            found.update(int(child) for child in (task / "children").read_text().split())
-    return found
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "gone"
+    assert zombie_children(os.getpid()) - earlier == set()
