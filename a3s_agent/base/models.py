@@ -209,5 +209,6 @@ class Usage:
         return Usage(**{name: mine + theirs[name] for name, mine in vars(self).items()})
 
     def counts(self) -> dict[str, int]:
-        """The fields by name (what asdict gives, without its deep copy: they are ints)."""
+        """The fields by name, in field order (what asdict gives, without its deep copy: they are
+        ints); the stores write its values in their usage columns' order."""
         return dict(vars(self))

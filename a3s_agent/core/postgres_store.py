@@ -12,7 +12,6 @@ import json
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import astuple
 from typing import Any
 
 from psycopg import AsyncConnection, OperationalError
@@ -155,7 +154,7 @@ class PostgresStore:
                     int(session.state),
                     session.updated_at,
                     json.dumps(session.settings.to_json()),
-                    *astuple(session.usage),
+                    *session.usage.counts().values(),
                     session.id,
                 ),
             )
@@ -187,7 +186,7 @@ class PostgresStore:
             else:
                 await conn.execute(
                     f"UPDATE sessions SET updated_at = %s, {_SET_USAGE} WHERE id = %s",
-                    (updated_at, *astuple(usage), session_id),
+                    (updated_at, *usage.counts().values(), session_id),
                 )
             await self._append(conn, log)
 

@@ -175,7 +175,7 @@ class SqliteStore:
             int(session.state),
             session.updated_at,
             json.dumps(session.settings.to_json()),
-            *astuple(session.usage),
+            *session.usage.counts().values(),
             session.id,
         )
 
@@ -220,7 +220,7 @@ class SqliteStore:
                 else:
                     db.execute(
                         f"UPDATE sessions SET updated_at = ?, {_SET_USAGE} WHERE id = ?",
-                        (updated_at, *astuple(usage), session_id),
+                        (updated_at, *usage.counts().values(), session_id),
                     )
                 _append_log(db, log)
 
