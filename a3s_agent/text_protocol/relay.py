@@ -219,7 +219,7 @@ class RelayProvider:
         )
         session.answered, session.complete = session.sequence, plan_reply(text).summary is not None
         session.updated_at = _now()
-        save_sessions(self.relay_dir, sessions)
+        await asyncio.to_thread(save_sessions, self.relay_dir, sessions)
         return text
 
     def _outbox_path(self, session: RelaySession) -> Path:
@@ -245,8 +245,9 @@ class RelayProvider:
             outcome.files,
             continuation,
         )
-        write_atomically(self._outbox_path(session), document.encode("utf-8"))
-        save_sessions(self.relay_dir, sessions)
+        # Synced writes, on a worker thread: a busy disk must not stall every other session.
+        await asyncio.to_thread(write_atomically, self._outbox_path(session), document.encode("utf-8"))
+        await asyncio.to_thread(save_sessions, self.relay_dir, sessions)
 
     async def _wait_for_reply(self, session: RelaySession) -> Path:
         """The reply file, polled for: a person saves it, no event announces it."""

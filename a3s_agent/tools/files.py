@@ -336,10 +336,9 @@ async def write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolOutput:
     data = _content_bytes(args.content, args.encoding)
     if len(data) > MAX_WRITE_BYTES:
         raise ToolFailure(f"content is {len(data)} bytes; write_file writes at most {MAX_WRITE_BYTES} bytes")
-    if len(data) > _INLINE_READ_BYTES:
-        shown, created = await asyncio.to_thread(_write, ctx.workspace, args.path, data, args.overwrite)
-    else:  # a small write takes less time than the hop to a worker thread would
-        shown, created = _write(ctx.workspace, args.path, data, args.overwrite)
+    # On a worker thread whatever the size: the write is synced to disk (twice), which a busy disk
+    # can make take seconds, and the event loop serves every other session meanwhile.
+    shown, created = await asyncio.to_thread(_write, ctx.workspace, args.path, data, args.overwrite)
     return ToolOutput(
         output=f"{'Created' if created else 'Overwrote'} {shown} ({len(data)} bytes)",
         metadata={"path": shown, "bytes": len(data), "created": created},

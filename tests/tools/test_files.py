@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import difflib
 import errno
 import json
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +249,36 @@ async def test_write_file_failing_midway_keeps_the_original_and_cleans_up(
     assert not result.success and result.error == "cannot write keep.txt: No space left on device"
     assert original.read_text() == "original\n"
     assert names(workspace) == ["keep.txt"]
+
+
+@pytest.mark.parametrize("tool", ["write_file", "edit_file"])
+async def test_a_slow_disk_does_not_stall_the_event_loop(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, tool: str
+) -> None:
+    """Each write is synced twice; a busy disk makes a sync take long, and the event loop serves
+    every other session meanwhile: it must keep turning while a small file is written."""
+    write(workspace / "a.txt", "old\n")
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        time.sleep(0.2)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.create_task(tick())
+    arguments = {"content": "new\n"} if tool == "write_file" else {"old_string": "old", "new_string": "new"}
+    result = await call(workspace, tool, path="a.txt", **arguments)
+    ticker.cancel()
+    assert result.success and (workspace / "a.txt").read_text() == "new\n"
+    assert ticks >= 10, f"the event loop turned {ticks} times in 0.4 s of syncing"
 
 
 async def test_write_file_base64_and_its_errors(workspace: Path) -> None:
