@@ -22,6 +22,8 @@ from typing import Any
 import grpc
 import pytest
 
+from a3s_agent.base.errors import Unavailable
+from a3s_agent.llm import sse
 from a3s_agent.llm.openai_stream import TurnReader
 from a3s_agent.llm.provider import ToolCallReady
 from a3s_agent.llm.sse import ServerEvent, event_batches
@@ -356,6 +358,23 @@ async def test_sse_an_event_split_over_many_reads_comes_whole() -> None:
     stream = b"data: " + data + b"\n\ndata: end\n\n"
     [[big, end]] = await _batches(*(stream[i : i + 1000] for i in range(0, len(stream), 1000)))
     assert big.data == "é" * 300_000 and end.data == "end"
+
+
+async def test_sse_an_event_never_ended_is_refused_past_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that streams on without ever ending its event (no blank line) is cut off once the
+    event passes MAX_EVENT_BYTES, rather than held in memory for as long as it sends."""
+    monkeypatch.setattr(sse, "MAX_EVENT_BYTES", 10_000)
+    endless = (b"data: " + b"x" * 999 for _ in range(1_000_000))
+
+    async def reads() -> AsyncIterator[bytes]:
+        for read in endless:
+            yield read
+
+    with pytest.raises(Unavailable, match="without ending an event"):
+        [batch async for batch in event_batches(reads())]
+    assert next(endless)  # it stopped reading: most of the stream was never asked for
+    events = await _events(b"data: " + b"y" * 9_000 + b"\n\n", b"data: " + b"z" * 9_000 + b"\n\n")
+    assert [len(event.data) for event in events] == [9_000, 9_000]  # each under the bound: fine
 
 
 def _fragment_chunk(fragment: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,13 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterable
 from dataclasses import dataclass
 
+from ..base.errors import Unavailable
+
+MAX_EVENT_BYTES = 128 << 20
+"""The most one event may take before its blank line: room for a tool call carrying write_file's
+largest content (50 MB) base64-encoded in one chunk, and a bound on what a server that never ends
+its event can make us hold."""
+
 
 @dataclass(slots=True)
 class ServerEvent:
@@ -64,6 +71,11 @@ class _Decoder:
         pending += read
         boundary = pending.rfind(b"\n\n", start)
         if boundary < 0:
+            if len(pending) > MAX_EVENT_BYTES:
+                raise Unavailable(
+                    f"the LLM provider sent more than {MAX_EVENT_BYTES >> 20} MiB without ending an"
+                    " event (no blank line): not a server-sent event stream"
+                )
             return []
         # Decoded whole events at a time: a line break never falls inside a multi-byte character.
         text = pending[:boundary].decode("utf-8", errors="replace")
