@@ -184,8 +184,14 @@ class ContextManager:
 
     async def measure(self, session: Session, history: list[Message]) -> ContextUsage:
         """The usage of `history`, counted on a worker thread: counting megabytes takes seconds,
-        which the event loop (every other caller) must not wait for."""
-        return await asyncio.to_thread(self._meter(session), history)
+        which the event loop (every other caller) must not wait for. An empty history (a new
+        session's) is counted here once the tokenizer is loaded: only the system prompt and the
+        tool schemas are left to count, and their counts are kept from the first time."""
+        counter = self.counter(session)
+        meter = self._meter(session, counter)
+        if not history and counter.loaded:
+            return meter(history)
+        return await asyncio.to_thread(meter, history)
 
     async def over_threshold(self, session: Session, history: list[Message]) -> bool:
         """Whether `history` is past the session's compaction threshold. A bound by UTF-8 bytes

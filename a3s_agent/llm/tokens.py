@@ -289,6 +289,11 @@ class TokenCounter:
         name = self._encoding_name
         return not self._resolved and name is not None and name in _ASKED and name not in _ENCODINGS
 
+    @property
+    def loaded(self) -> bool:
+        """Whether counting needs no load first (the encoding is in memory, or chars/4 is used)."""
+        return self._resolved or self._encoding_name is None or self._encoding_name in _ENCODINGS
+
     def announce_load(self) -> None:
         """Mark this counter's encoding as being loaded before the load begins (the warm-up, which
         builds the tool schemas first), so that `loading` says so from now on (should that load

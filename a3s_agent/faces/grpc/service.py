@@ -40,6 +40,9 @@ from .later_only import later_only_handlers
 
 log = logging.getLogger(__name__)
 
+_INLINE_MESSAGES, _INLINE_BYTES = 16, 64 << 10
+"""Request messages converted on the event loop: at most this many, of at most this size in all."""
+
 _LOG_LEVELS = {
     pb.LogConfig.LEVEL_DEBUG: "DEBUG",
     pb.LogConfig.LEVEL_INFO: "INFO",
@@ -187,12 +190,14 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         return _session_to_pb(session, usage, self.dialects.is_later(context))
 
     async def _messages(self, messages: Sequence[pb.Message], field: str) -> list[CoreMessage]:
-        """Checked and converted on a worker thread: for tens of megabytes that takes a while."""
+        """Checked and converted; on a worker thread unless they are few and small: for tens of
+        megabytes that takes a while, for a prompt of a few lines less than the hop would."""
         if not messages:
             return []
-        return await asyncio.to_thread(
-            convert.messages_from_pb, messages, field, self.app.max_request_messages
-        )
+        limit = self.app.max_request_messages
+        if len(messages) <= _INLINE_MESSAGES and sum(m.ByteSize() for m in messages) <= _INLINE_BYTES:
+            return convert.messages_from_pb(messages, field, limit)
+        return await asyncio.to_thread(convert.messages_from_pb, messages, field, limit)
 
     # --- context ---------------------------------------------------------------------------
 
