@@ -347,7 +347,8 @@ async def test_the_record_rewritten_in_place_still_names_the_running_call_after_
         call = asyncio.ensure_future(_bash(stub, command))
         await eventually(lambda: background_file.exists() and background_file.read_text().strip())
         background = int(background_file.read_text())
-        assert MARKER.encode() not in _environ(background)
+        # `$!` is the `env` that execs sleep: its environment loses the marker once it has.
+        await eventually(lambda: MARKER.encode() not in _environ(background), "the orphan to drop the marker")
         logged.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
         logged.proc.wait(10)  # type: ignore[union-attr]
         with pytest.raises(grpc.aio.AioRpcError):
