@@ -33,6 +33,7 @@ import asyncio
 import base64
 import itertools
 import json
+import secrets
 import signal
 import threading
 import time
@@ -571,6 +572,10 @@ class Dialect:
     between)."""
     whole_json: bool = False
     """Answers ``stream: true`` with one whole ``chat.completion`` JSON object."""
+    obfuscation: bool = False
+    """api.openai.com since 2025: every chunk of a reply carries ``obfuscation``, random characters
+    of a random length (a mitigation of size side channels), so no two chunks are alike but for
+    their text."""
 
     def message_fields(self) -> frozenset[str]:
         """The fields an assistant message may carry here (strict servers refuse any other)."""
@@ -589,6 +594,7 @@ _CALL_FIELDS = frozenset({"id", "type", "function", "index"})
 
 DIALECTS: dict[str, Dialect] = {
     "openai": Dialect(usage_details="openai"),
+    "openai-obfuscation": Dialect(usage_details="openai", obfuscation=True),
     "ollama-index0": Dialect(calls="index0"),
     "ollama-noindex": Dialect(calls="noindex"),
     "sglang-index0": Dialect(calls="index0-split"),
@@ -1127,7 +1133,10 @@ class FakeLLM:
             }
             if dialect.azure:
                 choice["content_filter_results"] = _AZURE_FILTER
-            return {**base, "choices": [choice], **({"usage": None} if null_usage else {})}
+            padded = (
+                {"obfuscation": secrets.token_urlsafe(secrets.randbelow(12))} if dialect.obfuscation else {}
+            )
+            return {**base, "choices": [choice], **({"usage": None} if null_usage else {}), **padded}
 
         out = [chunk({"role": "assistant", "content": "", "refusal": None})]
         if issued.reasoning is not None:

@@ -23,7 +23,8 @@ import grpc
 import pytest
 
 from a3s_agent.base.errors import Unavailable
-from a3s_agent.llm import sse
+from a3s_agent.base.jsontext import model_json
+from a3s_agent.llm import chunk_template, openai_stream, sse
 from a3s_agent.llm.openai_stream import TurnReader
 from a3s_agent.llm.provider import ToolCallReady
 from a3s_agent.llm.sse import ServerEvent, event_batches
@@ -107,6 +108,20 @@ async def test_generate_structured(server: LiveServer, dialect_fake: FakeLLM) ->
     )
     assert json.loads(reply.data) == {"name": "Ada", "age": 36}
     assert_usage(reply.usage, dialect_fake)
+
+
+async def test_a_file_written_by_a_tool_call_arrives_byte_for_byte(
+    server: LiveServer, dialect_fake: FakeLLM, workspace: Path
+) -> None:
+    """Arguments streamed in pieces of three characters (most chunks alike but for their piece),
+    with quotes, backslashes, control characters, non-ASCII and a JSON-looking `","` inside."""
+    content = 'say "hi" \\ then\n\ttab, é, 😀, \u2028, "," and {"nested": [1]}\n' * 3
+    answer = 'Wrote it: "quoted", é 😀.'
+    dialect_fake.script(tool_call("write_file", {"path": "out.txt", "content": content}), text(answer))
+    reply = await generate(server, await new_session(server), "write it")
+    assert reply.tool_calls[0].result.success, reply.tool_calls[0].result.error
+    assert (workspace / "out.txt").read_text() == content
+    assert reply.message.content == answer
 
 
 # --- focused tests -----------------------------------------------------------------------------
@@ -450,6 +465,77 @@ def test_the_fast_path_for_argument_fragments_reads_them_as_the_general_one(
     fast = events(fragments)
     assert fast == events([{**fragment, "type": "function"} for fragment in fragments])
     assert [(e.name, e.arguments) for e in fast if isinstance(e, ToolCallReady)] == calls
+
+
+def _piece(text: str) -> str:
+    """An OpenAI chunk bringing a piece of call 0's arguments, as json writes it."""
+    fragment = {"index": 0, "function": {"arguments": text}}
+    return json.dumps({**_CHUNK_HEAD, "choices": [{"index": 0, "delta": {"tool_calls": [fragment]}}]})
+
+
+def _text_piece(text: str, **extra: Any) -> str:
+    return json.dumps({**_CHUNK_HEAD, "choices": [{"index": 0, "delta": {"content": text}}], **extra})
+
+
+_CHUNK_HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "m"}
+_HEAD = json.dumps({**_CHUNK_HEAD, "choices": [{"index": 0, "delta": {"tool_calls": [
+    {"index": 0, "id": "call_a", "type": "function", "function": {"name": "write_file", "arguments": ""}}
+]}}]})  # fmt: skip
+_TRICKY = ['{"p', 'ath": "', "m", '", "content": "', '\\"', "\n\t", "é", "😀", '","', "", "\u2028", "'}"]
+_ALIKE = {  # streams of chunk texts: each read with templates must come out as each parsed whole
+    "tricky pieces": [_HEAD, *map(_piece, _TRICKY)],
+    "escaped and raw non-ASCII": [_HEAD, _piece("a"), _piece("é"), _piece("é").replace("\\u00e9", "é")],
+    "a lone surrogate": [_HEAD, _piece("a"), _piece("\ud800"), _piece("b")],
+    "two tokens where one was": [
+        _HEAD,
+        _piece("a"),
+        _piece("a").replace('"a"', '"b"}}, {"index": 0, "function": {"arguments": "c"'),
+    ],
+    "no string where one was": [_HEAD, _piece("a"), _piece("a").replace('"a"', "[1]"), _piece("c")],
+    "the piece spelled as the model is": [
+        _HEAD,
+        _piece("m"),
+        _piece("m").replace('"model": "m"', '"model": "q"'),
+        _piece("x"),
+        _piece("m"),
+    ],
+    "a new call on the same index": [
+        _HEAD,
+        _piece("{}"),
+        _HEAD.replace("call_a", "call_b").replace("write_file", "grep"),
+        _piece("{}"),
+    ],
+    "text, then a call, then text": [
+        _text_piece("Le"),
+        _text_piece("t me"),
+        _HEAD,
+        _piece("{}"),
+        _text_piece(" see"),
+        _text_piece(""),
+    ],
+    "a different head": [_text_piece("a"), _text_piece("b").replace('"m"', '"n"'), _text_piece("c")],
+    "obfuscated": [_text_piece(p, obfuscation="x" * i) for i, p in enumerate("abcdefgh")],
+}
+
+
+@pytest.mark.parametrize("texts", list(_ALIKE.values()), ids=list(_ALIKE))
+def test_chunks_alike_but_for_their_string_are_read_as_when_parsed_whole(
+    texts: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a chunk that is only a piece of text or arguments was parsed, a chunk alike but for that
+    piece is read without a parse: the events are those of parsing every chunk."""
+    finish = json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    whole, templated = TurnReader("endpoint"), TurnReader("endpoint")
+    expected = [event for text in [*texts, finish] for event in whole.feed(model_json(text))]
+    parses = []
+    for module in (openai_stream, chunk_template):
+        monkeypatch.setattr(module, "model_json", lambda text: parses.append(text) or model_json(text))
+    got = [event for text in [*texts, finish] for event in templated.feed_text(text)]
+    assert got + templated.finish() == expected + whole.finish()
+    if texts is _ALIKE["tricky pieces"]:
+        assert len(parses) < len(texts) / 2  # the point: most of them are not parsed
+    if texts is _ALIKE["obfuscated"]:
+        assert len(parses) <= len(texts) + 2 * 2  # a template that fits none is given up after two
 
 
 def _sse(*chunks: dict[str, Any]) -> bytes:

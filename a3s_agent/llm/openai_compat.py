@@ -154,11 +154,7 @@ def _take(reader: TurnReader, batch: list[ServerEvent], events: list[ProviderEve
             continue
         if payload == "[DONE]":
             return True
-        try:
-            chunk = model_json(payload)  # a model's lone surrogates become U+FFFD
-        except ValueError as exc:
-            raise Unavailable(f"the LLM provider sent a malformed chunk: {payload[:200]!r}") from exc
-        events += reader.feed(chunk)
+        events += reader.feed_text(payload)
     return False
 
 

@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base.errors import Unavailable
+from ..base.jsontext import model_json
 from ..base.models import ProviderState, Usage
+from .chunk_template import ChunkTemplate
 from .provider import ProviderEvent, ReasoningDelta, TextDelta, ToolCallReady, TurnEnd
 from .provider_errors import is_error_body, mid_reply_failure
 from .wire_values import as_object, as_text
@@ -38,6 +40,11 @@ from .wire_values import as_object, as_text
 _REASONING = "reasoning_content"
 _REASONING_ALIAS = "reasoning"  # vLLM 0.11 on, OpenRouter, Ollama: shown, not sent back
 _EXTRA = "extra_content"
+_TEXT = -1
+"""Where a lone string goes (see `_lone_string`) when it is a piece of the text: no call's index."""
+_MOST_MISSES = 2
+"""Templates that came to nothing before a reader stops making them (e.g. OpenAI's chunks, each
+with a random string of its own): each costs a parse."""
 
 
 @dataclass(slots=True)
@@ -75,6 +82,46 @@ class TurnReader:
         self._usage: Usage | None = None
         self._reasoning: list[str] | None = None
         self._extra: Any = None
+        self._template: ChunkTemplate | None = None  # of the last chunk that was a lone string
+        self._template_of = _TEXT  # what the template's string is a piece of
+        self._template_used = False
+        self._misses = 0
+
+    def feed_text(self, text: str) -> list[ProviderEvent]:
+        """The events of a chunk as the server wrote it (a JSON object): its lone string when the
+        chunk is the last lone string's template with another string, else `feed` of its parse."""
+        if self._template is not None and (piece := self._template.string(text)) is not None:
+            self._template_used = True
+            return self._lone_piece(self._template_of, piece)
+        try:
+            chunk = model_json(text)  # a model's lone surrogates become U+FFFD
+        except ValueError as exc:
+            raise Unavailable(f"the LLM provider sent a malformed chunk: {text[:200]!r}") from exc
+        events = self.feed(chunk)
+        lone = _lone_string(chunk)
+        if lone is not None and lone[1] and (lone[0] == _TEXT or lone[0] in self._by_index):
+            self._learn(text, *lone)
+        return events
+
+    def _learn(self, text: str, of: int, piece: str) -> None:
+        if self._template is not None and not self._template_used:
+            self._misses += 1
+        if self._misses >= _MOST_MISSES:
+            self._template = None
+            return
+        self._template = ChunkTemplate.of(text, piece, lambda chunk: _string_of(chunk, of))
+        self._template_of, self._template_used = of, False
+        if self._template is None:
+            self._misses += 1
+
+    def _lone_piece(self, of: int, piece: str) -> list[ProviderEvent]:
+        """What `feed` makes of a lone string chunk: a text delta, or a piece of a call's arguments."""
+        if of == _TEXT:
+            return [TextDelta(piece)] if piece else []
+        call = self._by_index[of]
+        if piece and not call.sent:
+            call.pieces.append(piece)
+        return []
 
     def feed(self, chunk: Any) -> list[ProviderEvent]:
         """The events a chunk completes: its text at once, tool calls once known to be whole."""
@@ -230,6 +277,40 @@ def _count(values: dict[str, Any], key: str) -> int:
     """A token count, 0 when absent, null or not a count."""
     value = values.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _lone_string(chunk: Any) -> tuple[int, str] | None:
+    """(_TEXT, text) for a chunk that brings a piece of text and nothing else, (index, piece) for
+    one that brings a piece of call `index`'s arguments and nothing else; None for any other."""
+    if type(chunk) is not dict or chunk.get("usage") or "x_groq" in chunk or is_error_body(chunk):
+        return None
+    choices = chunk.get("choices")
+    if type(choices) is not list or len(choices) != 1 or type(choice := choices[0]) is not dict:
+        return None
+    delta = choice.get("delta")
+    if choice.get("usage") or choice.get("finish_reason") or type(delta) is not dict or len(delta) != 1:
+        return None
+    if type(text := delta.get("content")) is str:
+        return _TEXT, text
+    calls = delta.get("tool_calls")
+    if (
+        type(calls) is not list
+        or len(calls) != 1
+        or type(fragment := calls[0]) is not dict
+        or len(fragment) != 2
+    ):
+        return None
+    index, function = fragment.get("index"), fragment.get("function")
+    if type(index) is not int or index < 0 or type(function) is not dict or len(function) != 1:
+        return None
+    arguments = function.get("arguments")
+    return (index, arguments) if type(arguments) is str else None
+
+
+def _string_of(chunk: Any, of: int) -> str | None:
+    """The lone string of `chunk` when it is one of `of` (a call's index, or _TEXT)."""
+    lone = _lone_string(chunk)
+    return lone[1] if lone is not None and lone[0] == of else None
 
 
 def _starts_new_call(current: _Call, call_id: str, name: str, arguments: str) -> bool:
