@@ -145,6 +145,20 @@ async def test_text_read_at_once_is_one_chunk_for_a_client_and_written_apart_sev
         assert len(said) == 1 if prompt == "once" else len(said) > 1  # each delta on as it came
 
 
+async def test_a_file_written_by_a_tool_call_arrives_byte_for_byte(
+    server: LiveServer, claude: FakeAnthropic, files: Path
+) -> None:
+    """The input streamed in pieces of five characters, with quotes, backslashes, control
+    characters, non-ASCII and a JSON-looking `","` inside."""
+    content = 'say "hi" \\ then\n\ttab, é, 😀, \u2028, "," and {"nested": [1]}\n' * 3
+    answer = 'Wrote it: "quoted", é 😀.'
+    claude.script(tool_call("write_file", {"path": "out.txt", "content": content}), text(answer))
+    reply = await generate(server, "write it")
+    assert reply.tool_calls[0].result.success, reply.tool_calls[0].result.error
+    assert (files / "out.txt").read_text() == content
+    assert reply.message.content == answer
+
+
 async def test_two_parallel_calls_in_one_turn(server: LiveServer, claude: FakeAnthropic) -> None:
     claude.script(
         tool_calls(

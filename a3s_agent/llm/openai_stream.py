@@ -32,7 +32,7 @@ from typing import Any
 from ..base.errors import Unavailable
 from ..base.jsontext import model_json
 from ..base.models import ProviderState, Usage
-from .chunk_template import ChunkTemplate
+from .chunk_template import LoneStrings
 from .provider import ProviderEvent, ReasoningDelta, TextDelta, ToolCallReady, TurnEnd
 from .provider_errors import is_error_body, mid_reply_failure
 from .wire_values import as_object, as_text
@@ -42,9 +42,6 @@ _REASONING_ALIAS = "reasoning"  # vLLM 0.11 on, OpenRouter, Ollama: shown, not s
 _EXTRA = "extra_content"
 _TEXT = -1
 """Where a lone string goes (see `_lone_string`) when it is a piece of the text: no call's index."""
-_MOST_MISSES = 2
-"""Templates that came to nothing before a reader stops making them (e.g. OpenAI's chunks, each
-with a random string of its own): each costs a parse."""
 
 
 @dataclass(slots=True)
@@ -82,37 +79,23 @@ class TurnReader:
         self._usage: Usage | None = None
         self._reasoning: list[str] | None = None
         self._extra: Any = None
-        self._template: ChunkTemplate | None = None  # of the last chunk that was a lone string
-        self._template_of = _TEXT  # what the template's string is a piece of
-        self._template_used = False
-        self._misses = 0
+        self._lone = LoneStrings()
 
     def feed_text(self, text: str) -> list[ProviderEvent]:
-        """The events of a chunk as the server wrote it (a JSON object): its lone string when the
-        chunk is the last lone string's template with another string, else `feed` of its parse."""
-        if self._template is not None and (piece := self._template.string(text)) is not None:
-            self._template_used = True
-            return self._lone_piece(self._template_of, piece)
+        """The events of a chunk as the server wrote it (a JSON object): read without a parse when
+        it is the template of the last chunk that brought only a string, with another string."""
+        if (lone := self._lone.read(text)) is not None:
+            return self._lone_piece(*lone)
         try:
             chunk = model_json(text)  # a model's lone surrogates become U+FFFD
         except ValueError as exc:
             raise Unavailable(f"the LLM provider sent a malformed chunk: {text[:200]!r}") from exc
         events = self.feed(chunk)
-        lone = _lone_string(chunk)
-        if lone is not None and lone[1] and (lone[0] == _TEXT or lone[0] in self._by_index):
-            self._learn(text, *lone)
+        found = _lone_string(chunk)
+        if found is not None and found[1] and (found[0] == _TEXT or found[0] in self._by_index):
+            of = found[0]
+            self._lone.learn(text, of, found[1], lambda parsed: _string_of(parsed, of))
         return events
-
-    def _learn(self, text: str, of: int, piece: str) -> None:
-        if self._template is not None and not self._template_used:
-            self._misses += 1
-        if self._misses >= _MOST_MISSES:
-            self._template = None
-            return
-        self._template = ChunkTemplate.of(text, piece, lambda chunk: _string_of(chunk, of))
-        self._template_of, self._template_used = of, False
-        if self._template is None:
-            self._misses += 1
 
     def _lone_piece(self, of: int, piece: str) -> list[ProviderEvent]:
         """What `feed` makes of a lone string chunk: a text delta, or a piece of a call's arguments."""
