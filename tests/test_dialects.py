@@ -515,6 +515,7 @@ _ALIKE = {  # streams of chunk texts: each read with templates must come out as 
     ],
     "a different head": [_text_piece("a"), _text_piece("b").replace('"m"', '"n"'), _text_piece("c")],
     "obfuscated": [_text_piece(p, obfuscation="x" * i) for i, p in enumerate("abcdefgh")],
+    "long pieces": [_text_piece(p * 5000) for p in "abc"],
 }
 
 
@@ -536,6 +537,8 @@ def test_chunks_alike_but_for_their_string_are_read_as_when_parsed_whole(
         assert len(parses) < len(texts) / 2  # the point: most of them are not parsed
     if texts is _ALIKE["obfuscated"]:
         assert len(parses) <= len(texts) + 2 * 2  # a template that fits none is given up after two
+    if texts is _ALIKE["long pieces"]:
+        assert len(parses) == len(texts) + 1  # each parsed once (the finish too): none made a template
 
 
 def _sse(*chunks: dict[str, Any]) -> bytes:

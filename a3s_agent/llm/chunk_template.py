@@ -24,6 +24,9 @@ from ..base.jsontext import model_json, valid_text
 _MOST_MISSES = 2
 """Templates that came to nothing before a reader stops making them (e.g. OpenAI's chunks, each
 with a random string of its own): each costs a parse."""
+_MOST_TEMPLATE_CHARS = 4096
+"""The longest chunk made a template: finding its string is a pass over it beside the parse, and a
+reply's hundreds of chunks alike are small."""
 _scan_string: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 """json's string scanner (in C): a string token's value from after its opening quote, and where
 the token ends."""
@@ -93,7 +96,9 @@ class LoneStrings:
 
     def learn(self, text: str, of: int, piece: str, read: Callable[[Any], object]) -> None:
         """`text` was parsed, and its only news is the non-empty string `piece` of `of`, which
-        `read` finds in a parse: it becomes the template."""
+        `read` finds in a parse: it becomes the template (unless it is long)."""
+        if len(text) > _MOST_TEMPLATE_CHARS:
+            return
         if self._last is not None and not self._used:
             self._misses += 1
         template = ChunkTemplate.of(text, piece, read) if self._misses < _MOST_MISSES else None
