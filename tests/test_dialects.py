@@ -477,6 +477,10 @@ def _text_piece(text: str, **extra: Any) -> str:
     return json.dumps({**_CHUNK_HEAD, "choices": [{"index": 0, "delta": {"content": text}}], **extra})
 
 
+def _delta_piece(delta: dict[str, Any]) -> str:
+    return json.dumps({**_CHUNK_HEAD, "choices": [{"index": 0, "delta": delta}]})
+
+
 _CHUNK_HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "m"}
 _HEAD = json.dumps({**_CHUNK_HEAD, "choices": [{"index": 0, "delta": {"tool_calls": [
     {"index": 0, "id": "call_a", "type": "function", "function": {"name": "write_file", "arguments": ""}}
@@ -516,6 +520,17 @@ _ALIKE = {  # streams of chunk texts: each read with templates must come out as 
     "a different head": [_text_piece("a"), _text_piece("b").replace('"m"', '"n"'), _text_piece("c")],
     "obfuscated": [_text_piece(p, obfuscation="x" * i) for i, p in enumerate("abcdefgh")],
     "long pieces": [_text_piece(p * 5000) for p in "abc"],
+    "reasoning": [
+        _delta_piece({"content": None, "reasoning_content": p}) for p in ("Hm", "m, ", "", *"so on")
+    ],
+    "reasoning, then text": [
+        *(_delta_piece({"content": None, "reasoning_content": p}) for p in ("Hm", "m, ", "", "so")),
+        *(_delta_piece({"reasoning_content": p}) for p in ("a", "b")),
+        *(_delta_piece({"reasoning": p}) for p in ("c", "d")),  # shown, not sent back
+        *(_delta_piece({"content": None, "reasoning_content": "e", "reasoning": p}) for p in "fg"),
+        _text_piece("The"),
+        _text_piece(" answer"),
+    ],
 }
 
 
@@ -533,7 +548,7 @@ def test_chunks_alike_but_for_their_string_are_read_as_when_parsed_whole(
         monkeypatch.setattr(module, "model_json", lambda text: parses.append(text) or model_json(text))
     got = [event for text in [*texts, finish] for event in templated.feed_text(text)]
     assert got + templated.finish() == expected + whole.finish()
-    if texts is _ALIKE["tricky pieces"]:
+    if texts is _ALIKE["tricky pieces"] or texts is _ALIKE["reasoning"]:
         assert len(parses) < len(texts) / 2  # the point: most of them are not parsed
     if texts is _ALIKE["obfuscated"]:
         assert len(parses) <= len(texts) + 2 * 2  # a template that fits none is given up after two

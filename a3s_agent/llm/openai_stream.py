@@ -42,6 +42,8 @@ _REASONING_ALIAS = "reasoning"  # vLLM 0.11 on, OpenRouter, Ollama: shown, not s
 _EXTRA = "extra_content"
 _TEXT = -1
 """Where a lone string goes (see `_lone_string`) when it is a piece of the text: no call's index."""
+_THOUGHT = -2
+"""... when it is a piece of the reasoning (`reasoning_content`)."""
 
 
 @dataclass(slots=True)
@@ -92,15 +94,21 @@ class TurnReader:
             raise Unavailable(f"the LLM provider sent a malformed chunk: {text[:200]!r}") from exc
         events = self.feed(chunk)
         found = _lone_string(chunk)
-        if found is not None and found[1] and (found[0] == _TEXT or found[0] in self._by_index):
+        if found is not None and found[1] and (found[0] < 0 or found[0] in self._by_index):
             of = found[0]
             self._lone.learn(text, of, found[1], lambda parsed: _string_of(parsed, of))
         return events
 
     def _lone_piece(self, of: int, piece: str) -> list[ProviderEvent]:
-        """What `feed` makes of a lone string chunk: a text delta, or a piece of a call's arguments."""
+        """What `feed` makes of a lone string chunk: a text or reasoning delta, or a piece of a
+        call's arguments."""
         if of == _TEXT:
             return [TextDelta(piece)] if piece else []
+        if of == _THOUGHT:
+            if self._reasoning is None:
+                self._reasoning = []
+            self._reasoning.append(piece)
+            return [ReasoningDelta(piece)] if piece else []
         call = self._by_index[of]
         if piece and not call.sent:
             call.pieces.append(piece)
@@ -263,18 +271,26 @@ def _count(values: dict[str, Any], key: str) -> int:
 
 
 def _lone_string(chunk: Any) -> tuple[int, str] | None:
-    """(_TEXT, text) for a chunk that brings a piece of text and nothing else, (index, piece) for
-    one that brings a piece of call `index`'s arguments and nothing else; None for any other."""
+    """(_TEXT, text) for a chunk that brings a piece of text and nothing else, (_THOUGHT, piece) for
+    one that brings a piece of reasoning (alone, or with DeepSeek's `"content": null`), (index,
+    piece) for one that brings a piece of call `index`'s arguments; None for any other."""
     if type(chunk) is not dict or chunk.get("usage") or "x_groq" in chunk or is_error_body(chunk):
         return None
     choices = chunk.get("choices")
     if type(choices) is not list or len(choices) != 1 or type(choice := choices[0]) is not dict:
         return None
     delta = choice.get("delta")
-    if choice.get("usage") or choice.get("finish_reason") or type(delta) is not dict or len(delta) != 1:
+    if choice.get("usage") or choice.get("finish_reason") or type(delta) is not dict:
+        return None
+    if len(delta) == 2 and "content" in delta and delta["content"] is None:
+        thought = delta.get(_REASONING)
+        return (_THOUGHT, thought) if type(thought) is str else None
+    if len(delta) != 1:
         return None
     if type(text := delta.get("content")) is str:
         return _TEXT, text
+    if type(thought := delta.get(_REASONING)) is str:
+        return _THOUGHT, thought
     calls = delta.get("tool_calls")
     if (
         type(calls) is not list
