@@ -1,7 +1,7 @@
 """Streamed chunks alike but for one string: once one is parsed, the rest are read without a parse.
 
 A server streams a reply as hundreds of small JSON chunks that are byte for byte the same but for
-one string, a piece of the text or of a tool call's arguments. Once a parsed chunk shows where that
+one string, a piece of the text, of the reasoning or of a tool call's arguments. Once a parsed chunk shows where that
 string sits in its text (`ChunkTemplate.of`), a later chunk with the same text before that place
 and after it, and one JSON string token between, parses the same but for that string: only the
 string is decoded (`ChunkTemplate.string`), by the json module's own string scanner. A JSON
@@ -77,8 +77,8 @@ class ChunkTemplate:
 
 class LoneStrings:
     """A reader's template of the last chunk whose only news was a string, and what that string
-    was a piece of (a number of the reader's: the text, a call's arguments); templates are no
-    longer made once two came to nothing."""
+    was a piece of (a number of the reader's: the text, the reasoning, a call's arguments);
+    templates are no longer made once two came to nothing."""
 
     __slots__ = ("_last", "_misses", "_used")
 
