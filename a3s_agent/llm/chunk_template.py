@@ -1,12 +1,12 @@
 """Streamed chunks alike but for one string: once one is parsed, the rest are read without a parse.
 
 A server streams a reply as hundreds of small JSON chunks that are byte for byte the same but for
-one string, a piece of the text, of the reasoning or of a tool call's arguments. Once a parsed chunk shows where that
-string sits in its text (`ChunkTemplate.of`), a later chunk with the same text before that place
-and after it, and one JSON string token between, parses the same but for that string: only the
-string is decoded (`ChunkTemplate.string`), by the json module's own string scanner. A JSON
-tokenizer's state after the text before the place does not depend on what follows, so nothing
-else can change. Any other chunk is parsed whole.
+one string, a piece of the text, of the reasoning or of a tool call's arguments. Once a parsed
+chunk shows where that string sits in its text (`ChunkTemplate.of`), a later chunk with the same
+text before that place and after it, and one JSON string token between, parses the same but for
+that string: only the string is decoded (`ChunkTemplate.string`), by the json module's own string
+scanner. A JSON tokenizer's state after the text before the place does not depend on what
+follows, so nothing else can change. Any other chunk is parsed whole.
 
 A chunk of 200 bytes parsed and looked through costs about 3 µs; its string read alone, under 1 µs.
 OpenAI's own chunks carry a random `obfuscation` string as well, so they differ in two places and

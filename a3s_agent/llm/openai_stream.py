@@ -307,7 +307,7 @@ def _lone_string(chunk: Any) -> tuple[int, str] | None:
 
 
 def _string_of(chunk: Any, of: int) -> str | None:
-    """The lone string of `chunk` when it is one of `of` (a call's index, or _TEXT)."""
+    """The lone string of `chunk` when it is one of `of` (a call's index, _TEXT or _THOUGHT)."""
     lone = _lone_string(chunk)
     return lone[1] if lone is not None and lone[0] == of else None
 
