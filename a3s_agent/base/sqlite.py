@@ -1,20 +1,20 @@
 """SQLite plumbing shared by the stores (sessions, Agent Spaces): one file in WAL mode, its schema
 migrated by PRAGMA user_version, commits synced as A3S_DURABILITY says, used off the event loop.
 
-The connection lives on one dedicated thread and each store operation runs there as a single
-function: a transaction costs one hop from the event loop and back, where aiosqlite (which this
-replaced) makes one per statement, four for a BEGIN/INSERT/UPDATE/COMMIT.
+The connection lives on one dedicated thread (serial_thread.py) and each store operation runs there
+as a single function: a transaction costs one hop from the event loop and back, where aiosqlite
+(which this replaced) makes one per statement, four for a BEGIN/INSERT/UPDATE/COMMIT.
 """
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal, TypeVar
+
+from .serial_thread import SerialThread
 
 T = TypeVar("T")
 Durability = Literal["full", "normal"]
@@ -69,26 +69,24 @@ class Database:
         self._durability = durability
         self._name = name  # names the thread, and the store in errors
         self._db: sqlite3.Connection | None = None
-        self._thread: ThreadPoolExecutor | None = None
+        self._thread: SerialThread | None = None
 
     async def open(self) -> str:
         """Connect (migrating the schema); returns how commits are synced, as `synchronous_level`."""
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"a3s-{self._name}")
-        self._db = await asyncio.get_running_loop().run_in_executor(
-            self._thread, connect, self.path, self._migrations, self._durability
-        )
+        self._thread = SerialThread(f"a3s-{self._name}")
+        self._db = await self._thread.run(connect, self.path, self._migrations, self._durability)
         return await self.run(synchronous_level)
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run fn with the connection on the database's thread."""
         if self._db is None or self._thread is None:
             raise RuntimeError(f"the {self._name} store is not open")
-        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, self._db)
+        return await self._thread.run(fn, self._db)
 
     async def close(self) -> None:
         if self._db is not None:
             await self.run(lambda db: db.close())
             self._db = None
         if self._thread is not None:
-            self._thread.shutdown(wait=True)
+            self._thread.stop()
             self._thread = None
