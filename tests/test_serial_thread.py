@@ -5,8 +5,10 @@ undo it; stopping runs what was queued."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -86,3 +88,24 @@ async def test_stop_runs_what_was_queued() -> None:
     worker.stop()
     assert ran == [0, 1, 2]
     await asyncio.gather(*pending)
+
+
+async def test_an_idle_thread_keeps_nothing_of_the_last_call() -> None:
+    """A loaded history must not stay in memory because it was the thread's last result."""
+
+    class Rows(list[int]):
+        pass
+
+    worker = SerialThread("a3s-test")
+    try:
+        rows = await worker.run(lambda: Rows(range(1000)))
+        gone = weakref.ref(rows)
+        del rows
+        for _ in range(200):  # the thread may still be finishing the call when its caller resumes
+            gc.collect()
+            if gone() is None:
+                break
+            await asyncio.sleep(0.01)
+        assert gone() is None
+    finally:
+        worker.stop()

@@ -41,18 +41,24 @@ class SerialThread:
 
     def _serve(self) -> None:
         while (job := self._jobs.get()) is not None:
-            fn, args, loop, done = job
-            if done.cancelled():
-                continue
-            try:
-                result, error = fn(*args), None
-            except BaseException as exc:  # the caller's to handle, whatever it is
-                result, error = None, exc
-            if not loop.is_closed():
-                try:
-                    loop.call_soon_threadsafe(_settle, done, result, error)
-                except RuntimeError:  # the loop closed meanwhile: nobody is waiting any more
-                    pass
+            _run(*job)
+            del job  # nothing of a finished call (its result, its error) is kept while idle
+
+
+def _run(
+    fn: Callable[..., Any], args: tuple[Any, ...], loop: asyncio.AbstractEventLoop, done: asyncio.Future[Any]
+) -> None:
+    if done.cancelled():
+        return
+    try:
+        result, error = fn(*args), None
+    except BaseException as exc:  # the caller's to handle, whatever it is
+        result, error = None, exc
+    if not loop.is_closed():
+        try:
+            loop.call_soon_threadsafe(_settle, done, result, error)
+        except RuntimeError:  # the loop closed meanwhile: nobody is waiting any more
+            pass
 
 
 def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
