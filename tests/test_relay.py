@@ -39,6 +39,22 @@ async def outbox_file(relay_dir: Path, sequence: int) -> Path:
             await asyncio.sleep(0.01)
 
 
+async def new_outboxes(relay_dir: Path, known: set[Path]) -> set[Path]:
+    """The outbox files that are not `known`, once there is one."""
+    while True:
+        if found := set((relay_dir / "outbox").glob("*.txt")) - known:
+            return found
+        await asyncio.sleep(0.01)
+
+
+async def replies_read(relay_dir: Path, count: int) -> None:
+    """Once `count` replies have been read (and moved to inbox/processed)."""
+    while True:
+        if len(list((relay_dir / "inbox" / "processed").glob("*.txt"))) >= count:
+            return
+        await asyncio.sleep(0.01)
+
+
 async def person(relay_dir: Path, replies: list[str], first: int = 1) -> list[str]:
     """Answer outbox `first`, `first + 1`... with `replies`; returns the outboxes as read."""
     seen = []
@@ -261,6 +277,42 @@ async def test_cancelling_a_wait_leaves_the_outbox_pending_and_the_relay_usable(
     write_reply(relay_dir, "reply.txt", "[DONE]\ndone\n[/DONE]")
     async with asyncio.timeout(5):
         assert await events_of(provider, turn) == [TextDelta("done"), TurnEnd("stop")]
+
+
+async def test_sessions_on_one_relay_directory_take_turns_whatever_it_is_called(tmp_path: Path) -> None:
+    """Two providers (two configs naming the directory differently): one turn at a time, so each
+    session reads the reply to its own outbox and sessions.json keeps both sessions' numbering."""
+    relay_dir = tmp_path / "relay"
+    relay_dir.mkdir()
+    (tmp_path / "link").symlink_to(relay_dir, target_is_directory=True)
+    providers = {
+        "s1": RelayProvider(relay_dir, scope=TurnScope("s1", tmp_path), timing=FAST),
+        "s2": RelayProvider(tmp_path / "link", scope=TurnScope("s2", tmp_path), timing=FAST),
+    }
+    turns = {
+        session: asyncio.create_task(
+            events_of(provider, request({"role": "user", "content": f"task {session}"}))
+        )
+        for session, provider in providers.items()
+    }
+    answered: set[Path] = set()
+    async with asyncio.timeout(10):
+        for _ in providers:
+            waiting = await new_outboxes(relay_dir, answered)
+            assert len(waiting) == 1, f"outboxes waiting at once: {sorted(p.name for p in waiting)}"
+            [outbox] = waiting
+            task = outbox.read_text().split("Task: ")[1].split("\n")[0]
+            write_reply(relay_dir, "answer.txt", f"[DONE]\nanswer to {task}\n[/DONE]")
+            answered.add(outbox)
+            await replies_read(relay_dir, len(answered))
+        results = {session: await turn for session, turn in turns.items()}
+
+    assert results == {s: [TextDelta(f"answer to task {s}"), TurnEnd("stop")] for s in providers}
+    states = {state.session_id: state for state in load_sessions(relay_dir).values()}
+    assert {s: (state.sequence, state.answered) for s, state in states.items()} == {
+        "s1": (1, 1),
+        "s2": (1, 1),
+    }
 
 
 # The CLI

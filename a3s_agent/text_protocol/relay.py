@@ -9,8 +9,9 @@ tag-mode reply (tag_mode.py). No network and no API key are involved.
 `<relay_dir>/sessions.json` maps each session to its 8-hex-digit handle, with its task and
 sequence numbers, so numbering goes on across turns and restarts, and an outbox still
 unanswered when the agent stopped is waited on again rather than written anew. One inbox
-serves one relay directory, so turns of different sessions take their turn; one process
-should use a relay directory at a time.
+serves one relay directory, so turns of different sessions take their turn, whichever
+provider (or spelling of the directory in a config) they come through; one process should
+use a relay directory at a time.
 
 In an LLM config the relay is `provider: "relay"`, its directory `base_url`
 (`relay:///abs/dir`, `relay://rel/dir` or a plain path; A3S_RELAY_DIR when empty).
@@ -25,6 +26,7 @@ import os
 import secrets
 import stat
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -52,6 +54,18 @@ from .tag_mode import (
 log = logging.getLogger(__name__)
 
 RELAY_SCHEME = "relay://"
+
+_turn_locks: weakref.WeakValueDictionary[Path, asyncio.Lock] = weakref.WeakValueDictionary()
+
+
+def _turn_lock(relay_dir: Path) -> asyncio.Lock:
+    """The lock of a (resolved) relay directory, shared by every provider using it in this process:
+    a turn reads sessions.json, waits for its reply and saves its copy back, so two at once would
+    each take the other's reply or drop the other's numbering."""
+    lock = _turn_locks.get(relay_dir)
+    if lock is None:
+        lock = _turn_locks[relay_dir] = asyncio.Lock()
+    return lock
 
 
 def relay_dir_of(base_url: str, default: str = "") -> Path:
@@ -171,7 +185,7 @@ class RelayProvider:
         self._scope = scope
         self._timing = timing or RelayTiming()
         self._on_waiting = on_waiting
-        self._turns = asyncio.Lock()
+        self._turns = _turn_lock(self.relay_dir)
 
     async def stream(self, request: CompletionRequest) -> AsyncIterator[ProviderEvent]:
         scope = self._scope or scope_of(request)
