@@ -1356,17 +1356,46 @@ CPU_BASELINE = "194aea5"
 """The commit before the third round of CPU work: its server runs beside today's in `task_cpu`."""
 
 
+def _switches(pid: int) -> int:
+    """How often the process's threads have been switched off the CPU so far, voluntarily (to wait)
+    or not. /proc/<pid>/status counts its first thread only, so each thread's is read."""
+    total = 0
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            for line in Path(f"/proc/{pid}/task/{thread}/status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                    total += int(line.split()[1])
+    return total
+
+
+async def _wake_cpu_us(wakes: int = 300) -> float:
+    """This machine's price of a wake-up: the CPU an event loop's thread spends per 1 ms sleep it
+    wakes from (median of three runs). A server pays it for every message, commit and reply it
+    waits for, so it scales the task's figure from machine to machine."""
+    runs = []
+    for _ in range(3):
+        started = time.thread_time()
+        for _ in range(wakes):
+            await asyncio.sleep(0.001)
+        runs.append((time.thread_time() - started) / wakes * 1e6)
+    return statistics.median(runs)
+
+
 async def bench_task_cpu(seconds: float, workspace: Path) -> list[Row]:
     """The server's own CPU per scripted six-turn task, each in a new session, today and on
     CPU_BASELINE: two servers at once (each with its fake LLM), batches of tasks alternating between
     them after a warm-up task each, medians over the batches. The kernel counts CPU in 10 ms ticks,
-    so a batch holds ten tasks; alternating keeps a loaded machine's swings out of the comparison."""
+    so a batch holds ten tasks; alternating keeps a loaded machine's swings out of the comparison.
+    Beside it: how often each server's threads were switched off the CPU per task, and what one
+    wake-up costs on this machine."""
     try:
         import psutil
     except ImportError:
         return [Row("server CPU per six-turn task", "skipped: psutil is not installed")]
     batches, batch = max(6, int(seconds * 4)), 10
     per_task: dict[str, list[float]] = {"today": [], CPU_BASELINE: []}
+    switches: dict[str, list[float]] = {"today": [], CPU_BASELINE: []}
+    wake_us = await _wake_cpu_us()
     async with contextlib.AsyncExitStack() as stack:
         old = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         servers = []
@@ -1390,10 +1419,11 @@ async def bench_task_cpu(seconds: float, workspace: Path) -> list[Row]:
             channels.append((name, stub, psutil.Process(agent.proc.pid)))
         for round_ in range(batches):
             for name, stub, server in channels if round_ % 2 == 0 else channels[::-1]:
-                before = server.cpu_times()
+                before, switched = server.cpu_times(), _switches(server.pid)
                 for _ in range(batch):
                     await _task(stub)
                 after = server.cpu_times()
+                switches[name].append((_switches(server.pid) - switched) / batch)
                 spent = (after.user + after.system - before.user - before.system) * 1000
                 per_task[name].append(spent / batch)
     today, base = statistics.median(per_task["today"]), statistics.median(per_task[CPU_BASELINE])
@@ -1410,6 +1440,11 @@ async def bench_task_cpu(seconds: float, workspace: Path) -> list[Row]:
             _spread(per_task[CPU_BASELINE]),
         ),
         Row(f"server CPU per task, today / {CPU_BASELINE}", f"{today / base:.2f}", "report"),
+        Row(
+            f"server threads switched off the CPU per task, today / on {CPU_BASELINE}",
+            f"{statistics.median(switches['today']):.0f} / {statistics.median(switches[CPU_BASELINE]):.0f}",
+        ),
+        Row("this machine: CPU per event-loop wake-up from a 1 ms sleep (us)", f"{wake_us:.0f}"),
     ]
 
 
