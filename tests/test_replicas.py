@@ -19,9 +19,11 @@ import signal
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
+import psycopg
 import pytest
 
 from a3s_agent.core.events import EVENT, EventType
@@ -515,3 +517,35 @@ async def test_a_replica_woken_after_losing_its_lease_is_fenced_and_stops_its_ru
     run = at_takeover[-1].body["data"]["run_id"]
     assert not [e for e in later if e.body.get("run") == run], "an entry of the fenced run landed"
     assert f"the generation of session {session_id} stopped: " in stale.log()
+
+
+# --- a stuck database ------------------------------------------------------------------------------
+
+
+async def test_a_call_stuck_behind_a_database_lock_fails_unavailable_once_the_bound_passes(
+    postgres_server: Any, tmp_path: Path
+) -> None:
+    """The operator bounds statements in the store URL (`options=-c statement_timeout=...`): a
+    CreateSession stuck behind another client's lock ends UNAVAILABLE, naming why, instead of
+    hanging; once the lock is gone the server serves again."""
+    with fresh_database(postgres_server, "bounds") as url:
+        bounded = f"{url}{'&' if '?' in url else '?'}options=-c%20statement_timeout%3D500"
+        server = LoggedServer(
+            tmp_path, tmp_path / "data", tmp_path / "server.log", ("--store", bounded, "--replica-id", "A")
+        ).start()
+        try:
+            async with grpc.aio.insecure_channel(server.address) as channel:
+                stub = pb_grpc.CodeAgentServiceStub(channel)
+                async with await psycopg.AsyncConnection.connect(url) as intruder:
+                    await intruder.execute("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE")
+                    with pytest.raises(grpc.aio.AioRpcError) as stuck:
+                        await stub.CreateSession(pb.CreateSessionRequest(), timeout=RPC_TIMEOUT_S)
+                    await intruder.rollback()
+                assert stuck.value.code() == grpc.StatusCode.UNAVAILABLE, stuck.value
+                assert "the PostgreSQL store (--store) did not answer in time" in (
+                    stuck.value.details() or ""
+                )
+                assert await session_on(stub)
+        finally:
+            server.kill()
+        assert "Traceback" not in server.log(), server.log()[-4000:]

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from a3s_agent.base.errors import AlreadyExists, Unavailable
+from a3s_agent.core import postgres_bounds
 from a3s_agent.spaces.postgres_store import PostgresSpacesStore
 from a3s_agent.spaces.service import Spaces
 from a3s_agent.spaces.storage import RunRecord, SpaceRecord
@@ -125,6 +126,22 @@ async def test_only_the_owner_records_a_runs_end_and_renews_its_lease(url: str) 
         assert await a.save_segment("r2", "cancelled", None, [], 0, "t")
         assert not await b.request_cancel("r2")  # no longer running
         assert await a.renew(["r2"]) == {"r2"}
+
+
+async def test_a_statement_stuck_behind_another_client_s_lock_fails_unavailable(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres_bounds, "STATEMENT_TIMEOUT_MS", 300)
+    async with raw_store(url, "a") as a:
+        await a.insert_space(SpaceRecord("box", "/w", {}, NOW))
+        await a.insert_run(RunRecord("r1", "box", "running", {}, None, 0, NOW, NOW))
+        async with await psycopg.AsyncConnection.connect(url) as intruder:
+            await intruder.execute("SELECT id FROM spaces_runs WHERE id = 'r1' FOR UPDATE")
+            with pytest.raises(Unavailable, match="Agent Spaces' PostgreSQL store did not answer in time"):
+                async with asyncio.timeout(10):
+                    await a.request_cancel("r1")
+            await intruder.rollback()
+        assert await a.request_cancel("r1")  # the store goes on
 
 
 async def test_a_sweep_fails_only_runs_whose_lease_expired(url: str) -> None:

@@ -14,8 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from a3s_agent.base.errors import AlreadyExists, ResourceExhausted
+from a3s_agent.base.errors import AlreadyExists, ResourceExhausted, Unavailable
 from a3s_agent.base.models import LLMConfig, Message, SessionConfig, SessionState, ToolCall, Usage
+from a3s_agent.core import postgres_bounds
 from a3s_agent.core.postgres_channel import NOTIFY_LIMIT, log_payloads
 from a3s_agent.core.postgres_schema import MIGRATIONS
 from a3s_agent.core.postgres_store import PostgresStore
@@ -538,6 +539,47 @@ async def test_durability_is_what_the_server_does(postgres_url: str) -> None:
     await relaxed.open()
     assert relaxed.durability == "normal"
     await relaxed.close()
+
+
+async def test_a_write_stuck_behind_another_client_s_lock_fails_unavailable_then_the_store_goes_on(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another client holds the session's row (a replica frozen mid-transaction, say): the write
+    gives up after statement_timeout with UNAVAILABLE, writes nothing, and the next one succeeds."""
+    monkeypatch.setattr(postgres_bounds, "STATEMENT_TIMEOUT_MS", 300)
+    store = PostgresStore(postgres_url, "replica-a")
+    await store.open()
+    try:
+        await store.create_session(session("s"), [])
+        async with await psycopg.AsyncConnection.connect(postgres_url) as intruder:
+            await intruder.execute("SELECT id FROM sessions WHERE id = 's' FOR UPDATE")
+            with pytest.raises(Unavailable, match=r"PostgreSQL store \(--store\) did not answer in time"):
+                async with asyncio.timeout(10):
+                    await store.append_messages("s", [Message(role="user", content="lost?")], 2_000)
+            await intruder.rollback()
+        await store.append_messages("s", [Message(role="user", content="kept")], 3_000)
+        assert [m.content for m in await store.load_messages("s")] == ["kept"]
+    finally:
+        await store.close()
+
+
+async def test_the_operator_s_statement_timeout_in_the_url_wins(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres_bounds, "STATEMENT_TIMEOUT_MS", 600_000)  # ours would hang the test
+    store = PostgresStore(
+        psycopg.conninfo.make_conninfo(postgres_url, options="-c statement_timeout=300"), "r"
+    )
+    await store.open()
+    try:
+        await store.create_session(session("s"), [])
+        async with await psycopg.AsyncConnection.connect(postgres_url) as intruder:
+            await intruder.execute("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE")
+            with pytest.raises(Unavailable, match="statement_timeout"):
+                async with asyncio.timeout(10):
+                    await store.list_sessions()
+    finally:
+        await store.close()
 
 
 async def test_destroying_a_session_ends_its_lease_so_its_run_is_fenced_off(store: Store) -> None:

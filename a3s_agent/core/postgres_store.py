@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ..base.errors import AlreadyExists, Unavailable
 from ..base.models import Message, SessionConfig, SessionState, Usage
+from .postgres_bounds import RETENTION_TIMEOUT_MS, bound_waits, unavailable
 from .postgres_channel import CONTROL_CHANNEL, LOG_CHANNEL, Listener, control_payload, log_payloads
 from .postgres_schema import (
     CONNECT_TIMEOUT_S,
@@ -35,6 +36,7 @@ from .store import ControlHandler, EntriesHandler, Lease, LeaseLost, LogEntry
 
 POOL_MIN_SIZE = 1
 POOL_MAX_SIZE = 10
+STORE_NAME = "the PostgreSQL store (--store)"
 
 _SET_USAGE = ", ".join(f"{column} = %s" for column in USAGE_COLUMNS)
 _SESSION_COLUMNS = """
@@ -61,6 +63,7 @@ class PostgresStore:
             max_size=POOL_MAX_SIZE,
             open=False,
             kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+            configure=bound_waits,
         )
         self._listener: Listener | None = None
 
@@ -69,7 +72,7 @@ class PostgresStore:
         try:
             conn = await AsyncConnection.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
         except OperationalError as exc:
-            raise Unavailable(f"cannot reach the PostgreSQL store (--store): {exc}") from exc
+            raise Unavailable(f"cannot reach {STORE_NAME}: {exc}") from exc
         async with conn:
             await migrate(conn)
             self.durability = await _durability(conn)
@@ -82,11 +85,20 @@ class PostgresStore:
         await self._pool.close()
 
     @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
+        """A pooled connection; what fails on the database raises Unavailable (postgres_bounds.py)."""
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except OperationalError as exc:
+            raise unavailable(STORE_NAME, exc) from exc
+
+    @asynccontextmanager
     async def _transaction(self, log: Sequence[LogEntry] = ()) -> AsyncIterator[AsyncConnection[Any]]:
         """A connection in a transaction, committed when the block ends; when it fails, the `log`
         entries it was to append are left as they came (seq and id 0)."""
         try:
-            async with self._pool.connection() as conn, conn.transaction():
+            async with self._connection() as conn, conn.transaction():
                 yield conn
         except BaseException:
             for entry in log:
@@ -121,14 +133,14 @@ class PostgresStore:
             await self._append(conn, log)
 
     async def list_sessions(self) -> list[Session]:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cursor = await conn.execute(
                 f"SELECT {_SESSION_COLUMNS} FROM sessions s ORDER BY s.created_at, s.id"
             )
             return [_session_from_row(row) for row in await cursor.fetchall()]
 
     async def load_session(self, session_id: str) -> Session | None:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cursor = await conn.execute(
                 f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = %s", (session_id,)
             )
@@ -136,7 +148,7 @@ class PostgresStore:
         return None if row is None else _session_from_row(row)
 
     async def session_stamp(self, session_id: str) -> int | None:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cursor = await conn.execute("SELECT updated_at FROM sessions WHERE id = %s", (session_id,))
             row = await cursor.fetchone()
         return None if row is None else int(row[0])
@@ -214,7 +226,7 @@ class PostgresStore:
         return await self._load(session_id, archived=True)
 
     async def _load(self, session_id: str, *, archived: bool) -> list[Message]:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cursor = await conn.execute(
                 "SELECT role, content, data FROM messages WHERE session_id = %s AND archived = %s ORDER BY seq",
                 (session_id, archived),
@@ -233,7 +245,7 @@ class PostgresStore:
             )
 
     async def load_initialization(self) -> dict[str, Any] | None:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             row = await (await conn.execute("SELECT data FROM initialization WHERE id = 1")).fetchone()
         return None if row is None else dict(json.loads(row[0]))
 
@@ -267,7 +279,7 @@ class PostgresStore:
             )
 
     async def load_harness_run(self, session_id: str, run_id: str) -> dict[str, Any] | None:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             row = await (
                 await conn.execute(
                     "SELECT record FROM harness_runs WHERE session_id = %s AND run_id = %s",
@@ -328,7 +340,7 @@ class PostgresStore:
         )
 
     async def read_log(self, session_id: str, after_seq: int, limit: int) -> list[LogEntry]:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cursor = await conn.execute(
                 f"SELECT {LOG_COLUMNS} FROM event_log WHERE session_id = %s AND seq > %s ORDER BY seq LIMIT %s",
                 (session_id, after_seq, limit),
@@ -336,14 +348,14 @@ class PostgresStore:
             return [entry_from_row(row) for row in await cursor.fetchall()]
 
     async def read_log_since(self, after_id: int, limit: int) -> list[LogEntry]:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cursor = await conn.execute(
                 f"SELECT {LOG_COLUMNS} FROM event_log WHERE id > %s ORDER BY id LIMIT %s", (after_id, limit)
             )
             return [entry_from_row(row) for row in await cursor.fetchall()]
 
     async def log_bounds(self, session_id: str) -> tuple[int, int]:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cursor = await conn.execute(
                 "SELECT COALESCE(MIN(seq), 0), GREATEST(COALESCE(MAX(seq), 0),"
                 " COALESCE((SELECT last_seq FROM sessions WHERE id = %s), 0))"
@@ -356,6 +368,10 @@ class PostgresStore:
 
     async def prune_log(self, older_than: int, keep: int) -> int:
         async with self._transaction() as conn:
+            # Background work over the whole log, which no call waits for: a longer bound of its own.
+            await conn.execute(
+                "SELECT set_config('statement_timeout', %s, true)", (f"{RETENTION_TIMEOUT_MS}ms",)
+            )
             cursor = await conn.execute(
                 "DELETE FROM event_log WHERE created_at < %s OR id IN (SELECT id FROM"
                 " (SELECT id, row_number() OVER (PARTITION BY session_id ORDER BY seq DESC) AS rank"
@@ -398,7 +414,7 @@ class PostgresStore:
             )
 
     async def lease_of(self, session_id: str) -> Lease | None:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cursor = await conn.execute(
                 f"SELECT {_LEASE_COLUMNS} FROM run_leases WHERE session_id = %s", (session_id,)
             )
@@ -406,7 +422,7 @@ class PostgresStore:
         return None if row is None else Lease(*row)
 
     async def expired_leases(self) -> list[Lease]:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             cursor = await conn.execute(
                 f"SELECT {_LEASE_COLUMNS} FROM run_leases WHERE expires_at < {NOW_MS} ORDER BY expires_at"
             )
@@ -423,7 +439,7 @@ class PostgresStore:
 
     async def send_control(self, message: dict[str, Any]) -> None:
         payload = control_payload(message)
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.execute("SELECT pg_notify(%s, %s)", (CONTROL_CHANNEL, payload))
 
 

@@ -16,7 +16,8 @@ writes of a run's end need the run still `running` and still its own.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
@@ -24,6 +25,7 @@ from psycopg import errors
 from psycopg_pool import AsyncConnectionPool
 
 from ..base.errors import AlreadyExists, Unavailable
+from ..core.postgres_bounds import bound_waits, unavailable
 from ..core.postgres_schema import CONNECT_TIMEOUT_S, NOW_MS, migrate
 from .storage import RunRecord, SpaceRecord
 
@@ -60,6 +62,7 @@ _MIGRATIONS: list[str] = [
 ]
 _MIGRATION_LOCK = 0xA35_5ACE  # the key of pg_advisory_xact_lock that migrations take ("a3s space")
 _POOL_SIZE = 4
+_STORE_NAME = "Agent Spaces' PostgreSQL store"
 _RUN_COLUMNS = "id, space_id, status, policy, pending, event_count, created_at, updated_at"
 
 
@@ -87,6 +90,7 @@ class PostgresSpacesStore:
             open=False,
             name="a3s-spaces",
             timeout=CONNECT_TIMEOUT_S,
+            configure=bound_waits,
         )
         await self._pool.open()
 
@@ -164,8 +168,7 @@ class PostgresSpacesStore:
         first_seq: int,
         updated_at: str,
     ) -> bool:
-        pool = self._ready()
-        async with pool.connection() as conn:
+        async with self._connection() as conn:
             ended = await conn.execute(
                 "UPDATE spaces_runs SET status = %s, pending = %s, event_count = %s, updated_at = %s,"
                 " owner = NULL, lease_until = NULL, cancel_requested = false"
@@ -204,8 +207,7 @@ class PostgresSpacesStore:
     async def renew(self, run_ids: Sequence[str]) -> set[str]:
         if not run_ids:
             return set()
-        pool = self._ready()
-        async with pool.connection() as conn:
+        async with self._connection() as conn:
             cursor = await conn.execute(
                 f"UPDATE spaces_runs SET lease_until = {NOW_MS} + %s"
                 " WHERE id = ANY(%s) AND status = 'running' AND owner = %s RETURNING id, cancel_requested",
@@ -225,16 +227,23 @@ class PostgresSpacesStore:
 
     # --- plumbing ---------------------------------------------------------------------------------
 
-    def _ready(self) -> AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]:
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
+        """A pooled connection in a transaction of its own, committed when the block ends; what
+        fails on the database raises Unavailable (core/postgres_bounds.py)."""
         if self._pool is None:
             raise RuntimeError("the Agent Spaces store is not open")
-        return self._pool
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except psycopg.OperationalError as exc:
+            raise unavailable(_STORE_NAME, exc) from exc
 
     async def _execute(self, sql: str, values: Sequence[Any]) -> int:
         """Run one statement in a transaction of its own; how many rows it changed."""
-        async with self._ready().connection() as conn:
+        async with self._connection() as conn:
             return (await conn.execute(sql, values)).rowcount
 
     async def _fetchone(self, sql: str, values: Sequence[Any]) -> tuple[Any, ...] | None:
-        async with self._ready().connection() as conn:
+        async with self._connection() as conn:
             return await (await conn.execute(sql, values)).fetchone()
