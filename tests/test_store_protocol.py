@@ -16,8 +16,8 @@ import pytest
 
 from a3s_agent.base.errors import AlreadyExists, ResourceExhausted, Unavailable
 from a3s_agent.base.models import LLMConfig, Message, SessionConfig, SessionState, ToolCall, Usage
-from a3s_agent.core import postgres_bounds
-from a3s_agent.core.postgres_channel import NOTIFY_LIMIT, log_payloads
+from a3s_agent.core import postgres_bounds, postgres_channel
+from a3s_agent.core.postgres_channel import HORIZON_EVERY_S, LISTENER_NAME, NOTIFY_LIMIT, log_payloads
 from a3s_agent.core.postgres_schema import MIGRATIONS
 from a3s_agent.core.postgres_store import PostgresStore
 from a3s_agent.core.session import Session, SessionSettings
@@ -399,7 +399,7 @@ def test_notifications_stay_under_the_limit_and_keep_the_order() -> None:
         LogEntry("s", "chunk", {"text": "x" * size}, 1_000, seq=n + 1, id=n + 1)
         for n, size in enumerate(sizes)
     ]
-    payloads = log_payloads("replica-a", entries)
+    payloads = log_payloads("replica-a", 2**40, entries)
     assert all(len(payload.encode()) <= NOTIFY_LIMIT for payload in payloads)
     seen: list[int] = []
     for payload in map(json.loads, payloads):
@@ -493,13 +493,16 @@ async def test_the_listener_reconnects_and_delivers_what_was_appended_while_it_w
     postgres_server: Any,
     postgres_url: str,
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(postgres_channel, "HORIZON_EVERY_S", 0.1)  # the horizon passes the first entry
     a, b = replicas
     database = psycopg.conninfo.conninfo_to_dict(postgres_url)["dbname"]
     got: list[LogEntry] = []
     await b.listen(got.extend, lambda message: None)
     await a.create_session(session("s"), [], log=[entry("s", 0)])
     await eventually(lambda: len(got) == 1, "the first entry")
+    await asyncio.sleep(0.5)
 
     async with await psycopg.AsyncConnection.connect(postgres_server.get_uri(), autocommit=True) as admin:
         with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_channel"):
@@ -507,8 +510,8 @@ async def test_the_listener_reconnects_and_delivers_what_was_appended_while_it_w
             await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
             await admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = %s AND query LIKE 'LISTEN%%'",
-                (database,),
+                " WHERE datname = %s AND application_name LIKE %s",
+                (database, f"{LISTENER_NAME}%"),
             )
             await eventually(lambda: caplog.text.count("lost its connection") >= 2, "a failed reconnect")
             await a.append_log([entry("s", n) for n in range(1, 4)])  # on a's open connection
@@ -517,6 +520,54 @@ async def test_the_listener_reconnects_and_delivers_what_was_appended_while_it_w
     await eventually(lambda: [e.seq for e in got] == [1, 2, 3, 4], "every entry once, after the reconnect")
     await a.append_log([entry("s", 5)])
     await eventually(lambda: [e.seq for e in got] == [1, 2, 3, 4, 5], "entries after the reconnect")
+
+
+@pytest.mark.parametrize("horizon_every_s", [HORIZON_EVERY_S, 0.1])
+async def test_an_entry_committed_out_of_id_order_while_the_listener_was_down_is_delivered(
+    replicas: tuple[PostgresStore, PostgresStore],
+    postgres_server: Any,
+    postgres_url: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    horizon_every_s: float,
+) -> None:
+    """Ids are handed out at insert, commits come in any order: an entry whose transaction began
+    before the last entry b saw, and committed while b's listener was down, still reaches b, once,
+    however often b's horizon moved meanwhile (every 0.1 s: several times)."""
+    monkeypatch.setattr(postgres_channel, "HORIZON_EVERY_S", horizon_every_s)
+    a, b = replicas
+    database = psycopg.conninfo.conninfo_to_dict(postgres_url)["dbname"]
+    got: list[LogEntry] = []
+    await b.listen(got.extend, lambda message: None)
+    await a.create_session(session("early"), [])
+    await a.create_session(session("late"), [])
+
+    async with await psycopg.AsyncConnection.connect(
+        postgres_url
+    ) as slow:  # a writer still in its transaction
+        await slow.execute("UPDATE sessions SET last_seq = 1 WHERE id = 'early'")
+        await slow.execute(
+            "INSERT INTO event_log (session_id, seq, kind, body, created_at, origin)"
+            " VALUES ('early', 1, 'event', '{\"n\": 1}', 1000, 'replica-a')"
+        )
+        await a.append_log([entry("late", 2)])  # a larger id, committed first
+        await eventually(lambda: [(e.session_id, e.seq) for e in got] == [("late", 1)], "the later id")
+        await asyncio.sleep(0.5)  # at 0.1 s, b samples its horizon several times meanwhile
+        async with await psycopg.AsyncConnection.connect(postgres_server.get_uri(), autocommit=True) as admin:
+            with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_channel"):
+                await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
+                await admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = %s AND application_name LIKE %s",
+                    (database, f"{LISTENER_NAME}%"),
+                )
+                await eventually(lambda: "lost its connection" in caplog.text, "b's listener down")
+                await slow.commit()  # the earlier id, while nobody hears of it
+            await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
+    await eventually(
+        lambda: sorted((e.session_id, e.seq) for e in got) == [("early", 1), ("late", 1)],
+        "the earlier id after the reconnect",
+    )
 
 
 async def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:

@@ -8,6 +8,18 @@ listeners read from the table. `a3s_control`: control messages, JSON, delivered 
 A listener holds one dedicated connection (not the pool's). When it is lost, the listener
 reconnects with a bounded backoff and, once listening again, reads from the table the entries other
 replicas appended meanwhile, so that a dropped connection loses nothing that was committed.
+
+What it missed is found by transaction, not by id: ids are handed out at insert and transactions
+commit in any order, so "the ids above the last one seen" would miss an entry whose transaction
+took its id before that one and committed while the connection was down. Each entry records its
+transaction (`event_log.txid`, also in the notification), and the listener keeps a horizon: every
+transaction older than it had ended, and its entries had reached the listener (or were there
+before it started). A catch-up reads the entries of the transactions from the horizon on, each
+session's in order, skipping those already delivered (per session: the seqs below the next one
+expected); it then moves the horizon to the oldest transaction running when it began reading.
+While listening, the oldest running transaction is sampled every HORIZON_EVERY_S and becomes the
+horizon one period later, on the same connection, by when every notification of what had ended
+before the sample has arrived and been handed on.
 """
 
 from __future__ import annotations
@@ -35,12 +47,17 @@ CONTROL_CHANNEL = "a3s_control"
 # The largest payload we send, in bytes: PostgreSQL refuses one of 8,000 bytes or more.
 NOTIFY_LIMIT = 7_500
 CATCH_UP_PAGE = 1_000
+HORIZON_EVERY_S = 5.0
+LISTENER_NAME = "a3s-agent listener"
+"""The listening connection's application_name (followed by the replica id)."""
+_OLDEST_RUNNING = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text"
 
 
-def log_payloads(origin: str, entries: Sequence[LogEntry]) -> list[str]:
-    """The notifications that announce `entries`, in their order: the entries inline, as many per
-    payload as fit under NOTIFY_LIMIT; an entry too big for a payload of its own as a reference."""
-    head = len(_payload(origin, "entries", []))
+def log_payloads(origin: str, txid: int, entries: Sequence[LogEntry]) -> list[str]:
+    """The notifications that announce `entries`, written by transaction `txid`, in their order: the
+    entries inline, as many per payload as fit under NOTIFY_LIMIT; an entry too big for a payload
+    of its own as a reference."""
+    head = len(_payload(origin, txid, "entries", []))
     payloads: list[str] = []
     kind, items, size = "entries", list[str](), head
     for entry in entries:
@@ -49,13 +66,13 @@ def log_payloads(origin: str, entries: Sequence[LogEntry]) -> list[str]:
         if head + len(item) > NOTIFY_LIMIT:
             item, item_kind = json.dumps([entry.session_id, entry.seq]), "refs"
         if items and (item_kind != kind or size + 1 + len(item) > NOTIFY_LIMIT):
-            payloads.append(_payload(origin, kind, items))
+            payloads.append(_payload(origin, txid, kind, items))
             items, size = [], head
         kind = item_kind
         size += len(item) + (1 if items else 0)
         items.append(item)
     if items:
-        payloads.append(_payload(origin, kind, items))
+        payloads.append(_payload(origin, txid, kind, items))
     return payloads
 
 
@@ -70,9 +87,9 @@ def control_payload(message: dict[str, Any]) -> str:
     return payload
 
 
-def _payload(origin: str, kind: str, items: list[str]) -> str:
+def _payload(origin: str, txid: int, kind: str, items: list[str]) -> str:
     # ASCII only (json.dumps escapes the rest), so that characters and bytes count the same.
-    return f'{{"origin":{json.dumps(origin)},"{kind}":[{",".join(items)}]}}'
+    return f'{{"origin":{json.dumps(origin)},"txid":{txid},"{kind}":[{",".join(items)}]}}'
 
 
 def _entry_json(entry: LogEntry) -> dict[str, Any]:
@@ -105,15 +122,29 @@ class Listener:
         self._on_control = on_control
         self._conn: AsyncConnection[Any] | None = None
         self._task: asyncio.Task[None] | None = None
-        self._last_id = 0  # the largest log id seen: a catch-up after a reconnect reads past it
-        self._caught_up: set[int] = set()  # ids the last catch-up delivered, not to deliver twice
+        self._horizon = 0  # see the module's docstring
+        self._sampled: int | None = None  # the next horizon, sampled on the current connection
+        # Per session: the next seq expected, and the newest transaction among the entries delivered
+        # (None when one was unknown); a session is forgotten once the horizon passes it. The newest,
+        # not the last: a session's transactions commit in the order of their seqs, not of their ids.
+        self._next: dict[str, tuple[int, int | None]] = {}
 
     async def start(self) -> None:
         """Listen (what commits from now on is delivered), then keep reading in a task."""
-        self._conn = await self._connect()
-        async with self._pool.connection() as conn:
-            row = await (await conn.execute("SELECT COALESCE(MAX(id), 0) FROM event_log")).fetchone()
-        self._last_id = row[0] if row else 0
+        conn = await self._connect(listening=False)
+        # What is there before it listens counts as delivered; what commits after that is not.
+        cursor = await conn.execute(
+            f"WITH oldest AS ({_OLDEST_RUNNING} AS txid) SELECT oldest.txid, e.session_id, MAX(e.seq),"
+            " MAX(e.txid::text::bigint) FROM oldest LEFT JOIN event_log e ON e.txid >= oldest.txid::xid8"
+            " GROUP BY oldest.txid, e.session_id"
+        )
+        rows = await cursor.fetchall()
+        self._horizon = int(rows[0][0])
+        self._next = {
+            session_id: (last + 1, newest) for _, session_id, last, newest in rows if session_id is not None
+        }
+        await self._listen(conn)
+        self._conn = conn
         self._task = asyncio.create_task(self._run(), name="a3s-postgres-listener")
 
     async def stop(self) -> None:
@@ -126,11 +157,21 @@ class Listener:
             await self._conn.close()
             self._conn = None
 
-    async def _connect(self) -> AsyncConnection[Any]:
-        conn = await AsyncConnection.connect(self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+    async def _connect(self, listening: bool = True) -> AsyncConnection[Any]:
+        conn = await AsyncConnection.connect(
+            self._url,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            application_name=f"{LISTENER_NAME} {self._replica_id}"[:63],  # for pg_stat_activity
+        )
+        if listening:
+            await self._listen(conn)
+        return conn
+
+    @staticmethod
+    async def _listen(conn: AsyncConnection[Any]) -> None:
         await conn.execute(f"LISTEN {LOG_CHANNEL}")
         await conn.execute(f"LISTEN {CONTROL_CHANNEL}")
-        return conn
 
     async def _run(self) -> None:
         backoff = Backoff(0.1, 5.0, jitter=0.2)
@@ -141,9 +182,11 @@ class Listener:
                     await self._catch_up()
                     log.info("the PostgreSQL channel is listening again")
                 backoff.reset()
-                async for notify in self._conn.notifies():
+                async for notify in self._conn.notifies(timeout=HORIZON_EVERY_S):
                     await self._dispatch(notify)
+                await self._advance(self._conn)
             except OperationalError as exc:
+                self._sampled = None  # a sample counts only on the connection it was taken on
                 delay = backoff.next_s()
                 log.warning(
                     "the PostgreSQL channel lost its connection (%s); reconnecting in %.1f s", exc, delay
@@ -169,15 +212,16 @@ class Listener:
         if notify.channel == CONTROL_CHANNEL:
             self._call(self._on_control, message)
             return
-        own = message.get("origin") == self._replica_id
+        if message.get("origin") == self._replica_id:
+            return  # its writer delivered them
+        txid = message.get("txid")
+        if not isinstance(txid, int):
+            txid = None  # a replica of a version before the field
         if "refs" in message:
-            entries = [] if own else await self._read_refs(message["refs"])
+            entries = await self._read_refs(message["refs"])
         else:
             entries = [_entry_from_json(item) for item in message["entries"]]
-        self._last_id = max([self._last_id, *(int(entry.id) for entry in entries)])
-        entries = [entry for entry in entries if entry.id not in self._caught_up]
-        if entries and not own:
-            self._call(self._on_entries, entries)
+        self._hand_on([(entry, txid) for entry in entries])
 
     async def _read_refs(self, refs: list[list[Any]]) -> list[LogEntry]:
         async with self._pool.connection() as conn:
@@ -189,20 +233,59 @@ class Listener:
             return [entry_from_row(row) for row in await cursor.fetchall()]
 
     async def _catch_up(self) -> None:
-        """Deliver what other replicas appended while the connection was down."""
-        self._caught_up = set()
+        """Deliver what other replicas committed while the connection was down (module docstring)."""
+        async with self._pool.connection() as conn:
+            row = await (await conn.execute(_OLDEST_RUNNING)).fetchone()
+        oldest = int(row[0]) if row else self._horizon  # every older transaction had ended: all read below
+        after: tuple[str, int] = ("", 0)
         while True:
             async with self._pool.connection() as conn:
                 cursor = await conn.execute(
-                    f"SELECT {LOG_COLUMNS} FROM event_log WHERE id > %s AND origin <> %s ORDER BY id LIMIT %s",
-                    (self._last_id, self._replica_id, CATCH_UP_PAGE),
+                    f"SELECT {LOG_COLUMNS}, txid::text FROM event_log WHERE txid >= %s::xid8"
+                    " AND origin <> %s AND (session_id, seq) > (%s, %s) ORDER BY session_id, seq LIMIT %s",
+                    (str(self._horizon), self._replica_id, *after, CATCH_UP_PAGE),
                 )
-                entries = [entry_from_row(row) for row in await cursor.fetchall()]
-            if not entries:
-                return
-            self._last_id = entries[-1].id
-            self._caught_up.update(entry.id for entry in entries)
-            self._call(self._on_entries, entries)
+                rows = await cursor.fetchall()
+            found = [(entry_from_row(row[:-1]), int(row[-1])) for row in rows]
+            self._hand_on(found)
+            if len(rows) < CATCH_UP_PAGE:
+                break
+            after = (found[-1][0].session_id, found[-1][0].seq)
+        self._move_horizon(oldest)
+
+    async def _advance(self, conn: AsyncConnection[Any]) -> None:
+        """The sample of one period ago becomes the horizon; a new one is taken on `conn`."""
+        row = await (await conn.execute(_OLDEST_RUNNING)).fetchone()
+        # The server sends what it holds for us before the answer: hand that on before moving on.
+        async for notify in conn.notifies(timeout=0):
+            await self._dispatch(notify)
+        if self._sampled is not None:
+            self._move_horizon(self._sampled)
+        self._sampled = int(row[0]) if row else None
+
+    def _move_horizon(self, horizon: int) -> None:
+        self._horizon = max(self._horizon, horizon)
+        self._next = {
+            session_id: expected
+            for session_id, expected in self._next.items()
+            if expected[1] is None or expected[1] >= self._horizon
+        }
+
+    def _hand_on(self, found: Sequence[tuple[LogEntry, int | None]]) -> None:
+        """Hand the entries not delivered yet to the handler (each with its transaction's id)."""
+        fresh = []
+        for entry, txid in found:
+            expected = self._next.get(entry.session_id)
+            if expected is None:
+                newest = txid
+            elif entry.seq < expected[0]:
+                continue
+            else:
+                newest = None if txid is None or expected[1] is None else max(txid, expected[1])
+            self._next[entry.session_id] = (entry.seq + 1, newest)
+            fresh.append(entry)
+        if fresh:
+            self._call(self._on_entries, fresh)
 
     @staticmethod
     def _call(handler: Callable[[T], None], argument: T) -> None:

@@ -89,6 +89,12 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (session_id, run_id)
     );
     """,
+    # The transaction that wrote each entry (PostgreSQL 13 or later): the channel's catch-up finds
+    # by it what committed while a listener was down (postgres_channel.py).
+    """
+    ALTER TABLE event_log ADD COLUMN txid xid8 NOT NULL DEFAULT pg_current_xact_id();
+    CREATE INDEX event_log_by_txid ON event_log(txid);
+    """,
 ]
 
 # The session row's usage columns: one per field of Usage, named as the field.

@@ -321,7 +321,7 @@ class PostgresStore:
         cursor = await conn.execute(
             "INSERT INTO event_log (session_id, seq, kind, body, created_at, origin)"
             " SELECT s, q, k, b, t, %s FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::bigint[])"
-            " WITH ORDINALITY AS u(s, q, k, b, t, n) ORDER BY n RETURNING session_id, seq, id",
+            " WITH ORDINALITY AS u(s, q, k, b, t, n) ORDER BY n RETURNING session_id, seq, id, txid::text",
             (
                 self.replica_id,
                 [e.session_id for e in entries],
@@ -331,12 +331,13 @@ class PostgresStore:
                 [e.timestamp for e in entries],
             ),
         )
-        ids = {(session_id, seq): entry_id for session_id, seq, entry_id in await cursor.fetchall()}
+        rows = await cursor.fetchall()
+        ids = {(session_id, seq): entry_id for session_id, seq, entry_id, _ in rows}
         for entry in entries:
             entry.id = ids[entry.session_id, entry.seq]
         await conn.execute(
             "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) WITH ORDINALITY AS p(payload, n) ORDER BY n",
-            (LOG_CHANNEL, log_payloads(self.replica_id, entries)),
+            (LOG_CHANNEL, log_payloads(self.replica_id, int(rows[0][3]), entries)),
         )
 
     async def read_log(self, session_id: str, after_seq: int, limit: int) -> list[LogEntry]:
