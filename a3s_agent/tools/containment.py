@@ -103,9 +103,18 @@ class CallScope:
         self.owner.save()
 
     def kill(self) -> None:
-        """Kill every process of the call, wherever it went."""
+        """Kill every process of the call, wherever it went (waiting for them to exit)."""
         self._killed = True
         self.owner.kill_call(self)
+
+    async def end(self) -> None:
+        """`kill`, from the event loop without holding it up: the signals go out here; when some
+        process signalled has not exited at once (a big one tearing down its memory, one in
+        uninterruptible sleep), the waiting, and the rounds for what it forks meanwhile, happen on
+        a worker thread. A call whose processes all ended by themselves costs no thread."""
+        self._killed = True
+        if self.owner.kill_call(self, wait_s=0):
+            await asyncio.to_thread(self.owner.kill_call, self)
 
     def close(self) -> None:
         """The call is over (its first process reaped): kill what is left and forget the call."""
@@ -178,13 +187,17 @@ class Containment:
             self._remove_stale_cgroups()
         # No save: the next call's rewrites the record, and recovery checks each entry anyway.
 
-    def kill_call(self, scope: CallScope) -> None:
+    def kill_call(self, scope: CallScope, wait_s: float = _KILL_WAIT_S) -> int:
+        """Kill the call's processes; how many were signalled. `wait_s` 0: one round, no waiting."""
         if scope.cgroup is not None:
             scope.emptied = cgroups.populated(scope.cgroup) is False
             if not scope.emptied:
                 cgroups.kill(scope.cgroup)
-        self._kill_rounds(lambda procs: self._belonging_to(scope, procs), self._call_processes())
+        signalled = self._kill_rounds(
+            lambda procs: self._belonging_to(scope, procs), self._call_processes(), wait_s
+        )
         self._reap_soon()
+        return signalled
 
     def _call_processes(self) -> Callable[[], dict[int, procfs.Proc]]:
         """Where a call's processes can be: as a child subreaper, among the server's descendants
@@ -229,14 +242,16 @@ class Containment:
     def _kill_rounds(
         select: Callable[[dict[int, procfs.Proc]], set[int]],
         listing: Callable[[], dict[int, procfs.Proc]] = procfs.snapshot,
+        wait_s: float = _KILL_WAIT_S,
     ) -> int:
         """Kill what `select` picks from a fresh `listing` of processes, again until nothing is
-        picked (a process may fork between the listing and the kill)."""
+        picked (a process may fork between the listing and the kill); with `wait_s` 0 once (what
+        was signalled has not exited yet, so a second listing would pick it again)."""
         killed = 0
-        for _ in range(_KILL_ROUNDS):
+        for _ in range(_KILL_ROUNDS if wait_s else 1):
             procs = listing()
             chosen = [procs[pid] for pid in select(procs) if procs[pid].state != "Z"]
-            signalled = procfs.kill(chosen, _KILL_WAIT_S)
+            signalled = procfs.kill(chosen, wait_s)
             killed += signalled
             if not signalled:
                 break

@@ -256,7 +256,7 @@ class WatchedChild:
     async def end(self, scope: containment.CallScope) -> None:
         """Kill the call's processes, take what the pipes still hold (briefly: a process that left
         the call may keep them), then wait for the exit."""
-        scope.kill()
+        await scope.end()
         try:
             await _settled(self.drained, _DRAIN_GRACE_S)
         finally:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import secrets
 import shlex
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,7 +23,7 @@ import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
-from a3s_agent.tools import cgroups
+from a3s_agent.tools import cgroups, procfs
 from a3s_agent.tools.containment import CGROUPS_VARIABLE, MARKER
 
 from ..conftest import LiveServer, agent_settings, alive, initialize, new_session, running, user
@@ -199,6 +201,38 @@ async def test_a_call_ending_does_not_kill_what_a_concurrent_call_runs(
     go.touch()
     assert (await running_first).success
     await first.wait_gone()
+
+
+async def test_what_a_call_left_running_being_slow_to_exit_does_not_stall_the_server(
+    server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process killed at the end of its call may take its time to exit (a big one tearing down
+    its memory, one in uninterruptible sleep): the event loop, serving every other session, keeps
+    turning while the kill waits for it, and the process is gone when the call returns."""
+    real_wait = procfs._wait_exited
+
+    def slow_exits(handles: list[int], wait_s: float) -> None:
+        time.sleep(min(wait_s, 0.4))  # the exits take this long, up to the wait's bound
+        real_wait(handles, wait_s)
+
+    monkeypatch.setattr(procfs, "_wait_exited", slow_exits)
+    escapes = Escapes(tmp_path, ["subshell"])
+    turns = [time.monotonic()]
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            turns.append(time.monotonic())
+
+    ticker = asyncio.create_task(tick())
+    try:
+        result = await _bash(server.stub, escapes.command)
+    finally:
+        ticker.cancel()
+    assert result.success and escapes.all_escaped(), result.error
+    assert not escapes.running()
+    stall = max(later - earlier for earlier, later in itertools.pairwise(turns))
+    assert stall < 0.2, f"the event loop stood still for {stall:.2f} s"
 
 
 @pytest.fixture

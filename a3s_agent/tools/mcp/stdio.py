@@ -204,6 +204,6 @@ async def _stop(server: ServerProcess, scope: containment.CallScope) -> None:
             pass
     if server.answered:
         await server.exited(EXIT_GRACE_S)
-    scope.kill()  # its children too, even when it exited on its own
+    await scope.end()  # its children too, even when it exited on its own
     with anyio.move_on_after(EXIT_GRACE_S):
         await process.aclose()
