@@ -488,6 +488,16 @@ async def test_replicas_appending_to_one_session_at_once_leave_no_gap(
     assert await a.log_bounds("s") == (1, 80)
 
 
+async def drop_listeners(admin: psycopg.AsyncConnection[Any], database: str) -> None:
+    """End the listening connections on `database` as a network drop would, and let nobody connect
+    to it again until ALLOW_CONNECTIONS is turned back on."""
+    await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
+    await admin.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND application_name LIKE %s",
+        (database, f"{LISTENER_NAME}%"),
+    )
+
+
 async def test_the_listener_reconnects_and_delivers_what_was_appended_while_it_was_down(
     replicas: tuple[PostgresStore, PostgresStore],
     postgres_server: Any,
@@ -506,13 +516,7 @@ async def test_the_listener_reconnects_and_delivers_what_was_appended_while_it_w
 
     async with await psycopg.AsyncConnection.connect(postgres_server.get_uri(), autocommit=True) as admin:
         with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_channel"):
-            # b cannot connect again until allowed, and its listening connection ends as in a network drop.
-            await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
-            await admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = %s AND application_name LIKE %s",
-                (database, f"{LISTENER_NAME}%"),
-            )
+            await drop_listeners(admin, database)
             await eventually(lambda: caplog.text.count("lost its connection") >= 2, "a failed reconnect")
             await a.append_log([entry("s", n) for n in range(1, 4)])  # on a's open connection
             assert len(got) == 1
@@ -542,9 +546,8 @@ async def test_an_entry_committed_out_of_id_order_while_the_listener_was_down_is
     await a.create_session(session("early"), [])
     await a.create_session(session("late"), [])
 
-    async with await psycopg.AsyncConnection.connect(
-        postgres_url
-    ) as slow:  # a writer still in its transaction
+    # A writer still in its transaction, holding the smaller id.
+    async with await psycopg.AsyncConnection.connect(postgres_url) as slow:
         await slow.execute("UPDATE sessions SET last_seq = 1 WHERE id = 'early'")
         await slow.execute(
             "INSERT INTO event_log (session_id, seq, kind, body, created_at, origin)"
@@ -555,12 +558,7 @@ async def test_an_entry_committed_out_of_id_order_while_the_listener_was_down_is
         await asyncio.sleep(0.5)  # at 0.1 s, b samples its horizon several times meanwhile
         async with await psycopg.AsyncConnection.connect(postgres_server.get_uri(), autocommit=True) as admin:
             with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_channel"):
-                await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
-                await admin.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                    " WHERE datname = %s AND application_name LIKE %s",
-                    (database, f"{LISTENER_NAME}%"),
-                )
+                await drop_listeners(admin, database)
                 await eventually(lambda: "lost its connection" in caplog.text, "b's listener down")
                 await slow.commit()  # the earlier id, while nobody hears of it
             await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
