@@ -15,12 +15,17 @@ for, runs under RETENTION_TIMEOUT_MS.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 
 from psycopg import AsyncConnection, OperationalError
 from psycopg.errors import QueryCanceled
+from psycopg_pool import AsyncConnectionPool
 
 from ..base.errors import Unavailable
+
+C = TypeVar("C", bound=AsyncConnection[Any])
 
 STATEMENT_TIMEOUT_MS = 30_000
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000
@@ -40,8 +45,14 @@ async def bound_waits(conn: AsyncConnection[Any]) -> None:
         await conn.commit()  # a pool takes back only connections outside a transaction
 
 
-def unavailable(store: str, exc: OperationalError) -> Unavailable:
-    """What a call that failed on the database raises: UNAVAILABLE (worth trying again), saying why."""
-    if isinstance(exc, QueryCanceled):
-        return Unavailable(f"{store} did not answer in time (statement_timeout): {exc}")
-    return Unavailable(f"{store} failed: {exc}")
+@asynccontextmanager
+async def pooled(pool: AsyncConnectionPool[C], store: str) -> AsyncIterator[C]:
+    """A connection of `pool` (see psycopg_pool for its transaction); what fails on the database,
+    in the block too, raises Unavailable: worth trying again, and saying why, `store` first."""
+    try:
+        async with pool.connection() as conn:
+            yield conn
+    except QueryCanceled as exc:
+        raise Unavailable(f"{store} did not answer in time (statement_timeout): {exc}") from exc
+    except OperationalError as exc:
+        raise Unavailable(f"{store} failed: {exc}") from exc

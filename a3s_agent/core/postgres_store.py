@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from psycopg import AsyncConnection, OperationalError
@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ..base.errors import AlreadyExists, Unavailable
 from ..base.models import Message, SessionConfig, SessionState, Usage
-from .postgres_bounds import RETENTION_TIMEOUT_MS, bound_waits, unavailable
+from .postgres_bounds import RETENTION_TIMEOUT_MS, bound_waits, pooled
 from .postgres_channel import CONTROL_CHANNEL, LOG_CHANNEL, Listener, control_payload, log_payloads
 from .postgres_schema import (
     CONNECT_TIMEOUT_S,
@@ -84,14 +84,9 @@ class PostgresStore:
             self._listener = None
         await self._pool.close()
 
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
+    def _connection(self) -> AbstractAsyncContextManager[AsyncConnection[Any]]:
         """A pooled connection; what fails on the database raises Unavailable (postgres_bounds.py)."""
-        try:
-            async with self._pool.connection() as conn:
-                yield conn
-        except OperationalError as exc:
-            raise unavailable(STORE_NAME, exc) from exc
+        return pooled(self._pool, STORE_NAME)
 
     @asynccontextmanager
     async def _transaction(self, log: Sequence[LogEntry] = ()) -> AsyncIterator[AsyncConnection[Any]]:

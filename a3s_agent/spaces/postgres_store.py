@@ -16,8 +16,8 @@ writes of a run's end need the run still `running` and still its own.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import psycopg
@@ -25,7 +25,7 @@ from psycopg import errors
 from psycopg_pool import AsyncConnectionPool
 
 from ..base.errors import AlreadyExists, Unavailable
-from ..core.postgres_bounds import bound_waits, unavailable
+from ..core.postgres_bounds import bound_waits, pooled
 from ..core.postgres_schema import CONNECT_TIMEOUT_S, NOW_MS, migrate
 from .storage import RunRecord, SpaceRecord
 
@@ -227,17 +227,12 @@ class PostgresSpacesStore:
 
     # --- plumbing ---------------------------------------------------------------------------------
 
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
+    def _connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[tuple[Any, ...]]]:
         """A pooled connection in a transaction of its own, committed when the block ends; what
         fails on the database raises Unavailable (core/postgres_bounds.py)."""
         if self._pool is None:
             raise RuntimeError("the Agent Spaces store is not open")
-        try:
-            async with self._pool.connection() as conn:
-                yield conn
-        except psycopg.OperationalError as exc:
-            raise unavailable(_STORE_NAME, exc) from exc
+        return pooled(self._pool, _STORE_NAME)
 
     async def _execute(self, sql: str, values: Sequence[Any]) -> int:
         """Run one statement in a transaction of its own; how many rows it changed."""
