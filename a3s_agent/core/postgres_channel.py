@@ -17,6 +17,7 @@ transaction older than it had ended, and its entries had reached the listener (o
 before it started). A catch-up reads the entries of the transactions from the horizon on, each
 session's in order, skipping those already delivered (per session: the seqs below the next one
 expected); it then moves the horizon to the oldest transaction running when it began reading.
+A notification is skipped only when that catch-up delivered its entry.
 While listening, the oldest running transaction is sampled every HORIZON_EVERY_S and becomes the
 horizon one period later, on the same connection, by when every notification of what had ended
 before the sample has arrived and been handed on.
@@ -124,10 +125,13 @@ class Listener:
         self._task: asyncio.Task[None] | None = None
         self._horizon = 0  # see the module's docstring
         self._sampled: int | None = None  # the next horizon, sampled on the current connection
-        # Per session: the next seq expected, and the newest transaction among the entries delivered
+        # Per session: the seq after the entries delivered, and the newest transaction among them
         # (None when one was unknown); a session is forgotten once the horizon passes it. The newest,
         # not the last: a session's transactions commit in the order of their seqs, not of their ids.
+        # A catch-up skips what it finds below; notifications are skipped only when the last catch-up
+        # delivered them, so that a forged one (anyone who may connect can NOTIFY) holds back none.
         self._next: dict[str, tuple[int, int | None]] = {}
+        self._caught_up: set[tuple[str, int]] = set()
 
     async def start(self) -> None:
         """Listen (what commits from now on is delivered), then keep reading in a task."""
@@ -221,7 +225,7 @@ class Listener:
             entries = await self._read_refs(message["refs"])
         else:
             entries = [_entry_from_json(item) for item in message["entries"]]
-        self._hand_on([(entry, txid) for entry in entries])
+        self._hand_on([(entry, txid) for entry in entries], caught_up=False)
 
     async def _read_refs(self, refs: list[list[Any]]) -> list[LogEntry]:
         async with self._pool.connection() as conn:
@@ -237,6 +241,7 @@ class Listener:
         async with self._pool.connection() as conn:
             row = await (await conn.execute(_OLDEST_RUNNING)).fetchone()
         oldest = int(row[0]) if row else self._horizon  # every older transaction had ended: all read below
+        self._caught_up.clear()
         after: tuple[str, int] = ("", 0)
         while True:
             async with self._pool.connection() as conn:
@@ -247,7 +252,7 @@ class Listener:
                 )
                 rows = await cursor.fetchall()
             found = [(entry_from_row(row[:-1]), int(row[-1])) for row in rows]
-            self._hand_on(found)
+            self._hand_on(found, caught_up=True)
             if len(rows) < CATCH_UP_PAGE:
                 break
             after = (found[-1][0].session_id, found[-1][0].seq)
@@ -259,6 +264,7 @@ class Listener:
         # The server sends what it holds for us before the answer: hand that on before moving on.
         async for notify in conn.notifies(timeout=0):
             await self._dispatch(notify)
+        self._caught_up.clear()  # the notifications of what a catch-up found came a period ago
         if self._sampled is not None:
             self._move_horizon(self._sampled)
         self._sampled = int(row[0]) if row else None
@@ -271,18 +277,24 @@ class Listener:
             if expected[1] is None or expected[1] >= self._horizon
         }
 
-    def _hand_on(self, found: Sequence[tuple[LogEntry, int | None]]) -> None:
-        """Hand the entries not delivered yet to the handler (each with its transaction's id)."""
+    def _hand_on(self, found: Sequence[tuple[LogEntry, int | None]], *, caught_up: bool) -> None:
+        """Hand the entries not delivered yet to the handler (each with its transaction's id), from a
+        catch-up or from a notification."""
         fresh = []
         for entry, txid in found:
+            key = (entry.session_id, entry.seq)
             expected = self._next.get(entry.session_id)
-            if expected is None:
-                newest = txid
-            elif entry.seq < expected[0]:
+            if caught_up:
+                if expected is not None and entry.seq < expected[0]:
+                    continue  # delivered before the connection dropped
+                self._caught_up.add(key)
+            elif key in self._caught_up:
                 continue
+            if expected is None:
+                self._next[entry.session_id] = (entry.seq + 1, txid)
             else:
                 newest = None if txid is None or expected[1] is None else max(txid, expected[1])
-            self._next[entry.session_id] = (entry.seq + 1, newest)
+                self._next[entry.session_id] = (max(entry.seq + 1, expected[0]), newest)
             fresh.append(entry)
         if fresh:
             self._call(self._on_entries, fresh)
@@ -295,7 +307,15 @@ class Listener:
             log.exception("a PostgreSQL channel handler failed")
 
 
-def _entry_from_json(item: dict[str, Any]) -> LogEntry:
+_ENTRY_FIELDS = {"session_id": str, "kind": str, "body": dict, "timestamp": int, "seq": int, "id": int}
+
+
+def _entry_from_json(item: Any) -> LogEntry:
+    """An entry of a notification; TypeError for anything else (such as what another client sent)."""
+    if not isinstance(item, dict) or not all(
+        type(item.get(name)) is kind for name, kind in _ENTRY_FIELDS.items()
+    ):
+        raise TypeError(f"not a log entry: {str(item)[:200]}")
     return LogEntry(
         item["session_id"], item["kind"], item["body"], item["timestamp"], seq=item["seq"], id=item["id"]
     )
