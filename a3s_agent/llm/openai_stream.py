@@ -105,9 +105,7 @@ class TurnReader:
         if of == _TEXT:
             return [TextDelta(piece)] if piece else []
         if of == _THOUGHT:
-            if self._reasoning is None:
-                self._reasoning = []
-            self._reasoning.append(piece)
+            self._keep_reasoning(piece)
             return [ReasoningDelta(piece)] if piece else []
         call = self._by_index[of]
         if piece and not call.sent:
@@ -147,15 +145,20 @@ class TurnReader:
                 self._finish_reason = reason
         return events
 
+    def _keep_reasoning(self, piece: str) -> None:
+        """A piece of `reasoning_content`, kept to be sent back with the turn (the field even when
+        every piece was empty)."""
+        if self._reasoning is None:
+            self._reasoning = []
+        self._reasoning.append(piece)
+
     def _said(self, delta: dict[str, Any], events: list[ProviderEvent]) -> None:
         """A delta's reasoning and text, and its thought signatures (`extra_content`)."""
         text = delta.get("content")
         if text is None or len(delta) > 1:  # more than the common `{"content": "..."}`
             reasoning = delta.get(_REASONING)
             if isinstance(reasoning, str):
-                if self._reasoning is None:
-                    self._reasoning = []
-                self._reasoning.append(reasoning)
+                self._keep_reasoning(reasoning)
             shown = reasoning or delta.get(_REASONING_ALIAS)
             if shown and isinstance(shown, str):
                 events.append(ReasoningDelta(shown))
