@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -577,6 +579,39 @@ async def test_an_entry_committed_out_of_id_order_while_the_listener_was_down_is
         lambda: sorted((e.session_id, e.seq) for e in got) == [("early", 1), ("late", 1)],
         "the earlier id after the reconnect",
     )
+
+
+async def test_a_listening_connection_whose_server_stops_answering_is_replaced(
+    replicas: tuple[PostgresStore, PostgresStore],
+    postgres_server: Any,
+    postgres_url: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A network that drops the connection without a word: the listener's periodic sample gets no
+    answer, so it takes the connection as lost, listens on a new one and misses nothing."""
+    monkeypatch.setattr(postgres_channel, "HORIZON_EVERY_S", 0.1)
+    monkeypatch.setattr(postgres_channel, "ANSWER_WITHIN_S", 0.3)
+    a, b = replicas
+    database = psycopg.conninfo.conninfo_to_dict(postgres_url)["dbname"]
+    got: list[LogEntry] = []
+    await b.listen(got.extend, lambda message: None)
+    await a.create_session(session("s"), [], log=[entry("s", 0)])
+    await eventually(lambda: len(got) == 1, "the first entry")
+    async with await psycopg.AsyncConnection.connect(postgres_server.get_uri(), autocommit=True) as admin:
+        cursor = await admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name LIKE %s",
+            (database, f"{LISTENER_NAME}%"),
+        )
+        [(frozen,)] = await cursor.fetchall()
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_channel"):
+                await eventually(lambda: "no answer within 0.3 s" in caplog.text, "the silence noticed")
+            await a.append_log([entry("s", 1)])
+            await eventually(lambda: [e.seq for e in got] == [1, 2], "an entry on the new connection")
+        finally:
+            os.kill(frozen, signal.SIGCONT)
 
 
 async def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:

@@ -49,6 +49,9 @@ CONTROL_CHANNEL = "a3s_control"
 NOTIFY_LIMIT = 7_500
 CATCH_UP_PAGE = 1_000
 HORIZON_EVERY_S = 5.0
+ANSWER_WITHIN_S = 10.0
+"""A listening connection whose server does not answer a sample within this long is taken as lost
+(a network that dropped it without a word): it is replaced."""
 LISTENER_NAME = "a3s-agent listener"
 """The listening connection's application_name (followed by the replica id)."""
 _OLDEST_RUNNING = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text"
@@ -219,7 +222,7 @@ class Listener:
         if message.get("origin") == self._replica_id:
             return  # its writer delivered them
         txid = message.get("txid")
-        if not isinstance(txid, int):
+        if type(txid) is not int:
             txid = None  # a replica of a version before the field
         if "refs" in message:
             entries = await self._read_refs(message["refs"])
@@ -260,7 +263,11 @@ class Listener:
 
     async def _advance(self, conn: AsyncConnection[Any]) -> None:
         """The sample of one period ago becomes the horizon; a new one is taken on `conn`."""
-        row = await (await conn.execute(_OLDEST_RUNNING)).fetchone()
+        try:
+            async with asyncio.timeout(ANSWER_WITHIN_S):
+                row = await (await conn.execute(_OLDEST_RUNNING)).fetchone()
+        except TimeoutError:
+            raise OperationalError(f"no answer within {ANSWER_WITHIN_S:g} s") from None
         # The server sends what it holds for us before the answer: hand that on before moving on.
         async for notify in conn.notifies(timeout=0):
             await self._dispatch(notify)
