@@ -140,12 +140,12 @@ class Listener:
         """Listen (what commits from now on is delivered), then keep reading in a task."""
         conn = await self._connect(listening=False)
         # What is there before it listens counts as delivered; what commits after that is not.
-        cursor = await conn.execute(
+        rows = await _answer(
+            conn,
             f"WITH oldest AS ({_OLDEST_RUNNING} AS txid) SELECT oldest.txid, e.session_id, MAX(e.seq),"
             " MAX(e.txid::text::bigint) FROM oldest LEFT JOIN event_log e ON e.txid >= oldest.txid::xid8"
-            " GROUP BY oldest.txid, e.session_id"
+            " GROUP BY oldest.txid, e.session_id",
         )
-        rows = await cursor.fetchall()
         self._horizon = int(rows[0][0])
         self._next = {
             session_id: (last + 1, newest) for _, session_id, last, newest in rows if session_id is not None
@@ -263,18 +263,14 @@ class Listener:
 
     async def _advance(self, conn: AsyncConnection[Any]) -> None:
         """The sample of one period ago becomes the horizon; a new one is taken on `conn`."""
-        try:
-            async with asyncio.timeout(ANSWER_WITHIN_S):
-                row = await (await conn.execute(_OLDEST_RUNNING)).fetchone()
-        except TimeoutError:
-            raise OperationalError(f"no answer within {ANSWER_WITHIN_S:g} s") from None
+        [(oldest,)] = await _answer(conn, _OLDEST_RUNNING)
         # The server sends what it holds for us before the answer: hand that on before moving on.
         async for notify in conn.notifies(timeout=0):
             await self._dispatch(notify)
         self._caught_up.clear()  # the notifications of what a catch-up found came a period ago
         if self._sampled is not None:
             self._move_horizon(self._sampled)
-        self._sampled = int(row[0]) if row else None
+        self._sampled = int(oldest)
 
     def _move_horizon(self, horizon: int) -> None:
         self._horizon = max(self._horizon, horizon)
@@ -312,6 +308,16 @@ class Listener:
             handler(argument)
         except Exception:
             log.exception("a PostgreSQL channel handler failed")
+
+
+async def _answer(conn: AsyncConnection[Any], sql: str) -> list[Any]:
+    """The rows of `sql` on the listening connection (which no statement_timeout bounds); a server
+    that gives no answer within ANSWER_WITHIN_S counts as a lost connection."""
+    try:
+        async with asyncio.timeout(ANSWER_WITHIN_S):
+            return await (await conn.execute(sql)).fetchall()
+    except TimeoutError:
+        raise OperationalError(f"no answer within {ANSWER_WITHIN_S:g} s") from None
 
 
 _ENTRY_FIELDS = {"session_id": str, "kind": str, "body": dict, "timestamp": int, "seq": int, "id": int}
