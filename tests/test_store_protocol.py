@@ -658,6 +658,31 @@ async def test_a_write_stuck_behind_another_client_s_lock_fails_unavailable_then
         await store.close()
 
 
+async def test_a_dropped_pooled_connection_fails_one_call_unavailable_naming_no_host_or_user(
+    postgres_server: Any, postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = PostgresStore(postgres_url, "replica-a")
+    await store.open()
+    try:
+        await store.create_session(session("s"), [])
+        database = psycopg.conninfo.conninfo_to_dict(postgres_url)
+        async with await psycopg.AsyncConnection.connect(postgres_server.get_uri(), autocommit=True) as admin:
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (database["dbname"],),
+            )
+        failing = pytest.raises(Unavailable, match=r"store \(--store\) failed \(\w+; the server's log has")
+        with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_bounds"), failing as failed:
+            await store.list_sessions()
+        said = str(failed.value)
+        for private in (database.get("host"), database.get("user"), database["dbname"]):
+            assert not private or private not in said
+        assert "the PostgreSQL store (--store) failed: " in caplog.text  # the reason, for the operator
+        assert [s.id for s in await store.list_sessions()] == ["s"]  # the pool replaced it
+    finally:
+        await store.close()
+
+
 async def test_the_operator_s_statement_timeout_in_the_url_wins(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

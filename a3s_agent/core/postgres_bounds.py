@@ -15,6 +15,7 @@ for, runs under RETENTION_TIMEOUT_MS.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 from ..base.errors import Unavailable
 
 C = TypeVar("C", bound=AsyncConnection[Any])
+log = logging.getLogger(__name__)
 
 STATEMENT_TIMEOUT_MS = 30_000
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000
@@ -48,11 +50,13 @@ async def bound_waits(conn: AsyncConnection[Any]) -> None:
 @asynccontextmanager
 async def pooled(pool: AsyncConnectionPool[C], store: str) -> AsyncIterator[C]:
     """A connection of `pool` (see psycopg_pool for its transaction); what fails on the database,
-    in the block too, raises Unavailable: worth trying again, and saying why, `store` first."""
+    in the block too, raises Unavailable: worth trying again, `store` first."""
     try:
         async with pool.connection() as conn:
             yield conn
     except QueryCanceled as exc:
         raise Unavailable(f"{store} did not answer in time (statement_timeout): {exc}") from exc
     except OperationalError as exc:
-        raise Unavailable(f"{store} failed: {exc}") from exc
+        # The driver's words may name the database's host and user: they go to the log, not the caller.
+        log.warning("%s failed: %s", store, exc)
+        raise Unavailable(f"{store} failed ({type(exc).__name__}; the server's log has the reason)") from exc
