@@ -501,6 +501,15 @@ async def test_replicas_appending_to_one_session_at_once_leave_no_gap(
     assert await a.log_bounds("s") == (1, 80)
 
 
+async def first_entry_heard(a: PostgresStore, b: PostgresStore) -> list[LogEntry]:
+    """b listening, and session "s" made on a with one entry, which b got: what b gets."""
+    got: list[LogEntry] = []
+    await b.listen(got.extend, lambda message: None)
+    await a.create_session(session("s"), [], log=[entry("s", 0)])
+    await eventually(lambda: len(got) == 1, "the first entry")
+    return got
+
+
 async def drop_listeners(admin: psycopg.AsyncConnection[Any], database: str) -> None:
     """End the listening connections on `database` as a network drop would, and let nobody connect
     to it again until ALLOW_CONNECTIONS is turned back on."""
@@ -521,10 +530,7 @@ async def test_the_listener_reconnects_and_delivers_what_was_appended_while_it_w
     monkeypatch.setattr(postgres_channel, "HORIZON_EVERY_S", 0.1)  # the horizon passes the first entry
     a, b = replicas
     database = psycopg.conninfo.conninfo_to_dict(postgres_url)["dbname"]
-    got: list[LogEntry] = []
-    await b.listen(got.extend, lambda message: None)
-    await a.create_session(session("s"), [], log=[entry("s", 0)])
-    await eventually(lambda: len(got) == 1, "the first entry")
+    got = await first_entry_heard(a, b)
     await asyncio.sleep(0.5)
 
     async with await psycopg.AsyncConnection.connect(postgres_server.get_uri(), autocommit=True) as admin:
@@ -594,10 +600,7 @@ async def test_a_listening_connection_whose_server_stops_answering_is_replaced(
     monkeypatch.setattr(postgres_channel, "ANSWER_WITHIN_S", 0.3)
     a, b = replicas
     database = psycopg.conninfo.conninfo_to_dict(postgres_url)["dbname"]
-    got: list[LogEntry] = []
-    await b.listen(got.extend, lambda message: None)
-    await a.create_session(session("s"), [], log=[entry("s", 0)])
-    await eventually(lambda: len(got) == 1, "the first entry")
+    got = await first_entry_heard(a, b)
     async with await psycopg.AsyncConnection.connect(postgres_server.get_uri(), autocommit=True) as admin:
         cursor = await admin.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name LIKE %s",
