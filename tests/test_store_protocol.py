@@ -19,6 +19,7 @@ import pytest
 from a3s_agent.base.errors import AlreadyExists, ResourceExhausted, Unavailable
 from a3s_agent.base.models import LLMConfig, Message, SessionConfig, SessionState, ToolCall, Usage
 from a3s_agent.core import postgres_bounds, postgres_channel
+from a3s_agent.core.events import EventBus, Filter
 from a3s_agent.core.postgres_channel import HORIZON_EVERY_S, LISTENER_NAME, NOTIFY_LIMIT, log_payloads
 from a3s_agent.core.postgres_schema import MIGRATIONS
 from a3s_agent.core.postgres_store import PostgresStore
@@ -26,7 +27,7 @@ from a3s_agent.core.session import Session, SessionSettings
 from a3s_agent.core.sqlite_store import SqliteStore
 from a3s_agent.core.store import LeaseLost, LogEntry, Store
 
-from .conftest import eventually
+from .conftest import WITHIN_S, eventually
 
 LONG_TTL_MS = 60_000
 
@@ -258,6 +259,23 @@ async def test_a_recreated_session_id_continues_the_numbering(store: Store) -> N
 
 
 # --- leases --------------------------------------------------------------------------------
+
+
+async def test_a_subscriber_that_falls_behind_before_its_first_read_gets_no_earlier_entry(
+    store: Store,
+) -> None:
+    """Subscribed without a cursor, its queue overflows before it reads: it reads the log from the
+    first entry it missed, not the session's entries from before it subscribed."""
+    bus = EventBus(store)
+    await store.create_session(session("s"), [], log=[entry("s", n) for n in range(3)])
+    subscription = await bus.subscribe(Filter(session_id="s"), size=2)
+    for n in range(3, 8):
+        bus.submit(entry("s", n))
+    await bus.flush()
+    reader = aiter(subscription)
+    got = [await asyncio.wait_for(anext(reader), WITHIN_S) for _ in range(5)]
+    assert [e.body["n"] for e in got] == [3, 4, 5, 6, 7]
+    subscription.close()
 
 
 async def test_a_lease_is_exclusive_until_it_expires_then_taken_over_with_a_larger_token(
@@ -585,6 +603,55 @@ async def test_an_entry_committed_out_of_id_order_while_the_listener_was_down_is
         lambda: sorted((e.session_id, e.seq) for e in got) == [("early", 1), ("late", 1)],
         "the earlier id after the reconnect",
     )
+
+
+async def test_a_subscriber_to_every_session_that_fell_behind_gets_an_entry_committed_out_of_id_order(
+    replicas: tuple[PostgresStore, PostgresStore], postgres_url: str
+) -> None:
+    """Its queue overflowed, and meanwhile an entry holding a smaller id than one it had already
+    read committed: reading the log to catch up, it still gets that entry, and every other, once."""
+    a, b = replicas
+    bus = EventBus(b)
+    await b.listen(bus.deliver, lambda message: None)
+    await a.create_session(session("early"), [])
+    await a.create_session(session("late"), [])
+    behind = await bus.subscribe(Filter(), size=2)  # every session's events, a queue of two
+    reader = aiter(behind)
+    heard = await bus.subscribe(Filter())  # what b's listener has handed on so far
+    heard_reader = aiter(heard)
+
+    async def hear(expected: tuple[str, int]) -> None:
+        """Until b's listener has handed on the entry `expected` (session, seq)."""
+        while True:
+            heard_entry = await asyncio.wait_for(anext(heard_reader), WITHIN_S)
+            if (heard_entry.session_id, heard_entry.seq) == expected:
+                return
+
+    # A writer still in its transaction, holding the smaller id; it announces its entry as a
+    # replica's write does, in the same transaction.
+    async with await psycopg.AsyncConnection.connect(postgres_url) as slow:
+        early = entry("early", 1)
+        early.seq = 1
+        await slow.execute("UPDATE sessions SET last_seq = 1 WHERE id = 'early'")
+        cursor = await slow.execute(
+            "INSERT INTO event_log (session_id, seq, kind, body, created_at, origin)"
+            " VALUES ('early', 1, %s, %s, %s, 'replica-a') RETURNING id, txid",
+            (early.kind, json.dumps(early.body), early.timestamp),
+        )
+        early.id, txid = await cursor.fetchone() or (0, 0)
+        for payload in log_payloads("replica-a", int(txid), [early]):
+            await slow.execute("SELECT pg_notify(%s, %s)", (postgres_channel.LOG_CHANNEL, payload))
+        await a.append_log([entry("late", 1)])  # a larger id, committed first
+        first = await asyncio.wait_for(anext(reader), WITHIN_S)
+        assert (first.session_id, first.seq) == ("late", 1)
+        await a.append_log([entry("late", n) for n in range(2, 6)])  # more than its queue holds
+        await hear(("late", 5))
+        await slow.commit()  # the smaller id, while the subscriber is behind
+        await hear(("early", 1))
+    rest = [await asyncio.wait_for(anext(reader), WITHIN_S) for _ in range(5)]
+    assert sorted((e.session_id, e.seq) for e in rest) == [("early", 1), *(("late", n) for n in range(2, 6))]
+    behind.close()
+    heard.close()
 
 
 async def test_a_listening_connection_whose_server_stops_answering_is_replaced(

@@ -121,6 +121,14 @@ class Filter:
         return not self.run_id or entry.body.get("run") == self.run_id
 
 
+class _Behind:
+    """Queued when a subscription's queue overflowed: a reader waiting on the queue wakes to read
+    the log instead."""
+
+
+_BEHIND = _Behind()
+
+
 class Subscription:
     """Committed entries matching a filter, per session in seq order, each once. Iterate it
     (`async for entry in subscription`); it ends when the bus closes or `close` is called."""
@@ -129,27 +137,44 @@ class Subscription:
         self._bus = bus
         self.filter = wanted
         self._size = size
-        self._queue: asyncio.Queue[LogEntry | None] = asyncio.Queue()
-        self._behind = after_seq is not None  # read the log before the live entries
+        self._queue: asyncio.Queue[LogEntry | _Behind | None] = asyncio.Queue()
         self._next: dict[str, int] = {}  # per session: the seq to deliver next
+        self._missed: dict[str, int] = {}
+        """Per session, the first seq of the wanted entries not queued (dropped when the queue
+        overflowed, or offered while behind): the log is read from there, or from `_next`."""
         if after_seq is not None and wanted.session_id is not None:
-            self._next[wanted.session_id] = after_seq + 1
-        self._last_id = 0  # the largest log position delivered (catching up on every session)
-        self._first_id = 0  # the first position offered: where catching up on every session starts
+            self._next[wanted.session_id] = self._missed[wanted.session_id] = after_seq + 1
+        self._behind = after_seq is not None  # read the log before the live entries
         self._closed = False
 
     def offer(self, entry: LogEntry | None) -> None:
         if entry is None:
             self._queue.put_nowait(None)
-        elif not self._behind and self._queue.qsize() >= self._size:
-            # Too far behind: drop what is queued and read the log from the cursor instead.
-            if not self._last_id and self._first_id:
-                self._last_id = self._first_id - 1
+        elif self._behind:
+            self._miss(entry)
+        elif self._queue.qsize() >= self._size:
+            # Too far behind: drop what is queued and read the log of their sessions instead.
+            # Each session's own (by seq), not the whole log's by position: on a shared store,
+            # transactions commit out of position order.
             self._behind = True
-            self._queue = asyncio.Queue()
-        elif not self._behind:
-            self._first_id = self._first_id or entry.id
+            ended = False
+            while not self._queue.empty():
+                queued = self._queue.get_nowait()
+                if queued is None:
+                    ended = True
+                elif isinstance(queued, LogEntry):
+                    self._miss(queued)
+            self._miss(entry)
+            self._queue.put_nowait(_BEHIND)
+            if ended:
+                self._queue.put_nowait(None)  # the end stays, after the catching up
+        else:
             self._queue.put_nowait(entry)
+
+    def _miss(self, entry: LogEntry) -> None:
+        if self.filter.wants(entry):
+            first = self._missed.get(entry.session_id, entry.seq)
+            self._missed[entry.session_id] = min(first, entry.seq)
 
     def close(self) -> None:
         if not self._closed:
@@ -171,24 +196,25 @@ class Subscription:
                 queued = await self._queue.get()
                 if queued is None:
                     return
+                if isinstance(queued, _Behind):
+                    continue
                 for ready in await self._in_order(queued):
                     yield ready
         finally:
             self.close()
 
     async def _catch_up(self) -> AsyncIterator[LogEntry]:
-        store = self._bus.store
-        while True:
-            if self.filter.session_id is not None:
-                session_id = self.filter.session_id
-                page = await store.read_log(session_id, self._next.get(session_id, 1) - 1, PAGE)
-            else:
-                page = await store.read_log_since(self._last_id, PAGE)
-            for entry in page:
-                for ready in await self._in_order(entry):
-                    yield ready
-            if len(page) < PAGE:
-                return
+        missed, self._missed = self._missed, {}
+        for session_id, first in missed.items():
+            after = self._next.get(session_id, first) - 1
+            while True:
+                page = await self._bus.store.read_log(session_id, after, PAGE)
+                for entry in page:
+                    for ready in await self._in_order(entry):
+                        yield ready
+                if len(page) < PAGE:
+                    break
+                after = page[-1].seq
 
     async def _in_order(self, entry: LogEntry) -> list[LogEntry]:
         """`entry` once, after any entries of its session between the last delivered and it
@@ -212,7 +238,6 @@ class Subscription:
 
     def _deliver(self, entry: LogEntry) -> None:
         self._next[entry.session_id] = entry.seq + 1
-        self._last_id = max(self._last_id, entry.id)
 
 
 class EventBus:
