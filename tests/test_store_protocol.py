@@ -5,6 +5,7 @@ The tests at the end are PostgreSQL's alone: two replicas on one database."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import os
@@ -19,8 +20,18 @@ import pytest
 from a3s_agent.base.errors import AlreadyExists, ResourceExhausted, Unavailable
 from a3s_agent.base.models import LLMConfig, Message, SessionConfig, SessionState, ToolCall, Usage
 from a3s_agent.core import postgres_bounds, postgres_channel
+from a3s_agent.core.channel_seal import ChannelSeal
 from a3s_agent.core.events import EventBus, Filter
-from a3s_agent.core.postgres_channel import HORIZON_EVERY_S, LISTENER_NAME, NOTIFY_LIMIT, log_payloads
+from a3s_agent.core.postgres_channel import (
+    CONTROL_CHANNEL,
+    HORIZON_EVERY_S,
+    LISTENER_NAME,
+    LOG_CHANNEL,
+    NOTIFY_LIMIT,
+    TEXT_LIMIT,
+    control_payload,
+    log_payloads,
+)
 from a3s_agent.core.postgres_schema import MIGRATIONS
 from a3s_agent.core.postgres_store import PostgresStore
 from a3s_agent.core.session import Session, SessionSettings
@@ -414,13 +425,17 @@ async def test_a_control_message_reaches_the_senders_own_listener(store: Store) 
 
 
 def test_notifications_stay_under_the_limit_and_keep_the_order() -> None:
-    sizes = [10, 7_300, 7_400, 20, 30, 9_000, 40, *range(0, 3_000, 150)]  # 7,300 fits alone, 7,400 not
+    # The second fits a payload alone, the third not: an entry's JSON is its text and under 100 bytes.
+    sizes = [10, TEXT_LIMIT - 200, TEXT_LIMIT - 50, 20, 30, TEXT_LIMIT + 1_500, 40, *range(0, 3_000, 150)]
     entries = [
         LogEntry("s", "chunk", {"text": "x" * size}, 1_000, seq=n + 1, id=n + 1)
         for n, size in enumerate(sizes)
     ]
-    payloads = log_payloads("replica-a", 2**40, entries)
-    assert all(len(payload.encode()) <= NOTIFY_LIMIT for payload in payloads)
+    seal = ChannelSeal(os.urandom(32))
+    sealed = log_payloads(seal, "replica-a", 2**40, entries)
+    assert all(len(payload.encode()) <= NOTIFY_LIMIT for payload in sealed)
+    payloads = [opened[0] for opened in (seal.open(p, LOG_CHANNEL) for p in sealed) if opened]
+    assert len(payloads) == len(sealed)
     seen: list[int] = []
     for payload in map(json.loads, payloads):
         assert payload["origin"] == "replica-a"
@@ -436,14 +451,33 @@ def test_notifications_stay_under_the_limit_and_keep_the_order() -> None:
     assert len(payloads) < len(sizes)  # the small ones share payloads
 
 
+def test_a_sealed_payload_opens_only_unchanged_on_its_channel_under_its_key() -> None:
+    seal = ChannelSeal(os.urandom(32))
+    payload = seal.seal('{"text": "ünï"}', LOG_CHANNEL)
+    raw = base64.b64decode(payload)
+    assert payload.isascii() and seal.open(payload, LOG_CHANNEL) == ('{"text": "ünï"}', raw[:12])
+    assert seal.seal('{"text": "ünï"}', LOG_CHANNEL) != payload  # a fresh nonce each time
+    for index in (0, 12, len(raw) - 1):  # the nonce, the ciphertext, the tag
+        changed = bytearray(raw)
+        changed[index] ^= 1
+        assert seal.open(base64.b64encode(changed).decode(), LOG_CHANNEL) is None
+    assert seal.open(payload, CONTROL_CHANNEL) is None
+    assert ChannelSeal(os.urandom(32)).open(payload, LOG_CHANNEL) is None
+    for junk in ("", "not base64!", base64.b64encode(b"short").decode()):
+        assert seal.open(junk, LOG_CHANNEL) is None
+
+
 async def test_a_failing_handler_or_a_foreign_notification_does_not_stop_the_listener(
     replicas: tuple[PostgresStore, PostgresStore], postgres_url: str
 ) -> None:
     a, b = replicas
     got: list[int] = []
 
+    bodies: list[LogEntry] = []
+
     def on_entries(entries: list[LogEntry]) -> None:
         got.extend(e.seq for e in entries)
+        bodies.extend(entries)
         raise RuntimeError("a handler's bug")
 
     await b.listen(on_entries, lambda message: None)
@@ -459,22 +493,24 @@ async def test_a_failing_handler_or_a_foreign_notification_does_not_stop_the_lis
             '{"entries": [{"session_id": "s", "kind": "k", "body": {},'
             ' "timestamp": 1, "seq": 1, "id": "x"}]}',
             '{"txid": 1, "entries": [{"session_id": "s", "kind": "k", "body": [], "timestamp": 1,'
-            ' "seq": 2, "id": 2}]}',
+            ' "seq": 5000, "id": 2}]}',
         ):
             await intruder.execute(
                 "SELECT pg_notify('a3s_log', %s), pg_notify('a3s_control', %s)", (payload, payload)
             )
-        # Well formed, far ahead: handed on as it came (the channel is as trusted as the right to
-        # connect to the database), and it holds back none of the real entries after it.
-        await intruder.execute(
-            "SELECT pg_notify('a3s_log', %s)",
-            (
-                '{"origin": "x", "txid": 9223372036854775807, "entries": [{"session_id": "s",'
-                ' "kind": "k", "body": {}, "timestamp": 1, "seq": 1000, "id": 1000}]}',
-            ),
-        )
+        # Well formed but not sealed: a hint at most. An entry that is not in the table is not
+        # handed on; one that is comes as the table has it, whatever the notification said.
+        forged = '{"origin": "x", "txid": 1, "entries": [{"session_id": "s", "kind": "k", "body": %s,'
+        for body, seq in (("{}", 1000), ('{"forged": true}', 1)):
+            await intruder.execute(
+                "SELECT pg_notify('a3s_log', %s)",
+                (forged % body + f' "timestamp": 1, "seq": {seq}, "id": 1}}]}}',),
+            )
     await a.append_log([entry("s", 1)])
-    await eventually(lambda: got == [1, 1000, 2], "the real entries despite the failures")
+    # Entry 1 three times: its own notification, and two that named it (handed on again as the
+    # table has it; subscribers skip what they had).
+    await eventually(lambda: got == [1, 1, 1, 2], "the real entries despite the failures")
+    assert [e.body for e in bodies] == [entry("s", 0).body] * 3 + [entry("s", 1).body]
 
 
 async def test_replicas_see_each_others_entries_and_control_messages(
@@ -504,8 +540,78 @@ async def test_replicas_see_each_others_entries_and_control_messages(
     assert [e.seq for e in got["a"]] == [62]  # its own entries are not handed back to a
     assert len(got["b"]) == 61
 
-    with pytest.raises(ResourceExhausted, match="7500-byte limit"):
+    with pytest.raises(
+        ResourceExhausted, match=f"{TEXT_LIMIT}-byte limit of a sealed PostgreSQL notification"
+    ):
         await a.send_control({"op": "inject", "text": "y" * NOTIFY_LIMIT})
+
+
+@pytest.fixture
+async def intruder(postgres_server: Any, postgres_url: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """A connection as a role of its own with no privilege but the default CONNECT (a read-only
+    reporting login, say)."""
+    role = f"intruder_{os.urandom(4).hex()}"
+    async with await psycopg.AsyncConnection.connect(postgres_server.get_uri(), autocommit=True) as admin:
+        await admin.execute(f"CREATE ROLE {role} LOGIN")
+        try:
+            url = psycopg.conninfo.make_conninfo(postgres_url, user=role)
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                yield conn
+        finally:
+            await admin.execute(f"DROP OWNED BY {role}")
+            await admin.execute(f"DROP ROLE {role}")
+
+
+async def heard(conn: psycopg.AsyncConnection[Any], count: int) -> list[str]:
+    """The payloads of the next `count` notifications on `conn`."""
+    payloads: list[str] = []
+    async with asyncio.timeout(WITHIN_S):
+        async for notify in conn.notifies():
+            payloads.append(notify.payload)
+            if len(payloads) == count:
+                return payloads
+    return payloads
+
+
+async def test_a_role_that_may_only_connect_can_neither_read_the_channel_nor_send_on_it(
+    replicas: tuple[PostgresStore, PostgresStore],
+    postgres_url: str,
+    intruder: psycopg.AsyncConnection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """LISTEN and NOTIFY take no privilege. The intruder hears only sealed payloads, cannot read
+    the key, and what it sends is not believed: a control message of its own (approving a tool
+    call), one it captured and sends again, one sealed long ago, a log payload moved to the
+    control channel."""
+    a, b = replicas
+    controls: list[dict[str, Any]] = []
+    await b.listen(lambda entries: None, controls.append)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        await intruder.execute("SELECT key FROM channel_key")
+    await intruder.execute(f"LISTEN {LOG_CHANNEL}")
+    await intruder.execute(f"LISTEN {CONTROL_CHANNEL}")
+
+    await a.create_session(session("s"), [], log=[LogEntry("s", "event", {"text": "the secret plan"}, 1_000)])
+    [log_payload] = await heard(intruder, 1)
+    confirm = {"to": "replica-b", "from": "replica-a", "id": "r1", "action": "confirm", "session_id": "s"}
+    await a.send_control(
+        {**confirm, "args": {"tool_id": "t1", "approved": True, "reason": "the secret plan"}}
+    )
+    [control] = await heard(intruder, 1)
+    await eventually(lambda: len(controls) == 1, "b to get a's control message")
+    assert all("secret" not in payload and "confirm" not in payload for payload in (log_payload, control))
+
+    forged = json.dumps({**confirm, "id": "r2", "args": {"tool_id": "t2", "approved": True, "reason": ""}})
+    seal = await the_seal(postgres_url)
+    monkeypatch.setattr(postgres_channel, "now_ms", lambda: 1_000)  # sealed in 1970: long ago
+    stale = control_payload(seal, {**confirm, "id": "r3", "args": {}})
+    monkeypatch.undo()
+    for payload in (forged, control, stale, log_payload):
+        await intruder.execute("SELECT pg_notify(%s, %s)", (CONTROL_CHANNEL, payload))
+    await a.send_control({**confirm, "id": "r4", "args": {}})  # after them: once it is here, they were heard
+    await eventually(lambda: len(controls) == 2, "b to get a's second control message")
+    assert [message["id"] for message in controls] == ["r1", "r4"]
+    assert controls[0]["args"]["reason"] == "the secret plan"
 
 
 async def test_replicas_appending_to_one_session_at_once_leave_no_gap(
@@ -517,6 +623,14 @@ async def test_replicas_appending_to_one_session_at_once_leave_no_gap(
     await asyncio.gather(*((a if n % 2 else b).append_log(batch) for n, batch in enumerate(batches)))
     assert await seqs(a, "s") == list(range(1, 81))
     assert await a.log_bounds("s") == (1, 80)
+
+
+async def the_seal(url: str) -> ChannelSeal:
+    """The replicas' seal, as a replica reads it."""
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        row = await (await conn.execute("SELECT key FROM channel_key")).fetchone()
+    assert row is not None
+    return ChannelSeal(bytes(row[0]))
 
 
 async def first_entry_heard(a: PostgresStore, b: PostgresStore) -> list[LogEntry]:
@@ -639,7 +753,7 @@ async def test_a_subscriber_to_every_session_that_fell_behind_gets_an_entry_comm
             (early.kind, json.dumps(early.body), early.timestamp),
         )
         early.id, txid = await cursor.fetchone() or (0, 0)
-        for payload in log_payloads("replica-a", int(txid), [early]):
+        for payload in log_payloads(await the_seal(postgres_url), "replica-a", int(txid), [early]):
             await slow.execute("SELECT pg_notify(%s, %s)", (postgres_channel.LOG_CHANNEL, payload))
         await a.append_log([entry("late", 1)])  # a larger id, committed first
         first = await asyncio.wait_for(anext(reader), WITHIN_S)

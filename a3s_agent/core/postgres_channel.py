@@ -5,6 +5,12 @@ commit order) as {"origin": replica, "entries": [...]} while a payload stays und
 and as {"origin": replica, "refs": [[session_id, seq], ...]} for an entry too big for one, which
 listeners read from the table. `a3s_control`: control messages, JSON, delivered to every listener.
 
+Every payload is sealed (channel_seal.py: anyone who may connect may listen and notify). A log
+notification that does not open is taken only as a hint: the entries it names are read from the
+table, so what it says of them is never believed (and a replica of a version before the seal is
+still heard). A control message that does not open is dropped, as is one sent more than
+CONTROL_WINDOW_S ago (by the sender's clock) or heard before: a captured one cannot be replayed.
+
 A listener holds one dedicated connection (not the pool's). When it is lost, the listener
 reconnects with a bounded backoff and, once listening again, reads from the table the entries other
 replicas appended meanwhile, so that a dropped connection loses nothing that was committed.
@@ -37,6 +43,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from ..base.backoff import Backoff
 from ..base.errors import ResourceExhausted
+from .channel_seal import ChannelSeal, sealed_capacity
+from .events import now_ms
 from .postgres_schema import CONNECT_TIMEOUT_S, LOG_COLUMNS, entry_from_row
 from .store import ControlHandler, EntriesHandler, LogEntry
 
@@ -47,6 +55,10 @@ LOG_CHANNEL = "a3s_log"
 CONTROL_CHANNEL = "a3s_control"
 # The largest payload we send, in bytes: PostgreSQL refuses one of 8,000 bytes or more.
 NOTIFY_LIMIT = 7_500
+TEXT_LIMIT = sealed_capacity(NOTIFY_LIMIT)  # the most JSON a payload carries, sealed within the limit
+CONTROL_WINDOW_S = 60.0
+"""A control message sent longer ago than this (or later than this ahead, by the receiver's clock)
+is dropped: replicas' clocks must agree within it."""
 CATCH_UP_PAGE = 1_000
 HORIZON_EVERY_S = 5.0
 ANSWER_WITHIN_S = 10.0
@@ -55,21 +67,22 @@ ANSWER_WITHIN_S = 10.0
 LISTENER_NAME = "a3s-agent listener"
 """The listening connection's application_name (followed by the replica id)."""
 _OLDEST_RUNNING = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text"
+_WITH_TXID = f"{LOG_COLUMNS}, txid::text"  # an entry's columns and its transaction: _entry_and_txid
 
 
-def log_payloads(origin: str, txid: int, entries: Sequence[LogEntry]) -> list[str]:
-    """The notifications that announce `entries`, written by transaction `txid`, in their order: the
-    entries inline, as many per payload as fit under NOTIFY_LIMIT; an entry too big for a payload
-    of its own as a reference."""
+def log_payloads(seal: ChannelSeal, origin: str, txid: int, entries: Sequence[LogEntry]) -> list[str]:
+    """The notifications that announce `entries`, written by transaction `txid`, in their order,
+    sealed: the entries inline, as many per payload as fit under NOTIFY_LIMIT; an entry too big for
+    a payload of its own as a reference."""
     head = len(_payload(origin, txid, "entries", []))
     payloads: list[str] = []
     kind, items, size = "entries", list[str](), head
     for entry in entries:
         item = json.dumps(_entry_json(entry), separators=(",", ":"))
         item_kind = "entries"
-        if head + len(item) > NOTIFY_LIMIT:
+        if head + len(item) > TEXT_LIMIT:
             item, item_kind = json.dumps([entry.session_id, entry.seq]), "refs"
-        if items and (item_kind != kind or size + 1 + len(item) > NOTIFY_LIMIT):
+        if items and (item_kind != kind or size + 1 + len(item) > TEXT_LIMIT):
             payloads.append(_payload(origin, txid, kind, items))
             items, size = [], head
         kind = item_kind
@@ -77,18 +90,19 @@ def log_payloads(origin: str, txid: int, entries: Sequence[LogEntry]) -> list[st
         items.append(item)
     if items:
         payloads.append(_payload(origin, txid, kind, items))
-    return payloads
+    return [seal.seal(payload, LOG_CHANNEL) for payload in payloads]
 
 
-def control_payload(message: dict[str, Any]) -> str:
-    """A control message as a notification's payload; ResourceExhausted when it is too big for one."""
-    payload = json.dumps(message, separators=(",", ":"))
-    if len(payload) > NOTIFY_LIMIT:
+def control_payload(seal: ChannelSeal, message: dict[str, Any]) -> str:
+    """A control message as a sealed notification's payload, with the time it was sent;
+    ResourceExhausted when it is too big for one."""
+    payload = json.dumps({**message, "sent": now_ms()}, separators=(",", ":"))
+    if len(payload) > TEXT_LIMIT:
         raise ResourceExhausted(
-            f"a control message is {len(payload)} bytes of JSON, over the {NOTIFY_LIMIT}-byte limit"
-            " of a PostgreSQL notification"
+            f"a control message is {len(payload)} bytes of JSON, over the {TEXT_LIMIT}-byte limit"
+            " of a sealed PostgreSQL notification"
         )
-    return payload
+    return seal.seal(payload, CONTROL_CHANNEL)
 
 
 def _payload(origin: str, txid: int, kind: str, items: list[str]) -> str:
@@ -116,12 +130,15 @@ class Listener:
         url: str,
         replica_id: str,
         pool: AsyncConnectionPool[Any],
+        seal: ChannelSeal,
         on_entries: EntriesHandler,
         on_control: ControlHandler,
     ) -> None:
         self._url = url
         self._replica_id = replica_id
         self._pool = pool
+        self._seal = seal
+        self._heard: dict[bytes, float] = {}  # the control messages' nonces, until their window passes
         self._on_entries = on_entries
         self._on_control = on_control
         self._conn: AsyncConnection[Any] | None = None
@@ -132,7 +149,7 @@ class Listener:
         # (None when one was unknown); a session is forgotten once the horizon passes it. The newest,
         # not the last: a session's transactions commit in the order of their seqs, not of their ids.
         # A catch-up skips what it finds below; notifications are skipped only when the last catch-up
-        # delivered them, so that a forged one (anyone who may connect can NOTIFY) holds back none.
+        # delivered them.
         self._next: dict[str, tuple[int, int | None]] = {}
         self._caught_up: set[tuple[str, int]] = set()
 
@@ -210,34 +227,57 @@ class Listener:
             raise  # the connection: reconnect
         except Exception as exc:
             # Anyone who may connect can NOTIFY on these channels: what is not ours is skipped.
-            log.warning("ignored a malformed notification on %s (%r)", notify.channel, exc)
+            log.warning("ignored a notification on %s: %s", notify.channel, exc)
 
     async def _handle(self, notify: Notify) -> None:
-        message = json.loads(notify.payload)
-        if not isinstance(message, dict):
-            raise TypeError("not a JSON object")
+        opened = self._seal.open(notify.payload, notify.channel)
         if notify.channel == CONTROL_CHANNEL:
-            self._call(self._on_control, message)
+            if opened is None:
+                raise ValueError("a control message not sealed with the replicas' key")
+            text, nonce = opened
+            self._call(self._on_control, self._fresh(_object(text), nonce))
             return
+        if opened is None:  # a hint at most: what it names is read from the table
+            hinted = _object(notify.payload)
+            named = _refs(hinted.get("entries", [])) + _refs(hinted.get("refs", []))
+            self._hand_on(await self._read_refs(named), caught_up=False)
+            return
+        message = _object(opened[0])
         if message.get("origin") == self._replica_id:
             return  # its writer delivered them
+        if "refs" in message:
+            self._hand_on(await self._read_refs(_refs(message["refs"])), caught_up=False)
+            return
         txid = message.get("txid")
         if type(txid) is not int:
-            txid = None  # a replica of a version before the field
-        if "refs" in message:
-            entries = await self._read_refs(message["refs"])
-        else:
-            entries = [_entry_from_json(item) for item in message["entries"]]
+            raise TypeError(f"not a transaction id: {str(txid)[:200]}")
+        entries = [_entry_from_json(item) for item in message["entries"]]
         self._hand_on([(entry, txid) for entry in entries], caught_up=False)
 
-    async def _read_refs(self, refs: list[list[Any]]) -> list[LogEntry]:
+    def _fresh(self, message: dict[str, Any], nonce: bytes) -> dict[str, Any]:
+        """The control message without its send time; ValueError when it is outside the window or
+        was heard before."""
+        now = now_ms() / 1000
+        self._heard = {heard: until for heard, until in self._heard.items() if until > now}
+        sent = message.pop("sent", None)
+        if type(sent) is not int or abs(now - sent / 1000) > CONTROL_WINDOW_S:
+            raise ValueError(f"a control message sent outside the last {CONTROL_WINDOW_S:g} s")
+        if nonce in self._heard:
+            raise ValueError("a control message heard before (replayed)")
+        self._heard[nonce] = now + 2 * CONTROL_WINDOW_S
+        return message
+
+    async def _read_refs(self, refs: list[tuple[str, int]]) -> list[tuple[LogEntry, int]]:
+        """The entries named (session id, seq) that are in the table, each with its transaction."""
+        if not refs:
+            return []
         async with self._pool.connection() as conn:
             cursor = await conn.execute(
-                f"SELECT {LOG_COLUMNS} FROM event_log WHERE (session_id, seq) IN"
+                f"SELECT {_WITH_TXID} FROM event_log WHERE (session_id, seq) IN"
                 " (SELECT * FROM unnest(%s::text[], %s::bigint[])) ORDER BY id",
                 ([ref[0] for ref in refs], [ref[1] for ref in refs]),
             )
-            return [entry_from_row(row) for row in await cursor.fetchall()]
+            return [_entry_and_txid(row) for row in await cursor.fetchall()]
 
     async def _catch_up(self) -> None:
         """Deliver what other replicas committed while the connection was down (module docstring)."""
@@ -249,12 +289,12 @@ class Listener:
         while True:
             async with self._pool.connection() as conn:
                 cursor = await conn.execute(
-                    f"SELECT {LOG_COLUMNS}, txid::text FROM event_log WHERE txid >= %s::xid8"
+                    f"SELECT {_WITH_TXID} FROM event_log WHERE txid >= %s::xid8"
                     " AND origin <> %s AND (session_id, seq) > (%s, %s) ORDER BY session_id, seq LIMIT %s",
                     (str(self._horizon), self._replica_id, *after, CATCH_UP_PAGE),
                 )
                 rows = await cursor.fetchall()
-            found = [(entry_from_row(row[:-1]), int(row[-1])) for row in rows]
+            found = [_entry_and_txid(row) for row in rows]
             self._hand_on(found, caught_up=True)
             if len(rows) < CATCH_UP_PAGE:
                 break
@@ -321,6 +361,32 @@ async def _answer(conn: AsyncConnection[Any], sql: str) -> list[Any]:
 
 
 _ENTRY_FIELDS = {"session_id": str, "kind": str, "body": dict, "timestamp": int, "seq": int, "id": int}
+
+
+def _entry_and_txid(row: tuple[Any, ...]) -> tuple[LogEntry, int]:
+    return entry_from_row(row[:-1]), int(row[-1])
+
+
+def _object(text: str) -> dict[str, Any]:
+    message = json.loads(text)
+    if not isinstance(message, dict):
+        raise TypeError("not a JSON object")
+    return message
+
+
+def _refs(items: Any) -> list[tuple[str, int]]:
+    """(session id, seq) of each entry or reference in a notification's list; TypeError for
+    anything else."""
+    if not isinstance(items, list):
+        raise TypeError("not a list")
+    refs = []
+    for item in items:
+        if isinstance(item, dict):
+            item = [item.get("session_id"), item.get("seq")]
+        if not (isinstance(item, list) and len(item) == 2 and type(item[0]) is str and type(item[1]) is int):
+            raise TypeError(f"not an entry or a reference: {str(item)[:200]}")
+        refs.append((item[0], item[1]))
+    return refs
 
 
 def _entry_from_json(item: Any) -> LogEntry:

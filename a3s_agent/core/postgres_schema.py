@@ -5,7 +5,8 @@ Tables: `sessions` (one row per session: config, state, times, extras, usage, an
 last log seq handed out), `messages` (every message, live or archived), `initialization` (one row:
 the last Initialize), `event_log` (every session's events and chunks, kept until retention), and
 `run_leases` (the owner of each running generation), whose tokens come from the sequence
-`run_lease_tokens`, shared by all sessions so that a token is larger than every earlier one.
+`run_lease_tokens`, shared by all sessions so that a token is larger than every earlier one, and
+`channel_key` (one row: the key that seals the notifications between replicas).
 """
 
 from __future__ import annotations
@@ -94,6 +95,14 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE event_log ADD COLUMN txid xid8 NOT NULL DEFAULT pg_current_xact_id();
     CREATE INDEX event_log_by_txid ON event_log(txid);
+    """,
+    # The key that seals the replicas' notifications (channel_seal.py), from the server's strong
+    # random source (gen_random_uuid, PostgreSQL 13 or later), granted to nobody.
+    """
+    CREATE TABLE channel_key (id INTEGER PRIMARY KEY CHECK (id = 1), key BYTEA NOT NULL);
+    REVOKE ALL ON channel_key FROM PUBLIC;
+    INSERT INTO channel_key
+        SELECT 1, sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text, 'UTF8'));
     """,
 ]
 

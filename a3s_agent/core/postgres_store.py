@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ..base.errors import AlreadyExists, Unavailable
 from ..base.models import Message, SessionConfig, SessionState, Usage
+from .channel_seal import ChannelSeal
 from .postgres_bounds import RETENTION_TIMEOUT_MS, bound_waits, pooled
 from .postgres_channel import CONTROL_CHANNEL, LOG_CHANNEL, Listener, control_payload, log_payloads
 from .postgres_schema import (
@@ -66,6 +67,7 @@ class PostgresStore:
             configure=bound_waits,
         )
         self._listener: Listener | None = None
+        self._seal: ChannelSeal | None = None  # read at `open`
 
     async def open(self) -> None:
         # A connection of its own first: it fails with the server's reason (a pool only times out).
@@ -76,6 +78,7 @@ class PostgresStore:
         async with conn:
             await migrate(conn)
             self.durability = await _durability(conn)
+            self._seal = await _channel_seal(conn)
         await self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
 
     async def close(self) -> None:
@@ -83,6 +86,11 @@ class PostgresStore:
             await self._listener.stop()
             self._listener = None
         await self._pool.close()
+
+    def _sealing(self) -> ChannelSeal:
+        if self._seal is None:
+            raise RuntimeError(f"{STORE_NAME} is not open")
+        return self._seal
 
     def _connection(self) -> AbstractAsyncContextManager[AsyncConnection[Any]]:
         """A pooled connection; what fails on the database raises Unavailable (postgres_bounds.py)."""
@@ -332,7 +340,7 @@ class PostgresStore:
             entry.id = ids[entry.session_id, entry.seq]
         await conn.execute(
             "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) WITH ORDINALITY AS p(payload, n) ORDER BY n",
-            (LOG_CHANNEL, log_payloads(self.replica_id, int(rows[0][3]), entries)),
+            (LOG_CHANNEL, log_payloads(self._sealing(), self.replica_id, int(rows[0][3]), entries)),
         )
 
     async def read_log(self, session_id: str, after_seq: int, limit: int) -> list[LogEntry]:
@@ -429,14 +437,21 @@ class PostgresStore:
     async def listen(self, on_entries: EntriesHandler, on_control: ControlHandler) -> None:
         if self._listener is not None:
             raise RuntimeError("the store is listening already")
-        listener = Listener(self.url, self.replica_id, self._pool, on_entries, on_control)
+        listener = Listener(self.url, self.replica_id, self._pool, self._sealing(), on_entries, on_control)
         await listener.start()
         self._listener = listener
 
     async def send_control(self, message: dict[str, Any]) -> None:
-        payload = control_payload(message)
+        payload = control_payload(self._sealing(), message)
         async with self._connection() as conn:
             await conn.execute("SELECT pg_notify(%s, %s)", (CONTROL_CHANNEL, payload))
+
+
+async def _channel_seal(conn: AsyncConnection[Any]) -> ChannelSeal:
+    row = await (await conn.execute("SELECT key FROM channel_key")).fetchone()
+    if row is None:
+        raise Unavailable(f"{STORE_NAME} has no channel key (the table channel_key is empty)")
+    return ChannelSeal(bytes(row[0]))
 
 
 async def _durability(conn: AsyncConnection[Any]) -> str:
