@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import grpc
 import psycopg
 import pytest
@@ -367,6 +368,71 @@ async def test_an_external_task_completed_on_another_replica_takes_effect(cluste
         )
         reply = await running
     assert reply.message.content == "ran: deployed from B"
+
+
+async def test_a_harness_cancel_sent_to_another_replica_stops_the_run(cluster: Cluster) -> None:
+    """The harness run runs on A; its cancel, posted to B, is carried out by A: B answers with
+    the cancelled receipt, A's command is killed, and A's events end the run. A run whose replica
+    died is ended by the one that takes it over, and a cancel then finds it ended."""
+    marker = f"31.{tag()}"
+    identity = {
+        "schema": "a3s.code.agent-run-identity.v1",
+        "protocol": "a3s.code.agent.v1",
+        "agent_release_identity": "sha256:" + "2" * 64,
+        "session_id": f"harness-replicas-{marker}",
+        "run_id": "run-1",
+    }
+    start = {"schema": "a3s.code.agent-run-start.v1", "request_id": "req-1", "identity": identity}
+    cancel = {
+        "schema": "a3s.code.agent-run-cancel.v1",
+        "request_id": "req-2",
+        "identity": identity,
+        "reason": "stop",
+    }
+    page_request = {"schema": "a3s.code.agent-event-page-request.v1", "identity": identity, "limit": 64}
+    a, b = cluster.replicas["A"], cluster.replicas["B"]
+
+    async def command(replica: LoggedServer, action: str, request: dict[str, Any]) -> tuple[int, Any]:
+        url = f"http://127.0.0.1:{replica.http_port}/v1/agent/commands"
+        async with http.post(url, json={"action": action, "request": request}) as response:
+            return response.status, await response.json()
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=RPC_TIMEOUT_S)) as http:
+        status, _ = await command(a, "start", {**start, "prompt": f"bash 1: sleep {marker}"})
+        assert status == 200
+        await eventually(lambda: processes_with(marker), "the command runs on A")
+        status, receipt = await command(b, "cancel", cancel)
+        assert (status, receipt["state"], receipt["replayed"]) == (200, "cancelled", False), receipt
+        await eventually(lambda: not processes_with(marker), "the command is killed")
+        page_url = f"http://127.0.0.1:{a.http_port}/v1/agent/events:page"
+
+        async def ended() -> bool:
+            async with http.post(page_url, json=page_request) as response:
+                page = await response.json()
+            return page["state"] == "cancelled" and page["events"][-1]["event"]["type"] == "error"
+
+        await eventually(ended, "A's events end the run")
+        status, again = await command(b, "cancel", {**cancel, "request_id": "req-3"})
+        assert (status, again["state"], again["replayed"]) == (200, "cancelled", True)
+        # A run whose replica died (SIGKILL) mid-run: another replica takes it over and ends it,
+        # and a cancel then finds it ended.
+        other = {**identity, "run_id": "run-2"}
+        status, _ = await command(
+            a, "start", {**start, "identity": other, "prompt": f"bash 1: sleep 1{marker}"}
+        )
+        assert status == 200
+        await eventually(lambda: processes_with(f"1{marker}"), "the second command runs on A")
+        a.kill()
+        kill_leftovers(f"1{marker}")
+
+        async def failed_on_b() -> bool:
+            url = f"http://127.0.0.1:{b.http_port}/v1/agent/events:page"
+            async with http.post(url, json={**page_request, "identity": other}) as response:
+                return bool((await response.json())["state"] == "failed")
+
+        await eventually(failed_on_b, "the run ended by the replica that took it over")
+        status, late = await command(b, "cancel", {**cancel, "identity": other, "request_id": "req-4"})
+    assert (status, late["state"], late["replayed"]) == (200, "failed", True), late
 
 
 # --- events of a run on one replica, on another ----------------------------------------------------

@@ -8,7 +8,8 @@ A run's events are its chunks in the session's durable log, numbered from 0 afte
 `agent_start`. Each run's record (its prompt, state, where its chunks are, its git trees) is in
 the store (core/store.py `*_harness_run`), so that a host retrying after a restart gets a replay,
 not a second run; a run that was executing when its process died stays as it was (cancel: 409
-run_unavailable) until it is recovered.
+run_unavailable) until it is recovered. A cancel that reaches a replica other than the one running
+the run is carried out by that one (runtime/replicas.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import weakref
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from .harness_types import ChangeSet, Command, EventRecord, HarnessRefusal, Iden
 
 MAX_SESSIONS = 1024
 LOG_READ = 500  # log entries read at a time
+CANCEL_ACTION = "harness_cancel"  # the control action a replica asks the run's owner to carry out
 
 _REGISTRIES: weakref.WeakKeyDictionary[Runtime, Registry] = weakref.WeakKeyDictionary()
 
@@ -58,6 +61,7 @@ class Harness:
         if registry is None:
             registry = _REGISTRIES[runtime] = Registry()
             runtime.on_close.append(registry.stop)
+            runtime.replicas.handle(CANCEL_ACTION, self._cancel_owned)
         self._reg = registry
 
     def check_release(self, identity: Identity) -> None:
@@ -176,8 +180,27 @@ class Harness:
         run = await self._run(identity)
         if run.state in TERMINAL:
             return Receipt(run.state, len(run.items), run.observed(), True)
-        if not run.live:
-            raise HarnessRefusal("run_unavailable")  # an earlier process's: recover it instead
+        if run.live:
+            return await self._cancel_here(run)
+        # Run by the replica that holds the session's lease, or by none (an earlier process's run).
+        answer = await self._rt.replicas.route(
+            run.session_id, CANCEL_ACTION, {"run_id": run.run_id}, runs_here=False
+        )
+        if "refused" in answer:
+            raise HarnessRefusal(answer["refused"])
+        return Receipt(**answer)
+
+    async def _cancel_owned(self, session_id: str, args: dict[str, Any]) -> dict[str, Any]:
+        """CANCEL_ACTION for a run of this process's (asked by another replica, or by this one when
+        no replica holds the session's lease): the receipt, or the refusal's code."""
+        run = self._reg.runs.get((session_id, args["run_id"]))
+        if run is not None and run.state in TERMINAL:
+            return asdict(Receipt(run.state, len(run.items), run.observed(), True))
+        if run is None or not run.live:
+            return {"refused": "run_unavailable"}  # an earlier process's: recover it instead
+        return asdict(await self._cancel_here(run))
+
+    async def _cancel_here(self, run: RunRecord) -> Receipt:
         run.cancel_asked = True
         run.touch("cancelled")
         await self._save(run)
