@@ -435,6 +435,28 @@ async def test_a_harness_cancel_sent_to_another_replica_stops_the_run(cluster: C
     assert (status, late["state"], late["replayed"]) == (200, "failed", True), late
 
 
+async def test_settings_changed_on_two_replicas_at_once_all_stay(cluster: Cluster) -> None:
+    """Rules added to one session on A and on B at the same time: each replica's change is made
+    from the header the other left (a change from a header another replica changed meanwhile is
+    made again from theirs), so every rule stays, and C reads them all."""
+    rules = [f"Bash(echo {i}:*)" for i in range(24)]
+    async with stubs(cluster) as stub:
+        session_id = await session_on(stub["A"])
+        await asyncio.gather(
+            *[
+                stub["AB"[i % 2]].AddPermissionRule(
+                    pb.AddPermissionRuleRequest(session_id=session_id, rule_type="deny", rule=rule),
+                    timeout=RPC_TIMEOUT_S,
+                )
+                for i, rule in enumerate(rules)
+            ]
+        )
+        policy = await stub["C"].GetPermissionPolicy(
+            pb.GetPermissionPolicyRequest(session_id=session_id), timeout=RPC_TIMEOUT_S
+        )
+    assert sorted(r.rule for r in policy.policy.deny) == sorted(rules)
+
+
 # --- events of a run on one replica, on another ----------------------------------------------------
 
 

@@ -36,7 +36,7 @@ from a3s_agent.core.postgres_schema import MIGRATIONS
 from a3s_agent.core.postgres_store import PostgresStore
 from a3s_agent.core.session import Session, SessionSettings
 from a3s_agent.core.sqlite_store import SqliteStore
-from a3s_agent.core.store import LeaseLost, LogEntry, Store
+from a3s_agent.core.store import LeaseLost, LogEntry, StaleHeader, Store
 
 from .conftest import WITHIN_S, eventually
 
@@ -114,6 +114,28 @@ async def test_sessions_are_created_listed_updated_and_deleted(store: Store) -> 
     assert await store.delete_session("b") is False
     assert [s.id for s in await store.list_sessions()] == ["a"]
     assert await store.load_messages("b") == []
+
+
+async def test_a_header_written_from_a_header_the_store_no_longer_holds_is_refused(store: Store) -> None:
+    """`since` names the header a change was made from: when another writer changed it meanwhile
+    (or removed the session), StaleHeader, and neither the header nor its log entries are written."""
+    await store.create_session(session("s", created_at=1_000), [])
+    mine = await store.load_session("s")
+    theirs = await store.load_session("s")
+    assert mine is not None and theirs is not None
+    theirs.updated_at, theirs.config.name = 1_100, "theirs"
+    await store.update_session(theirs, since=1_000)
+    mine.updated_at, mine.config.name = 1_200, "mine"
+    with pytest.raises(StaleHeader):
+        await store.update_session(mine, [entry("s", 1)], since=1_000)
+    kept = await store.load_session("s")
+    assert kept is not None and (kept.config.name, kept.updated_at) == ("theirs", 1_100)
+    assert await seqs(store, "s") == []
+    await store.update_session(mine, [entry("s", 1)], since=1_100)  # made again from theirs
+    assert await store.session_stamp("s") == 1_200 and await seqs(store, "s") == [1]
+    await store.delete_session("s")
+    with pytest.raises(StaleHeader):
+        await store.update_session(mine, since=1_200)
 
 
 async def test_a_taken_id_is_refused_and_nothing_is_written(store: Store) -> None:

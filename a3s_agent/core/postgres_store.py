@@ -33,7 +33,7 @@ from .postgres_schema import (
     migrate,
 )
 from .session import Session, SessionSettings
-from .store import ControlHandler, EntriesHandler, Lease, LeaseLost, LogEntry
+from .store import ControlHandler, EntriesHandler, Lease, LeaseLost, LogEntry, StaleHeader
 
 POOL_MIN_SIZE = 1
 POOL_MAX_SIZE = 10
@@ -157,13 +157,17 @@ class PostgresStore:
         return None if row is None else int(row[0])
 
     async def update_session(
-        self, session: Session, log: Sequence[LogEntry] = (), fence: int | None = None
+        self,
+        session: Session,
+        log: Sequence[LogEntry] = (),
+        fence: int | None = None,
+        since: int | None = None,
     ) -> None:
         async with self._transaction(log) as conn:
             await _check_fence(conn, session.id, fence)
-            await conn.execute(
+            cursor = await conn.execute(
                 f"UPDATE sessions SET config = %s, state = %s, updated_at = %s, extras = %s, {_SET_USAGE}"
-                " WHERE id = %s",
+                " WHERE id = %s AND (%s::bigint IS NULL OR updated_at = %s)",
                 (
                     json.dumps(session.config.to_storable()),
                     int(session.state),
@@ -171,8 +175,12 @@ class PostgresStore:
                     json.dumps(session.settings.to_json()),
                     *session.usage.counts().values(),
                     session.id,
+                    since,
+                    since,
                 ),
             )
+            if since is not None and cursor.rowcount == 0:
+                raise StaleHeader(session.id)
             await self._append(conn, log)
 
     async def delete_session(self, session_id: str, log: Sequence[LogEntry] = ()) -> bool:

@@ -13,17 +13,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ..base.errors import InvalidArgument, NotFound, ResourceExhausted
+from ..base.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from ..base.models import Message, SessionConfig, SessionState, Usage
 from ..core.session import Session
 from ..tools.beneath import DIRECTORY_HANDLE, OutsideRoot, locate_beneath
 from .events import EventBus, EventType, event_entry
 from .session import SessionSettings
-from .store import LogEntry, Store
+from .store import LogEntry, StaleHeader, Store
 
 SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 # Histories kept in memory, the most recently used; the others are read from the store when needed.
 MAX_CACHED_HISTORIES = 64
+HEADER_TRIES = 10  # a header change made again after another replica's (see _change_header)
 
 
 def existing_directory(path: Path | str, field: str) -> Path:
@@ -223,17 +224,17 @@ class SessionManager:
         """Merge `patch` into the session's config (empty fields keep their old values), or with
         `replace_all` make it the config (empty fields take their defaults: the only way to turn a
         flag off). `settings`, when given, changes the session's settings in the same write."""
-        async with self._header(session_id):
-            return await self._configure(session_id, patch, replace_all, settings)
+        return await self._change_header(
+            session_id, lambda session: self._configured(session, patch, replace_all, settings)
+        )
 
-    async def _configure(
+    def _configured(
         self,
-        session_id: str,
+        session: Session,
         patch: SessionConfig,
         replace_all: bool,
         settings: Callable[[SessionSettings], SessionSettings] | None,
     ) -> Session:
-        session = self.get(session_id)
         old = SessionConfig() if replace_all else session.config
         llm = old.llm
         if patch.llm is not None:
@@ -247,15 +248,12 @@ class SessionManager:
             auto_compact=patch.auto_compact or old.auto_compact,
         )
         validated = self._validated(merged, requested_workspace=bool(patch.workspace))
-        updated = replace(
+        return replace(
             session,
             config=validated,
             settings=session.settings if settings is None else settings(session.settings),
             updated_at=self._next_stamp(session),
         )
-        await self._update(updated)
-        self._sessions[session_id] = updated
-        return updated
 
     async def append_messages(
         self,
@@ -295,34 +293,53 @@ class SessionManager:
         """Make `change(settings)` the session's settings, with the log entries that report it (one
         store transaction). `change` sees the settings every earlier change left; what it raises
         ends the update with nothing written."""
-        async with self._header(session_id):
-            session = self.get(session_id)
-            updated = replace(
+        return await self._change_header(
+            session_id,
+            lambda session: replace(
                 session, settings=change(session.settings), updated_at=self._next_stamp(session)
-            )
-            await self._update(updated, log)
-            self._sessions[session_id] = updated
-            return updated
+            ),
+            log,
+        )
 
     async def set_state(self, session_id: str, state: SessionState) -> Session:
+        return await self._change_header(
+            session_id, lambda session: replace(session, state=state, updated_at=self._next_stamp(session))
+        )
+
+    async def _change_header(
+        self, session_id: str, build: Callable[[Session], Session], log: Sequence[LogEntry] = ()
+    ) -> Session:
+        """Store `build(header)` as the session's header, with `log`, under the session's header
+        lock. On a shared store it is stored only if the stored header is still the one it was
+        built from; when another replica changed the session meanwhile, it is built again from
+        theirs (so neither change undoes the other), at most HEADER_TRIES times."""
         async with self._header(session_id):
-            session = self.get(session_id)
-            updated = replace(session, state=state, updated_at=self._next_stamp(session))
-            await self._update(updated)
-            self._sessions[session_id] = updated
-            return updated
+            for _ in range(HEADER_TRIES):
+                session = self.get(session_id)
+                updated = build(session)
+                try:
+                    await self._update(updated, log, since=session.updated_at if self._store.shared else None)
+                except StaleHeader:
+                    await self.refresh(session_id)
+                    continue
+                self._sessions[session_id] = updated
+                return updated
+        raise Unavailable(
+            f"session {session_id!r} changed on other replicas {HEADER_TRIES} times while this change"
+            " was being made; try again"
+        )
 
     def _header(self, session_id: str) -> asyncio.Lock:
         """The lock of the session's header changes (NotFound for an unknown session)."""
         self.get(session_id)
         return self._header_locks.setdefault(session_id, asyncio.Lock())
 
-    async def _update(self, updated: Session, log: Sequence[LogEntry] = ()) -> None:
+    async def _update(self, updated: Session, log: Sequence[LogEntry], since: int | None) -> None:
         """Store a session's new header, with the session's queued events and `log`, in one
-        transaction."""
+        transaction (see Store.update_session for `since`)."""
         fence = self._events.fence_for(updated.id)
         await self._events.write(
-            updated.id, log, lambda entries: self._store.update_session(updated, entries, fence)
+            updated.id, log, lambda entries: self._store.update_session(updated, entries, fence, since)
         )
 
     def generation_lock(self, session_id: str) -> asyncio.Lock:

@@ -22,7 +22,7 @@ from ..base.models import Message, SessionConfig, SessionState, Usage
 from ..base.sqlite import Database, Durability, transaction
 from ..core.session import Session
 from .session import SessionSettings
-from .store import ControlHandler, EntriesHandler, Lease, LeaseLost, LogEntry
+from .store import ControlHandler, EntriesHandler, Lease, LeaseLost, LogEntry, StaleHeader
 
 # Each entry moves the schema one version up; PRAGMA user_version records where a file is.
 MIGRATIONS: list[str] = [
@@ -168,7 +168,11 @@ class SqliteStore:
         return None if row is None else int(row[0])
 
     async def update_session(
-        self, session: Session, log: Sequence[LogEntry] = (), fence: int | None = None
+        self,
+        session: Session,
+        log: Sequence[LogEntry] = (),
+        fence: int | None = None,
+        since: int | None = None,
     ) -> None:
         values = (
             json.dumps(session.config.to_storable()),
@@ -177,16 +181,20 @@ class SqliteStore:
             json.dumps(session.settings.to_json()),
             *session.usage.counts().values(),
             session.id,
+            since,
+            since,
         )
 
         def write(db: sqlite3.Connection) -> None:
             with transaction(db):
                 _check_fence(db, session.id, fence)
-                db.execute(
+                updated = db.execute(
                     f"UPDATE sessions SET config = ?, state = ?, updated_at = ?, extras = ?, {_SET_USAGE}"
-                    " WHERE id = ?",
+                    " WHERE id = ? AND (? IS NULL OR updated_at = ?)",
                     values,
                 )
+                if since is not None and updated.rowcount == 0:
+                    raise StaleHeader(session.id)
                 _append_log(db, log)
 
         await self._db.run(write)

@@ -20,6 +20,11 @@ class LeaseLost(FailedPrecondition):
     """A write fenced by a lease token that is no longer the session's: another replica took the run."""
 
 
+class StaleHeader(Exception):
+    """A header write made from a header the store no longer holds: another replica changed the
+    session meanwhile (or removed it). Nothing was written."""
+
+
 @dataclass
 class LogEntry:
     """One record of a session's event log: an AgentEvent (kind "event") or a generation chunk
@@ -85,9 +90,14 @@ class Store(Protocol):
         """The session's `updated_at` (every write moves it forward), or None when it does not exist."""
 
     async def update_session(
-        self, session: Session, log: Sequence[LogEntry] = (), fence: int | None = None
+        self,
+        session: Session,
+        log: Sequence[LogEntry] = (),
+        fence: int | None = None,
+        since: int | None = None,
     ) -> None:
-        """Persist config, state, timestamps and usage of an existing session."""
+        """Persist config, state, timestamps and usage of an existing session. With `since`, only if
+        the stored header is still the one stamped `since` (its updated_at): StaleHeader otherwise."""
 
     async def delete_session(self, session_id: str, log: Sequence[LogEntry] = ()) -> bool:
         """Remove a session, its messages and its lease (a run still going is fenced off; its log
