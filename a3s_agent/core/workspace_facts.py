@@ -153,11 +153,14 @@ def _beside_git(workspace: Path) -> bool:
     return any(os.path.lexists(directory / ".git") for directory in (workspace, *workspace.parents))
 
 
+def _look(workspace: Path) -> tuple[list[tuple[str, bool]], bool]:
+    """`_entries` and `_beside_git`: one trip to a worker thread for both."""
+    return _entries(workspace), _beside_git(workspace)
+
+
 async def _git(workspace: Path) -> tuple[SafeGit, Path] | None:
-    """Git set up for the repository holding `workspace`, and its git directory; None without git or
-    a repository."""
-    if not await asyncio.to_thread(_beside_git, workspace):
-        return None
+    """Git set up for the repository holding `workspace` (which `_beside_git` found), and its git
+    directory; None without git or a repository."""
     try:
         git = await asyncio.wait_for(base_git(workspace, {}).for_repository(), GIT_BOUND_S)
         status, out = await _bounded(git, "rev-parse", "--is-inside-work-tree", "--absolute-git-dir")
@@ -218,8 +221,8 @@ def _branch(ref: str, oid: str) -> str:
 async def workspace_facts(workspace: Path, with_status: bool = True) -> WorkspaceFacts:
     """The facts of `workspace` now; `with_status` false skips git status (known to be too slow).
     The layout leaves out what git ignores."""
-    entries = await asyncio.to_thread(_entries, workspace)
-    found = await _git(workspace)
+    entries, beside_git = await asyncio.to_thread(_look, workspace)
+    found = await _git(workspace) if beside_git else None
     repository = await _repository(*found, with_status) if found else None
     ignored = await _ignored(found[0], [name for name, _ in entries]) if found and repository else set()
     layout, unlisted = _layout([entry for entry in entries if entry[0] not in ignored])
