@@ -1448,6 +1448,72 @@ async def bench_task_cpu(seconds: float, workspace: Path) -> list[Row]:
     ]
 
 
+TURN_KINDS: dict[str, tuple[str, dict[str, object]] | None] = {
+    "the answer alone": None,
+    "read_file": ("read_file", {"path": "task.py"}),
+    "grep": ("grep", {"pattern": "def greet", "path": "."}),
+    "bash": ("bash", {"command": "head -c 64 task.py"}),
+    "write_file": ("write_file", {"path": "task.py", "content": TASK_SOURCE}),
+}
+"""What `turn_cpu` measures: tasks of one tool five times, then the answer (None: the answer alone)."""
+
+
+def _kind_turns(call: tuple[str, dict[str, object]] | None) -> list[dict[str, object]]:
+    turn: dict[str, object] = (
+        {} if call is None else {"tool_calls": [{"name": call[0], "arguments": call[1]}]}
+    )
+    return [*([turn] * (5 if call else 0)), {"content": "Done."}]
+
+
+def _cpu_ns(pid: int) -> int:
+    """The CPU the process's threads have run so far, in ns (schedstat: finer than the 10 ms ticks
+    of cpu_times, which a per-turn figure needs)."""
+    total = 0
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            total += int(Path(f"/proc/{pid}/task/{thread}/schedstat").read_text().split()[0])
+    return total
+
+
+async def bench_turn_cpu(seconds: float, workspace: Path) -> list[Row]:
+    """Where the six-turn task's CPU goes: the server's own CPU per task of one tool five times and
+    then the answer, for each tool of the task, in batches of ten tasks (each in a new session)
+    alternating between the kinds after a warm-up round; medians. A tool's turn is its task less
+    the answer alone, over five."""
+    if sys.platform != "linux":
+        return [Row("server CPU per tool turn", "skipped: needs Linux's /proc/<pid>/schedstat")]
+    rounds, batch, kinds = max(4, int(seconds)), 10, list(TURN_KINDS)
+    order = [kind for r in range(rounds + 1) for kind in (kinds if r % 2 == 0 else kinds[::-1])]
+    script = workspace / "turns.json"
+    script.write_text(
+        json.dumps([t for kind in order for _ in range(batch) for t in _kind_turns(TURN_KINDS[kind])])
+    )
+    root = workspace / "turns"
+    root.mkdir()
+    (root / "task.py").write_text(TASK_SOURCE)
+    per_task: dict[str, list[float]] = {kind: [] for kind in kinds}
+    with FakeLLMProcess(0, turns_file=script) as fake, agent_process(root) as agent:
+        agent.wait_healthy()
+        async with grpc.aio.insecure_channel(agent.address) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            await _initialize(stub, fake.base_url)
+            for index, kind in enumerate(order):
+                before = _cpu_ns(agent.proc.pid)
+                for _ in range(batch):
+                    if errors := await _task(stub):
+                        raise RuntimeError(f"a {kind} task failed: {errors}")
+                if index >= len(kinds):  # the first round warms up
+                    per_task[kind].append((_cpu_ns(agent.proc.pid) - before) / batch / 1e6)
+    answer = statistics.median(per_task["the answer alone"])
+    rows = [Row("server CPU per task: the answer alone, in a new session (ms)", f"{answer:.1f}")]
+    for kind in kinds[1:]:
+        task = statistics.median(per_task[kind])
+        rows.append(
+            Row(f"server CPU per {kind} turn (its task {task:.1f} ms) (ms)", f"{(task - answer) / 5:.2f}")
+        )
+    return rows
+
+
 def _spread(values: list[float]) -> str:
     return f"{min(values):.1f} / {max(values):.1f}"
 
@@ -1545,6 +1611,7 @@ SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "replicas": bench_replicas,
     "dialect": bench_dialect,
     "task_cpu": bench_task_cpu,
+    "turn_cpu": bench_turn_cpu,
     "first": bench_first,
 }
 
