@@ -337,6 +337,9 @@ async def test_confirmation_sent_to_another_replica_takes_effect(cluster: Cluste
 
 
 async def test_an_external_task_completed_on_another_replica_takes_effect(cluster: Cluster) -> None:
+    """Also when its result is far too big for a PostgreSQL notification (stored, and notified by
+    reference)."""
+    result = "deployed from B:" + " ok" * 10_000
     async with stubs(cluster) as stub:
         session_id = await session_on(stub["C"])
         config = pb.LaneHandlerConfig(mode=pb.TASK_HANDLER_MODE_EXTERNAL, timeout_ms=10_000)
@@ -362,12 +365,12 @@ async def test_an_external_task_completed_on_another_replica_takes_effect(cluste
         assert 0 < listed.tasks[0].remaining_ms <= 10_000
         await stub["B"].CompleteExternalTask(
             pb.CompleteExternalTaskRequest(
-                session_id=session_id, task_id=task_id, success=True, result="deployed from B"
+                session_id=session_id, task_id=task_id, success=True, result=result
             ),
             timeout=RPC_TIMEOUT_S,
         )
         reply = await running
-    assert reply.message.content == "ran: deployed from B"
+    assert reply.message.content == f"ran: {result}"
 
 
 async def test_a_harness_cancel_sent_to_another_replica_stops_the_run(cluster: Cluster) -> None:

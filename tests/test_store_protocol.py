@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from a3s_agent.base.errors import AlreadyExists, ResourceExhausted, Unavailable
+from a3s_agent.base.errors import AlreadyExists, Unavailable
 from a3s_agent.base.models import LLMConfig, Message, SessionConfig, SessionState, ToolCall, Usage
 from a3s_agent.core import postgres_bounds, postgres_channel
 from a3s_agent.core.channel_seal import ChannelSeal
@@ -30,10 +30,11 @@ from a3s_agent.core.postgres_channel import (
     NOTIFY_LIMIT,
     TEXT_LIMIT,
     control_payload,
+    control_text,
     log_payloads,
 )
 from a3s_agent.core.postgres_schema import MIGRATIONS
-from a3s_agent.core.postgres_store import PostgresStore
+from a3s_agent.core.postgres_store import CONTROL_KEPT_MS, PostgresStore
 from a3s_agent.core.session import Session, SessionSettings
 from a3s_agent.core.sqlite_store import SqliteStore
 from a3s_agent.core.store import LeaseLost, LogEntry, StaleHeader, Store
@@ -562,10 +563,10 @@ async def test_replicas_see_each_others_entries_and_control_messages(
     assert [e.seq for e in got["a"]] == [62]  # its own entries are not handed back to a
     assert len(got["b"]) == 61
 
-    with pytest.raises(
-        ResourceExhausted, match=f"{TEXT_LIMIT}-byte limit of a sealed PostgreSQL notification"
-    ):
-        await a.send_control({"op": "inject", "text": "y" * NOTIFY_LIMIT})
+    # Too big for a notification: stored, and notified by reference; both get it whole.
+    big_control = {"op": "inject", "text": "ÿ" * NOTIFY_LIMIT * 4}
+    await a.send_control(big_control)
+    await eventually(lambda: controls["a"][-1:] == controls["b"][-1:] == [big_control], "the big control")
 
 
 @pytest.fixture
@@ -602,14 +603,15 @@ async def test_a_role_that_may_only_connect_can_neither_read_the_channel_nor_sen
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """LISTEN and NOTIFY take no privilege. The intruder hears only sealed payloads, cannot read
-    the key, and what it sends is not believed: a control message of its own (approving a tool
-    call), one it captured and sends again, one sealed long ago, a log payload moved to the
-    control channel."""
+    the key nor a stored control message, and what it sends is not believed: a control message of
+    its own (approving a tool call), two it captured and sends again (one by reference), one sealed
+    long ago, a log payload moved to the control channel."""
     a, b = replicas
     controls: list[dict[str, Any]] = []
     await b.listen(lambda entries: None, controls.append)
-    with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        await intruder.execute("SELECT key FROM channel_key")
+    for table in ("channel_key", "control_messages"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            await intruder.execute(f"SELECT * FROM {table}")
     await intruder.execute(f"LISTEN {LOG_CHANNEL}")
     await intruder.execute(f"LISTEN {CONTROL_CHANNEL}")
 
@@ -620,20 +622,38 @@ async def test_a_role_that_may_only_connect_can_neither_read_the_channel_nor_sen
         {**confirm, "args": {"tool_id": "t1", "approved": True, "reason": "the secret plan"}}
     )
     [control] = await heard(intruder, 1)
-    await eventually(lambda: len(controls) == 1, "b to get a's control message")
-    assert all("secret" not in payload and "confirm" not in payload for payload in (log_payload, control))
+    await a.send_control({**confirm, "id": "r1-big", "args": {"reason": "the secret plan " * 1_000}})
+    [big] = await heard(intruder, 1)  # by reference: the message is in control_messages
+    await eventually(lambda: len(controls) == 2, "b to get a's control messages")
+    assert all(
+        "secret" not in payload and "confirm" not in payload for payload in (log_payload, control, big)
+    )
 
     forged = json.dumps({**confirm, "id": "r2", "args": {"tool_id": "t2", "approved": True, "reason": ""}})
     seal = await the_seal(postgres_url)
     monkeypatch.setattr(postgres_channel, "now_ms", lambda: 1_000)  # sealed in 1970: long ago
-    stale = control_payload(seal, {**confirm, "id": "r3", "args": {}})
+    stale = control_payload(seal, control_text({**confirm, "id": "r3", "args": {}}))
     monkeypatch.undo()
-    for payload in (forged, control, stale, log_payload):
+    for payload in (forged, control, big, stale, log_payload):
         await intruder.execute("SELECT pg_notify(%s, %s)", (CONTROL_CHANNEL, payload))
     await a.send_control({**confirm, "id": "r4", "args": {}})  # after them: once it is here, they were heard
-    await eventually(lambda: len(controls) == 2, "b to get a's second control message")
-    assert [message["id"] for message in controls] == ["r1", "r4"]
+    await eventually(lambda: len(controls) == 3, "b to get a's last control message")
+    assert [message["id"] for message in controls] == ["r1", "r1-big", "r4"]
     assert controls[0]["args"]["reason"] == "the secret plan"
+
+
+async def test_a_stored_control_message_is_removed_once_no_listener_would_take_it(
+    replicas: tuple[PostgresStore, PostgresStore], postgres_url: str
+) -> None:
+    a, _ = replicas
+    big = {"op": "inject", "text": "y" * NOTIFY_LIMIT}
+    await a.send_control(big)
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
+        # Sent long enough ago that its window has passed on every replica's clock.
+        await conn.execute("UPDATE control_messages SET created_at = created_at - %s", (CONTROL_KEPT_MS,))
+        await a.send_control(big)
+        rows = await (await conn.execute("SELECT body FROM control_messages")).fetchall()
+    assert len(rows) == 1 and json.loads(rows[0][0])["text"] == big["text"]
 
 
 async def test_replicas_appending_to_one_session_at_once_leave_no_gap(

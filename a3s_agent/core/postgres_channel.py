@@ -3,7 +3,8 @@
 `a3s_log`: every transaction that appends log entries notifies them (delivered when it commits, in
 commit order) as {"origin": replica, "entries": [...]} while a payload stays under NOTIFY_LIMIT,
 and as {"origin": replica, "refs": [[session_id, seq], ...]} for an entry too big for one, which
-listeners read from the table. `a3s_control`: control messages, JSON, delivered to every listener.
+listeners read from the table. `a3s_control`: control messages, JSON, delivered to every listener;
+one too big for a notification is stored in `control_messages` and notified as {"ref": id}.
 
 Every payload is sealed (channel_seal.py: anyone who may connect may listen and notify). A log
 notification that does not open is taken only as a hint: the entries it names are read from the
@@ -42,7 +43,6 @@ from psycopg import AsyncConnection, Notify, OperationalError
 from psycopg_pool import AsyncConnectionPool
 
 from ..base.backoff import Backoff
-from ..base.errors import ResourceExhausted
 from .channel_seal import ChannelSeal, sealed_capacity
 from .events import now_ms
 from .postgres_schema import CONNECT_TIMEOUT_S, LOG_COLUMNS, entry_from_row
@@ -93,16 +93,15 @@ def log_payloads(seal: ChannelSeal, origin: str, txid: int, entries: Sequence[Lo
     return [seal.seal(payload, LOG_CHANNEL) for payload in payloads]
 
 
-def control_payload(seal: ChannelSeal, message: dict[str, Any]) -> str:
-    """A control message as a sealed notification's payload, with the time it was sent;
-    ResourceExhausted when it is too big for one."""
-    payload = json.dumps({**message, "sent": now_ms()}, separators=(",", ":"))
-    if len(payload) > TEXT_LIMIT:
-        raise ResourceExhausted(
-            f"a control message is {len(payload)} bytes of JSON, over the {TEXT_LIMIT}-byte limit"
-            " of a sealed PostgreSQL notification"
-        )
-    return seal.seal(payload, CONTROL_CHANNEL)
+def control_text(message: dict[str, Any]) -> str:
+    """A control message as JSON, with the time it was sent."""
+    return json.dumps({**message, "sent": now_ms()}, separators=(",", ":"))
+
+
+def control_payload(seal: ChannelSeal, text: str) -> str:
+    """A control message's JSON (control_text, or {"ref": id} for one stored in control_messages)
+    as a sealed notification's payload."""
+    return seal.seal(text, CONTROL_CHANNEL)
 
 
 def _payload(origin: str, txid: int, kind: str, items: list[str]) -> str:
@@ -235,7 +234,10 @@ class Listener:
             if opened is None:
                 raise ValueError("a control message not sealed with the replicas' key")
             text, nonce = opened
-            self._call(self._on_control, self._fresh(_object(text), nonce))
+            message = _object(text)
+            if "ref" in message:
+                message = _object(await self._stored_control(message["ref"]))
+            self._call(self._on_control, self._fresh(message, nonce))
             return
         if opened is None:  # a hint at most: what it names is read from the table
             hinted = _object(notify.payload)
@@ -253,6 +255,18 @@ class Listener:
             raise TypeError(f"not a transaction id: {str(txid)[:200]}")
         entries = [_entry_from_json(item) for item in message["entries"]]
         self._hand_on([(entry, txid) for entry in entries], caught_up=False)
+
+    async def _stored_control(self, ref: Any) -> str:
+        """The JSON of a control message stored in control_messages; LookupError once it is gone."""
+        if type(ref) is not int:
+            raise TypeError(f"not a control message's id: {str(ref)[:200]}")
+        async with self._pool.connection() as conn:
+            row = await (
+                await conn.execute("SELECT body FROM control_messages WHERE id = %s", (ref,))
+            ).fetchone()
+        if row is None:
+            raise LookupError(f"control message {ref} is no longer stored")
+        return str(row[0])
 
     def _fresh(self, message: dict[str, Any], nonce: bytes) -> dict[str, Any]:
         """The control message without its send time; ValueError when it is outside the window or

@@ -6,7 +6,8 @@ last log seq handed out), `messages` (every message, live or archived), `initial
 the last Initialize), `event_log` (every session's events and chunks, kept until retention), and
 `run_leases` (the owner of each running generation), whose tokens come from the sequence
 `run_lease_tokens`, shared by all sessions so that a token is larger than every earlier one, and
-`channel_key` (one row: the key that seals the notifications between replicas).
+`channel_key` (one row: the key that seals the notifications between replicas) and
+`control_messages` (control messages too big for a notification, briefly).
 """
 
 from __future__ import annotations
@@ -103,6 +104,17 @@ MIGRATIONS: list[str] = [
     REVOKE ALL ON channel_key FROM PUBLIC;
     INSERT INTO channel_key
         SELECT 1, sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text, 'UTF8'));
+    """,
+    # Control messages too big for a notification, which carries their id instead; kept only as long
+    # as a listener would still take them (postgres_channel.py), granted to nobody.
+    """
+    CREATE TABLE control_messages (
+        id BIGSERIAL PRIMARY KEY,
+        body TEXT NOT NULL,
+        created_at BIGINT NOT NULL
+    );
+    CREATE INDEX control_messages_by_time ON control_messages(created_at);
+    REVOKE ALL ON control_messages FROM PUBLIC;
     """,
 ]
 

@@ -22,7 +22,16 @@ from ..base.errors import AlreadyExists, Unavailable
 from ..base.models import Message, SessionConfig, SessionState, Usage
 from .channel_seal import ChannelSeal
 from .postgres_bounds import RETENTION_TIMEOUT_MS, bound_waits, pooled
-from .postgres_channel import CONTROL_CHANNEL, LOG_CHANNEL, Listener, control_payload, log_payloads
+from .postgres_channel import (
+    CONTROL_CHANNEL,
+    CONTROL_WINDOW_S,
+    LOG_CHANNEL,
+    TEXT_LIMIT,
+    Listener,
+    control_payload,
+    control_text,
+    log_payloads,
+)
 from .postgres_schema import (
     CONNECT_TIMEOUT_S,
     LOG_COLUMNS,
@@ -38,6 +47,7 @@ from .store import ControlHandler, EntriesHandler, Lease, LeaseLost, LogEntry, S
 POOL_MIN_SIZE = 1
 POOL_MAX_SIZE = 10
 STORE_NAME = "the PostgreSQL store (--store)"
+CONTROL_KEPT_MS = int(4 * CONTROL_WINDOW_S * 1000)  # a stored control message outlives its window
 
 _SET_USAGE = ", ".join(f"{column} = %s" for column in USAGE_COLUMNS)
 _SESSION_COLUMNS = """
@@ -450,9 +460,22 @@ class PostgresStore:
         self._listener = listener
 
     async def send_control(self, message: dict[str, Any]) -> None:
-        payload = control_payload(self._sealing(), message)
-        async with self._connection() as conn:
-            await conn.execute("SELECT pg_notify(%s, %s)", (CONTROL_CHANNEL, payload))
+        text = control_text(message)
+        async with self._transaction() as conn:
+            if len(text) > TEXT_LIMIT:  # by reference: the row is there when the notification is
+                await conn.execute(
+                    f"DELETE FROM control_messages WHERE created_at < {NOW_MS} - %s", (CONTROL_KEPT_MS,)
+                )
+                cursor = await conn.execute(
+                    f"INSERT INTO control_messages (body, created_at) VALUES (%s, {NOW_MS}) RETURNING id",
+                    (text,),
+                )
+                row = await cursor.fetchone()
+                assert row is not None  # INSERT ... RETURNING gives its row
+                text = json.dumps({"ref": row[0]})
+            await conn.execute(
+                "SELECT pg_notify(%s, %s)", (CONTROL_CHANNEL, control_payload(self._sealing(), text))
+            )
 
 
 async def _channel_seal(conn: AsyncConnection[Any]) -> ChannelSeal:
