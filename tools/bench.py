@@ -1356,16 +1356,27 @@ CPU_BASELINE = "194aea5"
 """The commit before the third round of CPU work: its server runs beside today's in `task_cpu`."""
 
 
-def _switches(pid: int) -> int:
-    """How often the process's threads have been switched off the CPU so far, voluntarily (to wait)
-    or not. /proc/<pid>/status counts its first thread only, so each thread's is read."""
+def _per_thread(pid: int, file: str, count: Callable[[str], int]) -> int:
+    """The sum of count(/proc/<pid>/task/<thread>/<file>'s text) over the process's threads."""
     total = 0
     for thread in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            for line in Path(f"/proc/{pid}/task/{thread}/status").read_text().splitlines():
-                if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
-                    total += int(line.split()[1])
+            total += count(Path(f"/proc/{pid}/task/{thread}/{file}").read_text())
     return total
+
+
+def _switches(pid: int) -> int:
+    """How often the process's threads have been switched off the CPU so far, voluntarily (to wait)
+    or not. /proc/<pid>/status counts its first thread only, so each thread's is read."""
+    return _per_thread(
+        pid,
+        "status",
+        lambda text: sum(
+            int(line.split()[1])
+            for line in text.splitlines()
+            if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"))
+        ),
+    )
 
 
 async def _wake_cpu_us(wakes: int = 300) -> float:
@@ -1468,11 +1479,7 @@ def _kind_turns(call: tuple[str, dict[str, object]] | None) -> list[dict[str, ob
 def _cpu_ns(pid: int) -> int:
     """The CPU the process's threads have run so far, in ns (schedstat: finer than the 10 ms ticks
     of cpu_times, which a per-turn figure needs)."""
-    total = 0
-    for thread in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            total += int(Path(f"/proc/{pid}/task/{thread}/schedstat").read_text().split()[0])
-    return total
+    return _per_thread(pid, "schedstat", lambda text: int(text.split()[0]))
 
 
 async def bench_turn_cpu(seconds: float, workspace: Path) -> list[Row]:
