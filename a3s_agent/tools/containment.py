@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import ctypes
 import errno
-import functools
 import hashlib
 import itertools
 import json
@@ -204,8 +203,13 @@ class Containment:
         only (a process that left its parent is adopted by the server, never by init); otherwise
         anywhere on the machine."""
         if self.subreaper and procfs.children_listed():
-            return functools.partial(procfs.descendants, self.pid)
+            return self._descendants
         return procfs.snapshot
+
+    def _descendants(self) -> dict[int, procfs.Proc]:
+        """The server's descendants; none without reading /proc when it has no child at all (as a
+        subreaper, a process below it that lost its parent became its child)."""
+        return procfs.descendants(self.pid) if procfs.has_children() else {}
 
     def _belonging_to(self, scope: CallScope, procs: dict[int, procfs.Proc]) -> set[int]:
         """The call's first process, every process started since that carries its marker or is in its

@@ -96,6 +96,21 @@ def children(pid: int) -> set[int]:
     return found
 
 
+_WALL = 0x40000000
+"""waitid's __WALL: children of every kind, one cloned without SIGCHLD too."""
+
+
+def has_children() -> bool:
+    """Whether this process (any of its threads) has a child, running or not yet reaped. One
+    waitid answers it, where listing the children reads a /proc file per thread: a call's end finds
+    no process left to kill this way. WNOWAIT leaves an exited child to whoever waits for it."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT | _WALL)
+    except ChildProcessError:
+        return False
+    return True
+
+
 @functools.cache
 def children_listed() -> bool:
     """Whether this kernel lists a thread's children (/proc/<pid>/task/<tid>/children)."""

@@ -13,6 +13,7 @@ import os
 import secrets
 import shlex
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -494,3 +495,35 @@ async def test_a_process_that_entered_a_spare_call_cgroup_is_killed(
         await _ended(intruder)
         cgroup_server.kill()
     assert "Traceback" not in cgroup_server.log()
+
+
+HAS_CHILDREN_PROBE = """
+import subprocess, threading, time
+from a3s_agent.tools import procfs
+seen = [procfs.has_children()]
+started, release = threading.Event(), threading.Event()
+def spawn():
+    global child
+    child = subprocess.Popen(["sleep", "0.3"])
+    started.set()
+    release.wait()
+thread = threading.Thread(target=spawn)
+thread.start()
+started.wait()
+seen.append(procfs.has_children())  # a running child of a thread that is still alive
+time.sleep(0.6)
+seen.append(procfs.has_children())  # exited, not reaped: still a child, and left unreaped
+seen.append(child.wait() == 0)
+seen.append(procfs.has_children())
+release.set()
+print(seen)
+"""
+
+
+def test_a_server_with_no_child_left_is_known_to_have_none_from_one_call() -> None:
+    """The shortcut a call's end takes before walking /proc: it must see any thread's children,
+    running or exited, and reap none of them."""
+    probe = subprocess.run(
+        [sys.executable, "-c", HAS_CHILDREN_PROBE], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert probe.stdout.strip() == "[False, True, True, True, False]"
