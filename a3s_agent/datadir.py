@@ -6,6 +6,7 @@ The default is one directory per workspace under the user's data directory,
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 from collections.abc import Mapping
@@ -13,6 +14,7 @@ from pathlib import Path
 
 LEGACY_DIR = ".a3s"  # the default before: <workspace>/.a3s
 GITIGNORE = "# a3s-agent server data (sessions, Agent Spaces runs): never commit it\n*\n"
+LOCK_FILE = "server.lock"
 
 
 def default_data_dir(workspace: Path, env: Mapping[str, str] = os.environ) -> Path:
@@ -39,3 +41,20 @@ def make_data_dir(path: Path) -> None:
     except FileExistsError:
         return
     (path / ".gitignore").write_text(GITIGNORE)
+
+
+def hold_alone(path: Path) -> int | None:
+    """Hold the data directory for this process alone, when no other process does: an exclusive
+    flock on its `server.lock`, returned as the descriptor whose closing lets it go (None when
+    another process holds it or the file cannot be opened). The kernel drops the lock when its
+    holder ends, killed too, so holding it proves that every earlier server here has ended."""
+    try:
+        fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd

@@ -341,6 +341,24 @@ async def test_a_lease_is_exclusive_until_it_expires_then_taken_over_with_a_larg
     assert again is not None and again.token > taken.token
 
 
+async def test_leases_left_by_an_ended_owner_expire_at_once_and_are_taken_over(store: Store) -> None:
+    for session_id in ("a1", "a2", "b1"):
+        await store.create_session(session(session_id), [])
+    a1, a2 = [await store.acquire_lease(s, "replica-a", "run", LONG_TTL_MS) for s in ("a1", "a2")]
+    b1 = await store.acquire_lease("b1", "replica-b", "run", LONG_TTL_MS)
+    assert a1 is not None and a2 is not None and b1 is not None
+
+    assert await store.expire_leases("replica-a") == 2
+    assert sorted(lease.session_id for lease in await store.expired_leases()) == ["a1", "a2"]
+    taken = await store.acquire_lease("a1", "replica-c", "run", LONG_TTL_MS)
+    assert taken is not None and taken.token > b1.token
+    assert await store.renew_lease(a1, LONG_TTL_MS) is None  # its old owner lost it
+    assert await store.acquire_lease("b1", "replica-c", "run", LONG_TTL_MS) is None  # b's still holds
+
+    assert await store.expire_leases(None) == 3  # every lease: a2's again, b1's and the new one
+    assert await store.acquire_lease("b1", "replica-c", "run", LONG_TTL_MS) is not None
+
+
 async def _contains(leases: Any, lease: Any) -> bool:
     return any(item.token == lease.token for item in await leases)
 

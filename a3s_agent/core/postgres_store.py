@@ -450,6 +450,13 @@ class PostgresStore:
             )
             return [Lease(*row) for row in await cursor.fetchall()]
 
+    async def expire_leases(self, owner: str | None) -> int:
+        async with self._transaction() as conn:
+            cursor = await conn.execute(
+                "UPDATE run_leases SET expires_at = 0 WHERE %s::text IS NULL OR owner = %s", (owner, owner)
+            )
+            return cursor.rowcount
+
     # --- the channel between replicas --------------------------------------------------------
 
     async def listen(self, on_entries: EntriesHandler, on_control: ControlHandler) -> None:

@@ -433,6 +433,10 @@ class SqliteStore:
         rows = await self._db.run(lambda db: db.execute(query, (_now_ms(),)).fetchall())
         return [Lease(*row) for row in rows]
 
+    async def expire_leases(self, owner: str | None) -> int:
+        query = "UPDATE run_leases SET expires_at = 0 WHERE ? IS NULL OR owner = ?"
+        return await self._db.run(lambda db: db.execute(query, (owner, owner)).rowcount)
+
     # --- the replica channel: only this process -------------------------------------------------
 
     async def listen(self, on_entries: EntriesHandler, on_control: ControlHandler) -> None:

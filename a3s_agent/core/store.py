@@ -192,6 +192,11 @@ class Store(Protocol):
     async def expired_leases(self) -> list[Lease]:
         """Leases past their expiry: runs whose owner stopped renewing them."""
 
+    async def expire_leases(self, owner: str | None) -> int:
+        """Mark the leases `owner` holds (every lease when None) as expired at once; how many. For
+        leases a process that ended left behind (the caller knows it ended): taking them over need
+        not wait for their expiry."""
+
     # --- the channel between replicas --------------------------------------------------------
 
     async def listen(self, on_entries: EntriesHandler, on_control: ControlHandler) -> None:

@@ -3,8 +3,9 @@ generation (renewed while it runs, fencing every write of that run), control sen
 wherever it arrives, the takeover of runs whose owner stopped, and the event log's retention.
 
 On SQLite one process uses the store, so every lease is this process's and control never leaves
-it; the same code runs, and a lease left by a process that was killed is taken over after it
-expires like any other.
+it; the same code runs. A lease left by a process that was killed is taken over when the next
+server starts, once it holds the data directory alone (datadir.hold_alone); else after it expires,
+like any other.
 """
 
 from __future__ import annotations
@@ -68,8 +69,18 @@ class Replicas:
         """Serve `action` for runs this replica owns: handler(session_id, args) -> JSON-ready result."""
         self._handlers[action] = handler
 
-    async def start(self) -> None:
+    async def start(self, alone: bool = False) -> None:
+        """Listen on the store's channel and end the runs of replicas that stopped: before serving,
+        those whose lease expired, the runs this replica's id held before a restart (replica ids
+        are unique among the running ones) and, when `alone` (no other process uses the store, and
+        none that did still runs), every run left in it; later, each run whose lease expires."""
+        left = await self._store.expire_leases(None if alone else self.id)
+        if left:
+            log.warning(
+                "%d run(s) left by a server that ended are ended now, not when their lease expires", left
+            )
         await self._store.listen(self._bus.deliver, self._on_control)
+        await self._take_over_expired()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._take_over_loop()), loop.create_task(self._prune_loop())]
 
@@ -213,13 +224,16 @@ class Replicas:
 
     async def _take_over_loop(self) -> None:
         while True:
-            try:
-                for lease in await self._store.expired_leases():
-                    if lease.session_id not in self._held:
-                        await self.take_over(lease)
-            except Exception:
-                log.exception("could not check for runs whose replica stopped")
             await asyncio.sleep(self._ttl_ms / 2000)
+            await self._take_over_expired()
+
+    async def _take_over_expired(self) -> None:
+        try:
+            for lease in await self._store.expired_leases():
+                if lease.session_id not in self._held:
+                    await self.take_over(lease)
+        except Exception:
+            log.exception("could not check for runs whose replica stopped")
 
     async def take_over(self, stale: Lease) -> bool:
         """End the run of a replica that stopped renewing its lease: answer its open tool calls,

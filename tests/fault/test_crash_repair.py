@@ -28,7 +28,7 @@ from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 
 from ..conftest import agent_settings, running, user
-from ..fake_llm import FakeLLM, _message_problem, call, text, tool_calls, tool_loop
+from ..fake_llm import FakeLLM, _message_problem, call, text, tool_call, tool_calls, tool_loop
 from ..security.test_containment import _processes
 from .conftest import LoggedServer, env_number
 from .test_disconnects import eventually
@@ -165,6 +165,86 @@ async def test_sigkill_at_random_moments_of_tool_generations_never_blocks_the_ne
     assert not refused, (
         f"requests the strict model refused: {[_message_problem(r.messages) for r in refused]}"
     )
+
+
+LONG_LEASE = {"A3S_LEASE_TTL_S": "600"}  # a killed run's lease would hold its session ten minutes
+AFTER_SEQ = "a3s-after-seq"
+
+
+async def _run_a_long_command(
+    stub: pb_grpc.CodeAgentServiceStub, session_id: str, marker: str
+) -> tuple[grpc.aio.UnaryStreamCall, int]:
+    """Start a generation whose bash call sleeps; its stream and the seq of the call's chunk, once
+    the command runs."""
+    stream = stub.StreamGenerate(
+        pb.GenerateRequest(session_id=session_id, messages=[user("go")]), timeout=RPC_TIMEOUT_S
+    )
+    async for chunk in stream:
+        if chunk.type == pb.GenerateChunk.CHUNK_TYPE_TOOL_CALL:
+            await eventually(lambda: processes_with(marker), "the command runs")
+            return stream, int(chunk.metadata["seq"])
+    raise AssertionError("the stream ended without a tool call")
+
+
+async def test_a_restart_ends_the_killed_run_at_once_and_its_session_generates(tmp_path: Path) -> None:
+    """The next server on the data directory holds it alone, so the lease the killed run left is
+    stale: its run ends as the server starts (its stream resumed gets the failure, its call an
+    answer) and the session generates again, not ten minutes later when the lease expires."""
+    marker = f"30.{random.randrange(10**6):06d}"
+    script = [tool_call("bash", {"command": f"sleep {marker}"}), text("Finished.")]
+    with FakeLLM(*script, strict=True) as fake:
+        with server(tmp_path, "killed", {**llm_env(fake), **LONG_LEASE}) as first:
+            async with grpc.aio.insecure_channel(first.address) as channel:
+                stub = pb_grpc.CodeAgentServiceStub(channel)
+                session_id = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
+                stream, seq = await _run_a_long_command(stub, session_id, marker)
+                first.kill()
+                with pytest.raises(grpc.aio.AioRpcError):
+                    async for _ in stream:
+                        pass
+        with server(tmp_path, "restarted", {**llm_env(fake), **LONG_LEASE}) as second:
+            async with grpc.aio.insecure_channel(second.address) as channel:
+                stub = pb_grpc.CodeAgentServiceStub(channel)
+                resumed = stub.StreamGenerate(
+                    pb.GenerateRequest(session_id=session_id),
+                    metadata=((AFTER_SEQ, str(seq)),),
+                    timeout=RPC_TIMEOUT_S,
+                )
+                with pytest.raises(grpc.aio.AioRpcError) as ended:
+                    async for _ in resumed:
+                        pass
+                reply = await stub.Generate(
+                    pb.GenerateRequest(session_id=session_id, messages=[user("again")]), timeout=RPC_TIMEOUT_S
+                )
+            assert "1 run(s) left by a server that ended are ended now" in second.log()
+    assert ended.value.code() == grpc.StatusCode.UNAVAILABLE, ended.value
+    assert "stopped" in (ended.value.details() or "")
+    assert reply.message.content == "Finished."
+    assert INTERRUPTED in stored_tool_results(tmp_path / "data", session_id)[0][1]
+    assert not processes_with(marker)
+
+
+async def test_a_second_server_on_a_data_dir_in_use_leaves_the_first_one_s_run_alone(
+    tmp_path: Path,
+) -> None:
+    """Started beside a live server on its data directory, a server cannot hold the directory
+    alone: the lease of the first one's running generation is not its to end."""
+    marker = f"2.{random.randrange(10**6):06d}"
+    script = [tool_call("bash", {"command": f"sleep {marker}; echo slept"}), text("Finished.")]
+    with (
+        FakeLLM(*script, strict=True) as fake,
+        server(tmp_path, "first", {**llm_env(fake), **LONG_LEASE}) as first,
+    ):
+        async with grpc.aio.insecure_channel(first.address) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            session_id = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
+            stream, _ = await _run_a_long_command(stub, session_id, marker)
+            with server(tmp_path, "beside", {**llm_env(fake), **LONG_LEASE}) as beside:
+                last = [chunk async for chunk in stream][-1]
+            assert "left by a server that ended" not in beside.log()
+            assert "server.lock: runs a crash left here end only when their leases expire" in beside.log()
+    assert last.type == pb.GenerateChunk.CHUNK_TYPE_DONE, last
+    assert [r[1] for r in stored_tool_results(tmp_path / "data", session_id)] == ["slept\n"]
 
 
 def insert_messages(data: Path, session_id: str, messages: list[tuple[str, str, dict[str, object]]]) -> None:
