@@ -7,9 +7,11 @@ is a valid id of ours (`[A-Za-z0-9._:-]{1,128}`), else `harness-` and 40 hex dig
 A run's events are its chunks in the session's durable log, numbered from 0 after a first
 `agent_start`. Each run's record (its prompt, state, where its chunks are, its git trees) is in
 the store (core/store.py `*_harness_run`), so that a host retrying after a restart gets a replay,
-not a second run; a run that was executing when its process died stays as it was (cancel: 409
-run_unavailable) until it is recovered. A cancel that reaches a replica other than the one running
-the run is carried out by that one (runtime/replicas.py).
+not a second run. A run whose process died mid-generation is failed when the lease of its
+generation is taken over (runtime/replicas.py; at the next start on the same data directory);
+one that died before its generation began stays as it was (cancel: 409 run_unavailable) until it
+is recovered. A cancel that reaches a replica other than the one running the run is carried out
+by that one (runtime/replicas.py).
 """
 
 from __future__ import annotations
