@@ -403,10 +403,12 @@ async def test_the_record_rewritten_in_place_still_names_the_running_call_after_
 
 
 async def test_a_server_stopping_kills_the_tool_processes_still_running(tmp_path: Path) -> None:
-    # One mode only: the stop waits for the server's grace period (10 s) before it cancels the call.
+    # One mode only: the stop waits for the server's grace period (1 s here) before it cancels the call.
     escapes = Escapes(tmp_path, ALL)
     (tmp_path / "workspace").mkdir()
-    logged = LoggedServer(tmp_path / "workspace", tmp_path / "data", tmp_path / "server.log").start()
+    logged = LoggedServer(
+        tmp_path / "workspace", tmp_path / "data", tmp_path / "server.log", ("--grace-seconds", "1")
+    ).start()
     channel = grpc.aio.insecure_channel(logged.address)
     call = asyncio.ensure_future(_bash(pb_grpc.CodeAgentServiceStub(channel), escapes.command + "\nsleep 60"))
     try:
