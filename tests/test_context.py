@@ -199,7 +199,7 @@ def test_the_byte_bound_is_never_below_the_exact_count(
     """The auto-compaction check skips the count when the bound fits under the threshold: a
     bound below the exact count would skip a compaction the count would do."""
     schemas = [tool_schema(t) for t in builtin_tools()] if with_tools else []
-    exact = _count(TokenCounter("gpt-4o"), prompt, schemas, history).total_tokens
+    exact = _count(TokenCounter("gpt-4o"), prompt, schemas, fixed_json(schemas), history).total_tokens
     bound = byte_bound(prompt, fixed_json(schemas).text, history, float("inf"))
     assert bound is not None and bound >= exact
     assert byte_bound(prompt, fixed_json(schemas).text, history, bound - 1) is None

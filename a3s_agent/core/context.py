@@ -22,7 +22,7 @@ from typing import Any
 from ..base.errors import AgentError, FailedPrecondition, InvalidArgument
 from ..base.models import Message
 from ..core.session import Session
-from ..llm.json_body import fixed_json
+from ..llm.json_body import JSONText, fixed_json
 from ..llm.messages import to_openai, tool_schema
 from ..llm.provider import CompletionRequest, TextDelta, TurnEnd
 from ..llm.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenCounter
@@ -175,11 +175,13 @@ class ContextManager:
     ) -> Callable[[list[Message]], ContextUsage]:
         """What measures a history of `session` (with `counter`, else the session's own), safe to
         call off the event loop (the system prompt and tool schemas are taken now, on it)."""
+        schemas = [tool_schema(t) for t in self._host.tools_for(session)]
         return partial(
             _count,
             counter or self.counter(session),
             self._host.prompt_for(session),
-            [tool_schema(t) for t in self._host.tools_for(session)],
+            schemas,
+            fixed_json(schemas),
         )
 
     async def measure(self, session: Session, history: list[Message]) -> ContextUsage:
@@ -290,14 +292,19 @@ class ContextManager:
 
 
 def _count(
-    counter: TokenCounter, prompt: str, tools: list[dict[str, Any]], history: list[Message]
+    counter: TokenCounter,
+    prompt: str,
+    tools: list[dict[str, Any]],
+    tools_json: JSONText,
+    history: list[Message],
 ) -> ContextUsage:
-    """The usage of a conversation of `prompt`, `history` and `tools` (a pure function: runs on
-    worker threads)."""
+    """The usage of a conversation of `prompt`, `history` and `tools` (`tools_json`: their JSON,
+    kept) (a pure function: runs on worker threads)."""
     written = [to_openai(m) for m in history if m.role == "assistant"]
     read = [{"role": "system", "content": prompt}, *(to_openai(m) for m in history if m.role != "assistant")]
     completion = counter.count_messages(written) if written else 0
-    return ContextUsage(counter.count_messages(read) + counter.count_tools(tools), completion, len(history))
+    tools_count = counter.count_tools(tools, tools_json.text)
+    return ContextUsage(counter.count_messages(read) + tools_count, completion, len(history))
 
 
 _BOUND_MESSAGES = 2_000

@@ -48,6 +48,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .image_tokens import image_tokens
+from .json_body import COMPACT
 
 if TYPE_CHECKING:
     from tiktoken import Encoding
@@ -328,15 +329,16 @@ class TokenCounter:
         counts = self._count_cached(list(messages))
         return sum(counts) + REPLY_PRIMING if counts else 0
 
-    def count_tools(self, tools: list[dict[str, Any]]) -> int:
-        """Tokens of the tool schemas, counted as their compact JSON text; cached."""
+    def count_tools(self, tools: list[dict[str, Any]], encoded: str | None = None) -> int:
+        """Tokens of the tool schemas, counted as their compact JSON text; cached by their JSON as
+        sent, `encoded` when the caller keeps it (json_body.fixed_json: no encoding at all then)."""
         if not tools:
             return 0
-        text = json.dumps(tools, ensure_ascii=False, separators=(",", ":"))
-        cache_key = (self._cache_tag(), hash(("tools", text)))
+        sent = encoded if encoded is not None else json.dumps(tools, separators=COMPACT)
+        cache_key = (self._cache_tag(), hash(("tools", sent)))
         [count] = _CACHE.get_many([cache_key])
         if count is None:
-            count = self.count_text(text)
+            count = self.count_text(json.dumps(tools, ensure_ascii=False, separators=COMPACT))
             _CACHE.put_many([(cache_key, count)])
         return count
 
