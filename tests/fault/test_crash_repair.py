@@ -32,6 +32,7 @@ from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from ..conftest import agent_settings, running, user
 from ..fake_llm import FakeLLM, _message_problem, call, text, tool_call, tool_calls, tool_loop
 from ..security.test_containment import _processes
+from ..test_harness import cancel, page_request, start
 from .conftest import LoggedServer, env_number
 from .test_disconnects import eventually
 
@@ -253,26 +254,6 @@ async def test_a_harness_run_its_server_was_killed_in_is_failed_by_the_next_one(
     """The A3S harness's view of the same: after the restart the run reads failed, its events end
     with an error, and a cancel gets the failed run's receipt (not 409 run_unavailable)."""
     marker = f"30.{random.randrange(10**6):06d}"
-    identity = {
-        "schema": "a3s.code.agent-run-identity.v1",
-        "protocol": "a3s.code.agent.v1",
-        "agent_release_identity": "sha256:" + "3" * 64,
-        "session_id": "harness-restart",
-        "run_id": "run-1",
-    }
-    start = {
-        "schema": "a3s.code.agent-run-start.v1",
-        "request_id": "r1",
-        "identity": identity,
-        "prompt": "go",
-    }
-    cancel = {
-        "schema": "a3s.code.agent-run-cancel.v1",
-        "request_id": "r2",
-        "identity": identity,
-        "reason": "x",
-    }
-    page = {"schema": "a3s.code.agent-event-page-request.v1", "identity": identity, "limit": 64}
 
     async def post(process: LoggedServer, path: str, body: dict[str, Any]) -> tuple[int, Any]:
         async with http.post(f"http://127.0.0.1:{process.http_port}{path}", json=body) as response:
@@ -281,15 +262,11 @@ async def test_a_harness_run_its_server_was_killed_in_is_failed_by_the_next_one(
     with FakeLLM(tool_call("bash", {"command": f"sleep {marker}"}), strict=True) as fake:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=RPC_TIMEOUT_S)) as http:
             with server(tmp_path, "killed", {**llm_env(fake), **LONG_LEASE}) as first:
-                assert (await post(first, "/v1/agent/commands", {"action": "start", "request": start}))[
-                    0
-                ] == 200
+                assert (await post(first, "/v1/agent/commands", start("go")))[0] == 200
                 await eventually(lambda: processes_with(marker), "the command runs")
             with server(tmp_path, "restarted", {**llm_env(fake), **LONG_LEASE}) as second:
-                _, events = await post(second, "/v1/agent/events:page", page)
-                status, receipt = await post(
-                    second, "/v1/agent/commands", {"action": "cancel", "request": cancel}
-                )
+                _, events = await post(second, "/v1/agent/events:page", page_request(None, 64))
+                status, receipt = await post(second, "/v1/agent/commands", cancel())
     assert events["state"] == "failed" and events["events"][-1]["event"]["type"] == "error", events
     assert (status, receipt["state"], receipt["replayed"]) == (200, "failed", True), receipt
 
