@@ -6,15 +6,19 @@ The default is one directory per workspace under the user's data directory,
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import hashlib
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 LEGACY_DIR = ".a3s"  # the default before: <workspace>/.a3s
 GITIGNORE = "# a3s-agent server data (sessions, Agent Spaces runs): never commit it\n*\n"
 LOCK_FILE = "server.lock"
+SHARE_WAIT_S = 30.0  # the longest a server waits for another's start to end what crashed servers left
+SHARE_POLL_S = 0.05
 
 
 def default_data_dir(workspace: Path, env: Mapping[str, str] = os.environ) -> Path:
@@ -43,18 +47,56 @@ def make_data_dir(path: Path) -> None:
     (path / ".gitignore").write_text(GITIGNORE)
 
 
-def hold_alone(path: Path) -> int | None:
-    """Hold the data directory for this process alone, when no other process does: an exclusive
-    flock on its `server.lock`, returned as the descriptor whose closing lets it go (None when
-    another process holds it or the file cannot be opened). The kernel drops the lock when its
-    holder ends, killed too, so holding it proves that every earlier server here has ended."""
-    try:
-        fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
+class DataDirLock:
+    """Which processes use a data directory: each server using it holds a flock on its
+    `server.lock`, shared, for its life, and the kernel drops a holder's lock when it ends, killed
+    too. A starting server that gets it exclusive so knows that no other process uses the directory
+    and that every one that did has ended; it keeps it exclusive until it has ended what they left
+    (another starting meanwhile waits), then shares it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path / LOCK_FILE
+        self._fd: int | None = None
+
+    def take_alone(self) -> bool:
+        """Hold the lock exclusive, when no other process holds it; whether it is held so."""
+        fd = self._opened()
+        if fd is None:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        return True
+
+    async def share(self, wait_s: float = SHARE_WAIT_S) -> bool:
+        """Hold the lock shared (from exclusive, or from nothing), waiting at most `wait_s` while a
+        starting server holds it exclusive; whether it is held."""
+        fd = self._opened()
+        if fd is None:
+            return False
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False
+            except OSError:
+                return False
+            await asyncio.sleep(SHARE_POLL_S)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _opened(self) -> int | None:
+        if self._fd is None:
+            try:
+                flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+                self._fd = os.open(self.path, flags, 0o600)
+            except OSError:
+                return None
+        return self._fd

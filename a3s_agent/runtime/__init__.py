@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -30,7 +29,7 @@ from ..core.sqlite_store import SqliteStore
 from ..core.store import LogEntry, Store
 from ..core.todos import TodoLists
 from ..core.tool_runner import ToolRunner
-from ..datadir import LOCK_FILE, hold_alone, make_data_dir
+from ..datadir import DataDirLock, make_data_dir
 from ..llm.modes import speaks_text_protocol
 from ..llm.provider import Provider
 from ..llm.vision import WithoutImages, takes_images, vision_models
@@ -153,24 +152,28 @@ class Runtime:
         self.shutdown_requested = asyncio.Event()
         self.shutting_down = False
         self.containment: containment.Containment | None = None  # set by start
-        self._alone: int | None = None  # the data directory's lock, while this server holds it
+        self._data_dir_lock = DataDirLock(settings.resolved_data_dir)
 
     async def start(self) -> None:
         make_data_dir(self.settings.resolved_data_dir)  # with a .gitignore, when it is new
         # First: kill what a crashed previous server on this data dir left running.
         self.containment = containment.activate(self.settings.resolved_data_dir)
-        self._alone = hold_alone(self.settings.resolved_data_dir)
-        if self._alone is None:
+        lock = self._data_dir_lock
+        alone = not self.store.shared and lock.take_alone()
+        if not alone and not self.store.shared:
             log.warning(
-                "another process holds %s: runs a crash left here end only when their leases expire",
-                self.settings.resolved_data_dir / LOCK_FILE,
+                "another process uses this data dir (%s is locked): runs a crash left here end only"
+                " when their leases expire",
+                lock.path,
             )
         await self.store.open()
         await self.spaces.open()
         await self._restore_initialization()
         await self.sessions.load()
         # With the sessions loaded: ending a run left by a crash answers its open tool calls.
-        await self.replicas.start(alone=self._alone is not None and not self.store.shared)
+        await self.replicas.start(alone=alone)
+        if not await lock.share():
+            log.warning("could not lock %s: a server starting later may end this one's runs", lock.path)
         await self.skills.rescan()
         log.info(
             "runtime ready: workspace=%s data=%s sessions=%d",
@@ -191,9 +194,7 @@ class Runtime:
         await self.replicas.close()
         await self.providers.close()
         await self.store.close()
-        if self._alone is not None:
-            os.close(self._alone)
-            self._alone = None
+        self._data_dir_lock.release()
 
     @property
     def uptime_s(self) -> float:

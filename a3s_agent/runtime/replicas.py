@@ -4,8 +4,8 @@ wherever it arrives, the takeover of runs whose owner stopped, and the event log
 
 On SQLite one process uses the store, so every lease is this process's and control never leaves
 it; the same code runs. A lease left by a process that was killed is taken over when the next
-server starts, once it holds the data directory alone (datadir.hold_alone); else after it expires,
-like any other.
+server starts, once it finds no other process using the data directory (datadir.DataDirLock);
+else after it expires, like any other.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ Generate that must succeed. And Initialize's configuration survives a restart, w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import sqlite3
@@ -227,27 +228,46 @@ async def test_a_restart_ends_the_killed_run_at_once_and_its_session_generates(t
     assert not processes_with(marker)
 
 
-async def test_a_second_server_on_a_data_dir_in_use_leaves_the_first_one_s_run_alone(
-    tmp_path: Path,
-) -> None:
-    """Started beside a live server on its data directory, a server cannot hold the directory
-    alone: the lease of the first one's running generation is not its to end."""
-    marker = f"2.{random.randrange(10**6):06d}"
-    script = [tool_call("bash", {"command": f"sleep {marker}; echo slept"}), text("Finished.")]
-    with (
-        FakeLLM(*script, strict=True) as fake,
-        server(tmp_path, "first", {**llm_env(fake), **LONG_LEASE}) as first,
-    ):
-        async with grpc.aio.insecure_channel(first.address) as channel:
-            stub = pb_grpc.CodeAgentServiceStub(channel)
-            session_id = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
-            stream, _ = await _run_a_long_command(stub, session_id, marker)
-            with server(tmp_path, "beside", {**llm_env(fake), **LONG_LEASE}) as beside:
-                last = [chunk async for chunk in stream][-1]
-            assert "left by a server that ended" not in beside.log()
-            assert "server.lock: runs a crash left here end only when their leases expire" in beside.log()
-    assert last.type == pb.GenerateChunk.CHUNK_TYPE_DONE, last
-    assert [r[1] for r in stored_tool_results(tmp_path / "data", session_id)] == ["slept\n"]
+async def test_servers_sharing_a_data_dir_end_none_of_each_other_s_runs(tmp_path: Path) -> None:
+    """A server started beside a live one on its data directory (as an editor's `acp` beside
+    `serve`) does not have the directory alone: the other's running generation is not its to end.
+    Nor is it for the first one restarted after a kill while the second still runs one."""
+    first_sleep, second_sleep = f"2.{random.randrange(10**6):06d}", f"6.{random.randrange(10**6):06d}"
+    script = [
+        tool_call("bash", {"command": f"sleep {first_sleep}; echo slept"}),
+        tool_call("bash", {"command": f"sleep {second_sleep}; echo slept"}),
+        text("Finished."),
+        text("Finished."),
+    ]
+    env = {"A3S_LEASE_TTL_S": "600"}
+    async with contextlib.AsyncExitStack() as stack:
+        fake = stack.enter_context(FakeLLM(*script, strict=True))
+        env.update(llm_env(fake))
+        first = stack.enter_context(server(tmp_path, "first", env))
+        first_stream, first_session = await _long_command_on(stack, first, first_sleep)
+        second = stack.enter_context(server(tmp_path, "second", env))
+        second_stream, second_session = await _long_command_on(stack, second, second_sleep)
+        first_end = [chunk async for chunk in first_stream][-1]
+        first.kill()
+        restarted = stack.enter_context(server(tmp_path, "restarted", env))
+        second_end = [chunk async for chunk in second_stream][-1]
+    for process in (second, restarted):
+        assert "left by a server that ended" not in process.log()
+        assert "is locked): runs a crash left here end only when their leases expire" in process.log()
+    assert first_end.type == second_end.type == pb.GenerateChunk.CHUNK_TYPE_DONE, (first_end, second_end)
+    for session_id in (first_session, second_session):
+        assert [r[1] for r in stored_tool_results(tmp_path / "data", session_id)] == ["slept\n"]
+
+
+async def _long_command_on(
+    stack: contextlib.AsyncExitStack, process: LoggedServer, sleep: str
+) -> tuple[grpc.aio.UnaryStreamCall, str]:
+    """A new session on `process` and the stream of its generation, once its bash command runs."""
+    channel = await stack.enter_async_context(grpc.aio.insecure_channel(process.address))
+    stub = pb_grpc.CodeAgentServiceStub(channel)
+    session_id = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
+    stream, _ = await _run_a_long_command(stub, session_id, sleep)
+    return stream, session_id
 
 
 async def test_a_harness_run_its_server_was_killed_in_is_failed_by_the_next_one(tmp_path: Path) -> None:
