@@ -239,7 +239,7 @@ async def test_servers_sharing_a_data_dir_end_none_of_each_other_s_runs(tmp_path
         text("Finished."),
         text("Finished."),
     ]
-    env = {"A3S_LEASE_TTL_S": "600"}
+    env = dict(LONG_LEASE)
     async with contextlib.AsyncExitStack() as stack:
         fake = stack.enter_context(FakeLLM(*script, strict=True))
         env.update(llm_env(fake))
