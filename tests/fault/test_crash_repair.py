@@ -284,11 +284,22 @@ async def test_a_harness_run_its_server_was_killed_in_is_failed_by_the_next_one(
             with server(tmp_path, "killed", {**llm_env(fake), **LONG_LEASE}) as first:
                 assert (await post(first, "/v1/agent/commands", start("go")))[0] == 200
                 await eventually(lambda: processes_with(marker), "the command runs")
+                await eventually(lambda: stored_run_state(tmp_path / "data") == "executing", "the record")
             with server(tmp_path, "restarted", {**llm_env(fake), **LONG_LEASE}) as second:
                 _, events = await post(second, "/v1/agent/events:page", page_request(None, 64))
                 status, receipt = await post(second, "/v1/agent/commands", cancel())
     assert events["state"] == "failed" and events["events"][-1]["event"]["type"] == "error", events
     assert (status, receipt["state"], receipt["replayed"]) == (200, "failed", True), receipt
+
+
+def stored_run_state(data: Path) -> str:
+    """The state the stored record of the harness run conv-42/run-42-1 says (once it executes, the
+    record names its events in the log)."""
+    with closing(sqlite3.connect(f"file:{data / 'sessions.db'}?mode=ro", uri=True)) as db:
+        row = db.execute(
+            "SELECT record FROM harness_runs WHERE session_id = 'conv-42' AND run_id = 'run-42-1'"
+        ).fetchone()
+    return "" if row is None else str(json.loads(row[0])["state"])
 
 
 def insert_messages(data: Path, session_id: str, messages: list[tuple[str, str, dict[str, object]]]) -> None:
