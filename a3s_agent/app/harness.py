@@ -7,10 +7,10 @@ is a valid id of ours (`[A-Za-z0-9._:-]{1,128}`), else `harness-` and 40 hex dig
 A run's events are its chunks in the session's durable log, numbered from 0 after a first
 `agent_start`. Each run's record (its prompt, state, where its chunks are, its git trees) is in
 the store (core/store.py `*_harness_run`), so that a host retrying after a restart gets a replay,
-not a second run. A run whose process died mid-generation is failed when the lease of its
-generation is taken over (runtime/replicas.py; at the next start on the same data directory);
-one that died before its generation began stays as it was (cancel: 409 run_unavailable) until it
-is recovered. A cancel that reaches a replica other than the one running the run is carried out
+not a second run. A run whose process died once its generation began is failed when the lease
+of its generation is taken over (runtime/replicas.py; at the next start on the same data
+directory): its record names the generation's run id from its admission. One that died before
+its generation began stays as it was (cancel: 409 run_unavailable) until it is recovered. A cancel that reaches a replica other than the one running the run is carried out
 by that one (runtime/replicas.py).
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import uuid
 import weakref
 from dataclasses import asdict
 from pathlib import Path
@@ -104,7 +105,10 @@ class Harness:
         if self._rt.control.of(session_id).run_task is not None:  # a generation of another face
             raise HarnessRefusal("SESSION_BUSY")
         _, after_seq = await self._rt.store.log_bounds(session_id)
-        run = RunRecord(session_id, identity.run_id, prompt, str(workspace), after_seq)
+        # The generation's run id is chosen now and stored with the admission: whenever the process
+        # dies, the record names the run's chunks, and the takeover's end of them is found again.
+        chunk_run = f"run_{uuid.uuid4().hex}"
+        run = RunRecord(session_id, identity.run_id, prompt, str(workspace), after_seq, chunk_run=chunk_run)
         try:
             run.base_tree = await capture_tree(workspace)
         except TreeUnavailable:
@@ -232,11 +236,11 @@ class Harness:
         """Run the generation, note which log entries are its events, then capture its changes."""
         last_seq = 0
         try:
-            follow = await self._rt.runs.start(run.session_id, messages, GenerateOptions())
+            follow = await self._rt.runs.start(
+                run.session_id, messages, GenerateOptions(run_id=run.chunk_run)
+            )
             async for event, seq in follow:
                 if not run.items:
-                    entry = (await self._rt.store.read_log(run.session_id, seq - 1, 1))[0]
-                    run.chunk_run = entry.body["run"]
                     run.items.append(EventItem(seq, ("agent_start", {"prompt": run.prompt})))
                     run.touch("executing")
                     await self._save(run)

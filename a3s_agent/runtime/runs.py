@@ -38,7 +38,7 @@ class Runs:
         """Start a generation and follow it. What fails before its first event (validation, a
         paused session, no model) raises here and leaves nothing in the log."""
         await self._sessions.refresh(session_id)
-        run_id = f"run_{uuid.uuid4().hex}"
+        run_id = options.run_id or f"run_{uuid.uuid4().hex}"
         subscription = await self._bus.subscribe(Filter(session_id, CHUNK, run_id=run_id))
         started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         started.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved if the caller left

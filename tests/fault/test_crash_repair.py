@@ -31,7 +31,7 @@ from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 
 from ..conftest import agent_settings, running, user
-from ..fake_llm import FakeLLM, _message_problem, call, text, tool_call, tool_calls, tool_loop
+from ..fake_llm import FakeLLM, _message_problem, call, hang, text, tool_call, tool_calls, tool_loop
 from ..security.test_containment import _processes
 from ..test_harness import cancel, page_request, start
 from .conftest import LoggedServer, env_number
@@ -270,21 +270,31 @@ async def _long_command_on(
     return stream, session_id
 
 
-async def test_a_harness_run_its_server_was_killed_in_is_failed_by_the_next_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("killed", ["during its command", "before its first event"])
+async def test_a_harness_run_its_server_was_killed_in_is_failed_by_the_next_one(
+    tmp_path: Path, killed: str
+) -> None:
     """The A3S harness's view of the same: after the restart the run reads failed, its events end
-    with an error, and a cancel gets the failed run's receipt (not 409 run_unavailable)."""
+    with an error, and a cancel gets the failed run's receipt (not 409 run_unavailable). Also when
+    the kill came while the model had not answered yet, before the run's first event: its record
+    names the generation's run from its admission."""
     marker = f"30.{random.randrange(10**6):06d}"
 
     async def post(process: LoggedServer, path: str, body: dict[str, Any]) -> tuple[int, Any]:
         async with http.post(f"http://127.0.0.1:{process.http_port}{path}", json=body) as response:
             return response.status, await response.json()
 
-    with FakeLLM(tool_call("bash", {"command": f"sleep {marker}"}), strict=True) as fake:
+    turn = tool_call("bash", {"command": f"sleep {marker}"}) if killed == "during its command" else hang()
+    with FakeLLM(turn, strict=True) as fake:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=RPC_TIMEOUT_S)) as http:
             with server(tmp_path, "killed", {**llm_env(fake), **LONG_LEASE}) as first:
                 assert (await post(first, "/v1/agent/commands", start("go")))[0] == 200
-                await eventually(lambda: processes_with(marker), "the command runs")
-                await eventually(lambda: stored_run_state(tmp_path / "data") == "executing", "the record")
+                if killed == "during its command":
+                    await eventually(lambda: processes_with(marker), "the command runs")
+                    await eventually(lambda: stored_run_state(tmp_path / "data") == "executing", "the record")
+                else:
+                    await eventually(lambda: len(fake.requests) == 1, "the model is asked")
+                    assert stored_run_state(tmp_path / "data") == "created"
             with server(tmp_path, "restarted", {**llm_env(fake), **LONG_LEASE}) as second:
                 _, events = await post(second, "/v1/agent/events:page", page_request(None, 64))
                 status, receipt = await post(second, "/v1/agent/commands", cancel())
