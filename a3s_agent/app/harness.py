@@ -10,8 +10,9 @@ the store (core/store.py `*_harness_run`), so that a host retrying after a resta
 not a second run. A run whose process died once its generation began is failed when the lease
 of its generation is taken over (runtime/replicas.py; at the next start on the same data
 directory): its record names the generation's run id from its admission. One that died before
-its generation began stays as it was (cancel: 409 run_unavailable) until it is recovered. A cancel that reaches a replica other than the one running the run is carried out
-by that one (runtime/replicas.py).
+its generation began stays as it was (cancel: 409 run_unavailable) until it is recovered. A
+cancel that reaches a replica other than the one running the run is carried out by that one
+(runtime/replicas.py).
 """
 
 from __future__ import annotations
