@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -712,26 +713,43 @@ async def drop_listeners(admin: psycopg.AsyncConnection[Any], database: str) -> 
     )
 
 
+@dataclass
+class Listening:
+    """Two replicas on the tests' database, its name, and a superuser connection to its server."""
+
+    a: PostgresStore
+    b: PostgresStore
+    database: str
+    admin: psycopg.AsyncConnection[Any]
+
+
+@pytest.fixture
+async def listening(
+    replicas: tuple[PostgresStore, PostgresStore], postgres_server: Any, postgres_url: str
+) -> AsyncIterator[Listening]:
+    """For the tests that cut the listeners off: connections are allowed again at the end."""
+    database = psycopg.conninfo.conninfo_to_dict(postgres_url)["dbname"]
+    async with await psycopg.AsyncConnection.connect(postgres_server.get_uri(), autocommit=True) as admin:
+        try:
+            yield Listening(*replicas, database, admin)
+        finally:
+            await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
+
+
 async def test_the_listener_reconnects_and_delivers_what_was_appended_while_it_was_down(
-    replicas: tuple[PostgresStore, PostgresStore],
-    postgres_server: Any,
-    postgres_url: str,
-    caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
+    listening: Listening, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(postgres_channel, "HORIZON_EVERY_S", 0.1)  # the horizon passes the first entry
-    a, b = replicas
-    database = psycopg.conninfo.conninfo_to_dict(postgres_url)["dbname"]
+    a, b, admin = listening.a, listening.b, listening.admin
     got = await first_entry_heard(a, b)
     await asyncio.sleep(0.5)
 
-    async with await psycopg.AsyncConnection.connect(postgres_server.get_uri(), autocommit=True) as admin:
-        with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_channel"):
-            await drop_listeners(admin, database)
-            await eventually(lambda: caplog.text.count("lost its connection") >= 2, "a failed reconnect")
-            await a.append_log([entry("s", n) for n in range(1, 4)])  # on a's open connection
-            assert len(got) == 1
-        await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
+    with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_channel"):
+        await drop_listeners(admin, listening.database)
+        await eventually(lambda: caplog.text.count("lost its connection") >= 2, "a failed reconnect")
+        await a.append_log([entry("s", n) for n in range(1, 4)])  # on a's open connection
+        assert len(got) == 1
+    await admin.execute(f"ALTER DATABASE {listening.database} ALLOW_CONNECTIONS true")
     await eventually(lambda: [e.seq for e in got] == [1, 2, 3, 4], "every entry once, after the reconnect")
     await a.append_log([entry("s", 5)])
     await eventually(lambda: [e.seq for e in got] == [1, 2, 3, 4, 5], "entries after the reconnect")
@@ -739,8 +757,7 @@ async def test_the_listener_reconnects_and_delivers_what_was_appended_while_it_w
 
 @pytest.mark.parametrize("horizon_every_s", [HORIZON_EVERY_S, 0.1])
 async def test_an_entry_committed_out_of_id_order_while_the_listener_was_down_is_delivered(
-    replicas: tuple[PostgresStore, PostgresStore],
-    postgres_server: Any,
+    listening: Listening,
     postgres_url: str,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
@@ -750,8 +767,7 @@ async def test_an_entry_committed_out_of_id_order_while_the_listener_was_down_is
     before the last entry b saw, and committed while b's listener was down, still reaches b, once,
     however often b's horizon moved meanwhile (every 0.1 s: several times)."""
     monkeypatch.setattr(postgres_channel, "HORIZON_EVERY_S", horizon_every_s)
-    a, b = replicas
-    database = psycopg.conninfo.conninfo_to_dict(postgres_url)["dbname"]
+    a, b, admin, database = listening.a, listening.b, listening.admin, listening.database
     got: list[LogEntry] = []
     await b.listen(got.extend, lambda message: None)
     await a.create_session(session("early"), [])
@@ -767,12 +783,11 @@ async def test_an_entry_committed_out_of_id_order_while_the_listener_was_down_is
         await a.append_log([entry("late", 2)])  # a larger id, committed first
         await eventually(lambda: [(e.session_id, e.seq) for e in got] == [("late", 1)], "the later id")
         await asyncio.sleep(0.5)  # at 0.1 s, b samples its horizon several times meanwhile
-        async with await psycopg.AsyncConnection.connect(postgres_server.get_uri(), autocommit=True) as admin:
-            with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_channel"):
-                await drop_listeners(admin, database)
-                await eventually(lambda: "lost its connection" in caplog.text, "b's listener down")
-                await slow.commit()  # the earlier id, while nobody hears of it
-            await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
+        with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_channel"):
+            await drop_listeners(admin, database)
+            await eventually(lambda: "lost its connection" in caplog.text, "b's listener down")
+            await slow.commit()  # the earlier id, while nobody hears of it
+        await admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
     await eventually(
         lambda: sorted((e.session_id, e.seq) for e in got) == [("early", 1), ("late", 1)],
         "the earlier id after the reconnect",
@@ -829,33 +844,27 @@ async def test_a_subscriber_to_every_session_that_fell_behind_gets_an_entry_comm
 
 
 async def test_a_listening_connection_whose_server_stops_answering_is_replaced(
-    replicas: tuple[PostgresStore, PostgresStore],
-    postgres_server: Any,
-    postgres_url: str,
-    caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
+    listening: Listening, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A network that drops the connection without a word: the listener's periodic sample gets no
     answer, so it takes the connection as lost, listens on a new one and misses nothing."""
     monkeypatch.setattr(postgres_channel, "HORIZON_EVERY_S", 0.1)
     monkeypatch.setattr(postgres_channel, "ANSWER_WITHIN_S", 0.3)
-    a, b = replicas
-    database = psycopg.conninfo.conninfo_to_dict(postgres_url)["dbname"]
+    a, b = listening.a, listening.b
     got = await first_entry_heard(a, b)
-    async with await psycopg.AsyncConnection.connect(postgres_server.get_uri(), autocommit=True) as admin:
-        cursor = await admin.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name LIKE %s",
-            (database, f"{LISTENER_NAME}%"),
-        )
-        [(frozen,)] = await cursor.fetchall()
-        os.kill(frozen, signal.SIGSTOP)
-        try:
-            with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_channel"):
-                await eventually(lambda: "no answer within 0.3 s" in caplog.text, "the silence noticed")
-            await a.append_log([entry("s", 1)])
-            await eventually(lambda: [e.seq for e in got] == [1, 2], "an entry on the new connection")
-        finally:
-            os.kill(frozen, signal.SIGCONT)
+    cursor = await listening.admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name LIKE %s",
+        (listening.database, f"{LISTENER_NAME}%"),
+    )
+    [(frozen,)] = await cursor.fetchall()
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_channel"):
+            await eventually(lambda: "no answer within 0.3 s" in caplog.text, "the silence noticed")
+        await a.append_log([entry("s", 1)])
+        await eventually(lambda: [e.seq for e in got] == [1, 2], "an entry on the new connection")
+    finally:
+        os.kill(frozen, signal.SIGCONT)
 
 
 async def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:
