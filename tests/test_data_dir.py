@@ -151,3 +151,21 @@ def test_sessions_in_the_old_default_place_are_still_served_with_a_warning(
     assert f"WARNING a3s_agent.config: using {legacy.resolve()}, inside the workspace, as the data" in log
     assert log.count("(A3S_DATA_DIR)") == 1
     assert not (home / "xdg").exists()
+
+
+def test_a_lock_file_planted_as_a_symlink_is_not_followed(
+    repo: Path, tmp_path: Path, servers: list[DefaultDataServer]
+) -> None:
+    """A data directory inside the workspace (the old default) is the model's to write: a
+    `server.lock` planted there as a symlink makes the server create, open or lock nothing where it
+    points. It serves all the same, saying that it runs without the lock."""
+    legacy = repo / ".a3s"
+    legacy.mkdir()
+    victim = tmp_path / "outside" / "victim"
+    victim.parent.mkdir()
+    (legacy / "server.lock").symlink_to(victim)
+    server = start(servers, DefaultDataServer(repo, tmp_path / "home", data_dir=legacy))
+    assert session_ids(server) == set()
+    assert server.stop() == 0
+    assert not victim.exists()
+    assert "could not lock" in server.output()
