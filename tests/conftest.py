@@ -7,9 +7,7 @@ import asyncio
 import inspect
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +30,7 @@ from a3s_agent.server import AgentServer
 from a3s_agent.tools.builtin import builtin_registry
 
 from .fake_llm import FakeLLM
+from .ports import free_port
 from .scripted_model import ScriptedProvider
 
 pytest_plugins = ["tests.postgres"]  # a real PostgreSQL server: postgres_server, postgres_url
@@ -108,30 +107,6 @@ async def subscribed(server: LiveServer, count: int = 1) -> None:
     await eventually(
         lambda: server.runtime.events.subscriber_count >= count, f"{count} event subscription(s) in place"
     )
-
-
-_HANDED_OUT: set[int] = set()
-_PORTS_BELOW_EPHEMERAL = 12_000
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nothing holds, for a server to bind later: picked below the kernel's
-    ephemeral range, since one from it (what binding port 0 gives) can become an outgoing
-    connection's local end before the server binds it ("address already in use"), and never the
-    same one twice in a run."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for _ in range(1_000):
-        port = random.randrange(max(1024, low - _PORTS_BELOW_EPHEMERAL), low)
-        if port in _HANDED_OUT:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _HANDED_OUT.add(port)
-        return port
-    raise RuntimeError("no free port below the ephemeral range")
 
 
 _FRESH_SERVER_PRELUDE = """

@@ -16,7 +16,6 @@ import json
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from a3s_agent.proto import code_agent_pb2 as pb  # noqa: E402
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc  # noqa: E402
 from a3s_agent.tools.atomic import write_atomically  # noqa: E402
 from a3s_agent.tools.process import find_binary  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 from tests.security.stored_sessions import write_sessions  # noqa: E402
 
 CONCURRENCY = 32
@@ -50,12 +50,6 @@ class Row:
     metric: str
     value: str
     target: str = ""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _rss_mb(pid: int) -> float:
@@ -113,8 +107,8 @@ def agent_process(
 ) -> Process:
     """`a3s-agent serve` on free ports, its data beside the workspace (`extra` may give another
     --data-dir); `source` runs another checkout's code (e.g. an older commit); `env` adds variables."""
-    port = _free_port()
-    http_port = http_port or _free_port()
+    port = free_port()
+    http_port = http_port or free_port()
     argv = [sys.executable, "-m", "a3s_agent", "serve", "--listen", f"127.0.0.1:{port}",
             "--workspace", str(workspace), "--log-level", "WARNING", "--max-sessions", "10000000",
             "--http-listen", f"127.0.0.1:{http_port}", "--data-dir", f"{workspace}.data", *extra]  # fmt: skip
@@ -123,7 +117,7 @@ def agent_process(
 
 
 def bare_process(workspace: Path) -> Process:
-    port = _free_port()
+    port = free_port()
     return Process([sys.executable, __file__, "--bare-server", str(port)], port, workspace)
 
 
@@ -720,7 +714,7 @@ async def bench_http(seconds: float, workspace: Path) -> list[Row]:
             for i in range(count)
         ],
     }
-    http_port = _free_port()
+    http_port = free_port()
     with agent_process(workspace, http_port) as agent:
         agent.wait_healthy()
         base = f"http://127.0.0.1:{http_port}"
@@ -756,7 +750,7 @@ def _checkout_of(commit: str, dest: Path) -> Path:
 
 
 async def _security_rates(workspace: Path, seconds: float, source: Path | None) -> tuple[float, float, float]:
-    http_port = _free_port()
+    http_port = free_port()
     with agent_process(workspace, http_port, source) as agent:
         agent.wait_healthy()
         health = await calls_per_second(agent.address, _health, seconds)
