@@ -31,11 +31,12 @@ from typing import Any
 import aiohttp
 import grpc
 import psutil
-from bench import ROOT, Process, _free_port, _initialize, agent_process
+from bench import ROOT, Process, _initialize, agent_process
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.tools.process import find_binary
+from tests.ports import free_port
 
 OPENCODE_VERSION = "1.18.33"
 PROVIDER_PACKAGE = "@ai-sdk/openai-compatible@1.0.61"
@@ -339,7 +340,7 @@ class OpenCode(Server):
         home.mkdir()
         config = home / "opencode.json"
         config.write_text(json.dumps(opencode_config(self.base_url)))
-        port = _free_port()
+        port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen(
             [str(self.binary), "serve", "--hostname", "127.0.0.1", "--port", str(port)],
