@@ -350,10 +350,26 @@ async def test_confirmation_timeout_applies_the_timeout_action(
 # --- permissions -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        "rm -rf build",
+        # What the program runs is seen through wrappers, paths and quotes.
+        "env rm -rf build",
+        "timeout 5 nice rm -rf build",
+        "bash -c 'cd . && rm -rf build'",
+        "find . -maxdepth 1 -name build -exec rm -rf {} +",
+        "echo build | xargs /bin/rm -rf",
+        "'r''m' -rf build",
+        # A long command's rules are matched off the event loop, just as well.
+        "echo padding; " * 600 + "env rm -rf build",
+    ],
+    ids=["plain", "env", "timeout-nice", "bash-c", "find-exec", "xargs-path", "quoted", "long"],
+)
 async def test_deny_rules_stop_a_call_and_tell_the_model(
-    scripted_agent: LiveServer, scripted: ScriptedProvider
+    scripted_agent: LiveServer, scripted: ScriptedProvider, command: str
 ) -> None:
-    scripted.script(tool_call("bash", {"command": "rm -rf build"}), text("understood"))
+    scripted.script(tool_call("bash", {"command": command}), text("understood"))
     session_id = await new_session(scripted_agent)
     policy = pb.PermissionPolicy(enabled=True, deny=[pb.PermissionRule(rule="Bash(rm:*)")])
     await scripted_agent.stub.SetPermissionPolicy(
@@ -367,10 +383,10 @@ async def test_deny_rules_stop_a_call_and_tell_the_model(
     reply = await scripted_agent.stub.Generate(
         pb.GenerateRequest(session_id=session_id, messages=[user("clean")])
     )
-    event = await denied.read()
-    denied.cancel()
     assert (scripted_agent.workspace / "build").exists()
     assert reply.tool_calls[0].result.error == "denied by policy: Bash(rm:*)"
+    event = await asyncio.wait_for(denied.read(), 10)
+    denied.cancel()
     assert event.data["tool_name"] == "bash"
 
 
@@ -419,6 +435,8 @@ async def test_permission_policy_rpcs(live: LiveServer) -> None:
     ]
     denied = await check("bash", {"command": "cargo publish --dry-run"})
     assert denied.decision == pb.PERMISSION_DECISION_DENY
+    for wrapped in ("env CARGO_TERM_COLOR=never cargo publish", "cargo test; " * 500 + "sudo cargo publish"):
+        assert (await check("bash", {"command": wrapped})).decision == pb.PERMISSION_DECISION_DENY
     assert (await check("read_file", {"path": "secrets/key.pem"})).decision == pb.PERMISSION_DECISION_DENY
     asked = await check("write_file", {"path": "x"})
     assert asked.decision == pb.PERMISSION_DECISION_ASK and list(asked.matching_rules) == []

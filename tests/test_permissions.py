@@ -243,6 +243,49 @@ def test_deny_rules_do_not_match_quoted_text_or_other_commands(command: str) -> 
     assert not bash_denies("Bash(rm:*)", command)
 
 
+@pytest.mark.parametrize(
+    ("rule", "command"),
+    [
+        ("Bash(rm:*)", "sudo rm -rf /"),
+        ("Bash(rm:*)", "env -i PATH=/bin rm -rf /"),
+        ("Bash(rm:*)", "nohup nice -n 5 timeout 10 rm -rf /"),
+        ("Bash(rm:*)", "find . -name '*.o' -exec rm {} +"),
+        ("Bash(rm:*)", "ls | xargs -0 rm"),
+        ("Bash(rm:*)", "sh -c 'cd / && rm -rf tmp'"),
+        ("Bash(rm:*)", 'eval "rm -rf /"'),
+        ("Bash(rm:*)", "/bin/rm -rf /"),
+        ("Bash(rm:*)", "\\rm -rf /"),
+        ("Bash(rm:*)", "'r''m' -rf /"),
+        ("Bash(git push:*)", "env GIT_TRACE=1 git push --force"),
+        ("Bash(git push:*)", "sudo -u deploy git push"),
+        ("Bash(rm -rf *)", "sudo rm -rf /tmp/x"),
+    ],
+)
+def test_deny_and_ask_rules_see_through_wrappers_paths_and_quotes(rule: str, command: str) -> None:
+    assert bash_denies(rule, command)
+    assert matches(rule, "bash", "ask", command=command)
+    assert not bash_allows(rule, command)  # an allow rule still needs the command as written
+
+
+@pytest.mark.parametrize(
+    ("rule", "command"),
+    [
+        ("Bash(git push:*)", "git log --grep push"),  # the rule's words, not words anywhere
+        ("Bash(git push:*)", "git commit -m 'push it'"),
+        ("Bash(rm:*)", "sudo rmdir build"),
+        ("Bash(rm:*)", "bash -c 'echo rm -rf /'"),
+        ("Bash(rm:*)", "CMD=rm; $CMD -rf /"),  # spelt at run time: not seen (a tripwire)
+    ],
+)
+def test_what_a_command_runs_matches_only_as_the_rule_says(rule: str, command: str) -> None:
+    assert not bash_denies(rule, command)
+
+
+def test_a_command_the_parser_cannot_read_is_still_matched_as_text() -> None:
+    assert bash_denies("Bash(rm:*)", "[[ -d build ]] && rm -rf build")
+    assert not bash_denies("Bash(rm:*)", "[[ -d build ]] && sudo rm -rf build")
+
+
 def test_allow_rules_do_not_drop_assignments_or_keywords() -> None:
     assert not bash_allows("Bash(git:*)", "GIT_SSH_COMMAND=evil git fetch")
     assert not bash_allows("Bash(git:*)", "! git diff --quiet")

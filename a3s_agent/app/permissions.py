@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from ..base.errors import InvalidArgument
 from ..base.jsontext import parse_json
-from ..core.permissions import Evaluation, PermissionPolicy, add_rule, evaluate
+from ..core.permissions import Evaluation, PermissionPolicy, add_rule, evaluated
 from ..runtime import Runtime
 
 
@@ -38,4 +38,4 @@ class Permissions:
         if not isinstance(parsed, dict):
             raise InvalidArgument("arguments must be a JSON object")
         workspace = self._rt.sessions.get(session_id).config.workspace
-        return evaluate(policy, tool_name, parsed, workspace)
+        return await evaluated(policy, tool_name, parsed, workspace)

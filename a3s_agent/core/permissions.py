@@ -25,8 +25,13 @@ The pattern is matched against the tool's key argument:
   subshell parentheses and command substitutions (quotes respected, whitespace squeezed). An allow
   rule must match every part and never matches a command with `$(...)`, backticks or `<(...)`;
   deny and ask rules match when any part matches, also after leading `VAR=value` assignments and
-  shell keywords (`if`, `then`, `!`, `{`...) are dropped. Deny rules on bash are a tripwire, not
-  a sandbox: wrappers like `sudo`, `env`, `xargs` or `bash -c` are not seen through.
+  shell keywords (`if`, `then`, `!`, `{`...) are dropped, and when any program the command runs
+  (shell_commands.py) matches, as its basename followed by its arguments, quotes removed:
+  wrappers are seen through (`sudo rm`, `env X=1 rm`, `timeout 5 rm`, `xargs rm`, `find -exec rm`,
+  the string of `bash -c` or `eval`), and `/bin/rm`, `\\rm` and `'r''m'` are `rm`. Deny rules on
+  bash are still a tripwire, not a sandbox: a program spelt at run time (`$CMD`), one run by an
+  interpreter (`python -c`) or by a wrapper not modelled is not seen, nor is anything in a command
+  the parser cannot read or one longer than 64 KiB (their text is still matched).
 - file tools, `path` (git_commit: each of `paths`; run_script: `path`, else its `code` as text):
   the path relative to the workspace, normalised lexically (`./` dropped, `..` collapsed; an
   absolute path inside the workspace made relative), as a glob where `**` spans directories and
@@ -42,6 +47,7 @@ With several subjects (bash parts, git_commit paths) allow rules must match all,
 
 from __future__ import annotations
 
+import asyncio
 import json
 import posixpath
 import re
@@ -54,6 +60,7 @@ from urllib.parse import urlsplit
 
 from ..base.errors import InvalidArgument
 from ..tools.aliases import TOOL_NAMES, our_arguments
+from .shell_commands import Invocation, Unparsable, parse_command
 
 Decision = Literal["allow", "deny", "ask"]
 RuleType = Decision
@@ -101,6 +108,11 @@ _SHELL_KEYWORDS: Final = frozenset(
     {"!", "{", "}", "if", "then", "elif", "else", "do", "while", "until", "time"}
 )
 _SHELL_OPERATORS: Final = ("&&", "||", "|&", ";;", "|", ";", "\n")
+_PARSED_ON_THE_LOOP: Final = 4096
+"""The longest command whose rules are matched on the event loop (see `evaluated`)."""
+_MOST_PARSED_CHARS: Final = 65536
+"""The longest command a deny or ask rule sees parsed (about 0.6 s of the parser here); a longer
+one is matched as text."""
 
 
 def canonical_tool_name(name: str) -> str:
@@ -342,7 +354,19 @@ def _bash_matches(pattern: str, command: str, *, strict: bool) -> bool:
         return not substitutes and all(_command_matches(pattern, part) for part in parts)
     return any(
         _command_matches(pattern, part) or _command_matches(pattern, _without_prelude(part)) for part in parts
-    )
+    ) or any(run.program and _command_matches(pattern, run.words) for run in _programs_run(command))
+
+
+@lru_cache(maxsize=32)  # a call is checked against each rule in turn: parsed once
+def _programs_run(command: str) -> tuple[Invocation, ...]:
+    """Every program the command runs, wrappers seen through; none when the parser cannot tell or
+    the command is longer than _MOST_PARSED_CHARS (the rule then sees the command's text only)."""
+    if len(command) > _MOST_PARSED_CHARS:
+        return ()
+    try:
+        return tuple(parse_command(command).invocations)
+    except Unparsable:
+        return ()
 
 
 def _command_matches(pattern: str, command: str) -> bool:
@@ -569,6 +593,19 @@ def evaluate(
         if matching:
             return Evaluation(rule_type, matching)
     return Evaluation(policy.default_decision)
+
+
+async def evaluated(
+    policy: PermissionPolicy,
+    tool_name: str,
+    arguments: Mapping[str, Any],
+    workspace: str | PurePath | None = None,
+) -> Evaluation:
+    """`evaluate`, on a worker thread when the call has a long command: parsing one takes about
+    10 µs a character, which on the event loop would hold up every session."""
+    if len(str(arguments.get("command") or "")) > _PARSED_ON_THE_LOOP:
+        return await asyncio.to_thread(evaluate, policy, tool_name, arguments, workspace)
+    return evaluate(policy, tool_name, arguments, workspace)
 
 
 def add_rule(policy: PermissionPolicy, rule_type: str, rule: str) -> PermissionPolicy:

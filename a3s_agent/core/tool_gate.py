@@ -13,7 +13,7 @@ from ..core.session import Session
 from ..tools.registry import Tool, ToolContext, ToolOutput
 from .control import ControlPlane, HandlerMode, Lane, Outcome
 from .events import EventBus, EventType, event_entry
-from .permissions import evaluate
+from .permissions import evaluated
 from .store import LogEntry
 
 # A notice for the caller of a running generation (a METADATA chunk in streams).
@@ -103,7 +103,7 @@ class ToolGate:
         lane = lane_of(tool)
         permissions = session.settings.permission_policy
         # By the tool's own name: a call of A3S Code's `read` is governed as read_file is.
-        verdict = evaluate(permissions, tool.name, arguments, ctx.workspace)
+        verdict = await evaluated(permissions, tool.name, arguments, ctx.workspace)
         if verdict.decision == "deny":
             rule = ", ".join(verdict.matching_rules) or "the default decision"
             self._events.publish(

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final, Literal
 
-from .commands import Invocation, Word
+from ..core.shell_commands import Invocation, Word
 
 Match = Literal["yes", "maybe", "no"]
 
