@@ -351,27 +351,37 @@ async def test_confirmation_timeout_applies_the_timeout_action(
 
 
 @pytest.mark.parametrize(
-    "command",
+    ("rule", "command"),
     [
-        "rm -rf build",
+        ("Bash(rm:*)", "rm -rf build"),
         # What the program runs is seen through wrappers, paths and quotes.
-        "env rm -rf build",
-        "timeout 5 nice rm -rf build",
-        "bash -c 'cd . && rm -rf build'",
-        "find . -maxdepth 1 -name build -exec rm -rf {} +",
-        "echo build | xargs /bin/rm -rf",
-        "'r''m' -rf build",
+        ("Bash(rm:*)", "env rm -rf build"),
+        ("Bash(rm:*)", "timeout 5 nice rm -rf build"),
+        ("Bash(rm:*)", "bash -c 'cd . && rm -rf build'"),
+        ("Bash(rm:*)", "find . -maxdepth 1 -name build -exec rm -rf {} +"),
+        ("Bash(rm:*)", "echo build | xargs /bin/rm -rf"),
+        ("Bash(rm:*)", "'r''m' -rf build"),
         # A long command's rules are matched off the event loop, just as well.
-        "echo padding; " * 600 + "env rm -rf build",
+        ("Bash(rm:*)", "echo padding; " * 600 + "env rm -rf build"),
+        # Flags are the rule's however they are spelt.
+        ("Bash(rm -rf:*)", "rm -fr build"),
+        ("Bash(rm -rf:*)", "rm -r -f build"),
+        ("Bash(rm -rf:*)", "sudo rm --recursive --force build"),
+        # The rule's words are found past the options before them.
+        ("Bash(rm build:*)", "rm -f -r build"),
+        ("Bash(git rm:*)", "git -c core.quotepath=off --no-pager rm -r build"),
     ],
-    ids=["plain", "env", "timeout-nice", "bash-c", "find-exec", "xargs-path", "quoted", "long"],
-)
+    ids=[
+        "plain", "env", "timeout-nice", "bash-c", "find-exec", "xargs-path", "quoted", "long",
+        "flags-reordered", "flags-apart", "flags-long", "words-after-flags", "git-options",
+    ],
+)  # fmt: skip
 async def test_deny_rules_stop_a_call_and_tell_the_model(
-    scripted_agent: LiveServer, scripted: ScriptedProvider, command: str
+    scripted_agent: LiveServer, scripted: ScriptedProvider, rule: str, command: str
 ) -> None:
     scripted.script(tool_call("bash", {"command": command}), text("understood"))
     session_id = await new_session(scripted_agent)
-    policy = pb.PermissionPolicy(enabled=True, deny=[pb.PermissionRule(rule="Bash(rm:*)")])
+    policy = pb.PermissionPolicy(enabled=True, deny=[pb.PermissionRule(rule=rule)])
     await scripted_agent.stub.SetPermissionPolicy(
         pb.SetPermissionPolicyRequest(session_id=session_id, policy=policy)
     )
@@ -384,7 +394,7 @@ async def test_deny_rules_stop_a_call_and_tell_the_model(
         pb.GenerateRequest(session_id=session_id, messages=[user("clean")])
     )
     assert (scripted_agent.workspace / "build").exists()
-    assert reply.tool_calls[0].result.error == "denied by policy: Bash(rm:*)"
+    assert reply.tool_calls[0].result.error == f"denied by policy: {rule}"
     event = await asyncio.wait_for(denied.read(), 10)
     denied.cancel()
     assert event.data["tool_name"] == "bash"
@@ -435,7 +445,12 @@ async def test_permission_policy_rpcs(live: LiveServer) -> None:
     ]
     denied = await check("bash", {"command": "cargo publish --dry-run"})
     assert denied.decision == pb.PERMISSION_DECISION_DENY
-    for wrapped in ("env CARGO_TERM_COLOR=never cargo publish", "cargo test; " * 500 + "sudo cargo publish"):
+    for wrapped in (
+        "env CARGO_TERM_COLOR=never cargo publish",
+        "cargo test; " * 500 + "sudo cargo publish",
+        "cargo +nightly --locked publish",
+        "cargo -Z unstable-options publish",
+    ):
         assert (await check("bash", {"command": wrapped})).decision == pb.PERMISSION_DECISION_DENY
     assert (await check("read_file", {"path": "secrets/key.pem"})).decision == pb.PERMISSION_DECISION_DENY
     asked = await check("write_file", {"path": "x"})

@@ -270,8 +270,39 @@ def test_deny_and_ask_rules_see_through_wrappers_paths_and_quotes(rule: str, com
 @pytest.mark.parametrize(
     ("rule", "command"),
     [
+        ("Bash(rm -rf:*)", "rm -fr /"),
+        ("Bash(rm -rf:*)", "rm -r -f /"),
+        ("Bash(rm -rf:*)", "rm -R --force /"),
+        ("Bash(rm -rf:*)", "rm --rec --force /"),  # GNU's abbreviations
+        ("Bash(rm -rf:*)", "rm -v / -rf"),  # GNU programs take flags anywhere
+        ("Bash(rm -rf /)", "rm -fr /"),
+        ("Bash(git push:*)", "git -c core.sshCommand=x push"),
+        ("Bash(git push:*)", "git --no-pager -C /repo push"),
+        ("Bash(git push:*)", "git --git-dir=/x/.git push"),
+        ("Bash(git push:*)", "git -c a=b -c c=d push origin"),
+        ("Bash(git push:*)", "git -c $CONFIG push"),
+        ("Bash(git push origin:*)", "git push --force origin main"),
+        ("Bash(git push --force:*)", "git push -f"),
+        ("Bash(cargo publish:*)", "cargo +nightly publish"),
+        ("Bash(npm publish:*)", "sudo npm --registry https://r.example publish"),
+        ("Bash(rm *)", 'sudo rm "a\nb"'),  # a glob's * spans a newline in an argument too
+    ],
+)
+def test_deny_rules_see_the_rules_flags_and_words_past_options(rule: str, command: str) -> None:
+    assert bash_denies(rule, command)
+    assert matches(rule, "bash", "ask", command=command)
+    assert not bash_allows(rule, command)
+
+
+@pytest.mark.parametrize(
+    ("rule", "command"),
+    [
         ("Bash(git push:*)", "git log --grep push"),  # the rule's words, not words anywhere
         ("Bash(git push:*)", "git commit -m 'push it'"),
+        ("Bash(git push:*)", "git commit -m push"),
+        ("Bash(rm -rf:*)", "rm -r build"),  # the rule's flags, all of them
+        ("Bash(rm -rf /)", "rm -rf / build"),  # an exact rule: these words only
+        ("Bash(rm build:*)", "rm other build"),
         ("Bash(rm:*)", "sudo rmdir build"),
         ("Bash(rm:*)", "bash -c 'echo rm -rf /'"),
     ],

@@ -26,12 +26,15 @@ The pattern is matched against the tool's key argument:
   rule must match every part and never matches a command with `$(...)`, backticks or `<(...)`;
   deny and ask rules match when any part matches, also after leading `VAR=value` assignments and
   shell keywords (`if`, `then`, `!`, `{`...) are dropped, and when any program the command runs
-  (shell_commands.py) matches, as its basename followed by its arguments, quotes removed:
-  wrappers are seen through (`sudo rm`, `env X=1 rm`, `timeout 5 rm`, `xargs rm`, `find -exec rm`,
-  the string of `bash -c` or `eval`), and `/bin/rm`, `\\rm` and `'r''m'` are `rm`. Deny rules on
-  bash are still a tripwire, not a sandbox: a program spelt at run time (`$CMD`), one run by an
-  interpreter (`python -c`) or by a wrapper not modelled is not seen, nor is anything in a command
-  the parser cannot read or one longer than 64 KiB (their text is still matched).
+  (shell_commands.py) matches (shell_rules.py `leads`): its basename, then at least the rule's
+  flags, normalised (`rm -fr`, `rm -r -f` and `rm --recursive --force` have those of `rm -rf`),
+  and the rule's other words where its own begin, passing over a flag's value (`git -c k=v push`
+  leads with `git push`); wrappers are seen through (`sudo rm`, `env X=1 rm`, `timeout 5 rm`,
+  `xargs rm`, `find -exec rm`, the string of `bash -c` or `eval`), quotes removed, and `/bin/rm`,
+  `\\rm` and `'r''m'` are `rm`. Deny rules on bash are still a tripwire, not a sandbox: a program
+  spelt at run time (`$CMD`), one run by an interpreter (`python -c`) or by a wrapper not
+  modelled is not seen, nor is anything in a command the parser cannot read or one longer than
+  64 KiB (their text is still matched).
 - file tools, `path` (git_commit: each of `paths`; run_script: `path`, else its `code` as text):
   the path relative to the workspace, normalised lexically (`./` dropped, `..` collapsed; an
   absolute path inside the workspace made relative), as a glob where `**` spans directories and
@@ -61,6 +64,7 @@ from urllib.parse import urlsplit
 from ..base.errors import InvalidArgument
 from ..tools.aliases import TOOL_NAMES, our_arguments
 from .shell_commands import Invocation, Unparsable, parse_command
+from .shell_rules import compile_pattern, leads
 
 Decision = Literal["allow", "deny", "ask"]
 RuleType = Decision
@@ -354,7 +358,7 @@ def _bash_matches(pattern: str, command: str, *, strict: bool) -> bool:
         return not substitutes and all(_command_matches(pattern, part) for part in parts)
     return any(
         _command_matches(pattern, part) or _command_matches(pattern, _without_prelude(part)) for part in parts
-    ) or any(run.program and _command_matches(pattern, run.words) for run in _programs_run(command))
+    ) or any(leads(compile_pattern(pattern), run) for run in _programs_run(command))
 
 
 @lru_cache(maxsize=32)  # a call is checked against each rule in turn: parsed once

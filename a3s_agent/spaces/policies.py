@@ -20,7 +20,7 @@ A file operation is decided on every name its file has in the workspace (`names`
 runner: the symlink-resolved target and the other hard links); the strictest decision wins.
 
 A shell command is parsed (core/shell_commands.py) and the rules about bash are matched against
-every program it runs, wrappers seen through and flags normalised (`shell_rules.py`). A command that
+every program it runs, wrappers seen through and flags normalised (core/shell_rules.py). A command that
 cannot be parsed, or that a deny or ask rule might match only through a value known when it runs
 ($VAR, globs), gets the preset's `unparsed` decision: restrictive deny, standard ask, permissive
 none (the deny and ask rules matched as text, then the default); without a preset, ask (deny
@@ -53,7 +53,7 @@ from ..core.permissions import (
     workspace_path,
 )
 from ..core.shell_commands import CommandLine, Unparsable, parse_command
-from .shell_rules import CommandPattern, Match, compile_pattern, match
+from ..core.shell_rules import CommandPattern, Match, compile_pattern, match
 from .validation import MAX_TIMEOUT_MS, MIN_TIMEOUT_MS
 
 PolicySpec = str | Mapping[str, Any]

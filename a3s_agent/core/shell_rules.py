@@ -11,6 +11,12 @@ such as `--rec`) all have the flags of `rm -rf`; `--` ends the flags.
   `./ls` nor `/bin/ls`); `P:*` needs the rule's flags and its other words as the invocation's
   first ones; an exact rule needs the same flags and words; a dynamic word never proves a match.
 
+A session's deny and ask rules (core/permissions.py) use `leads`: the program, at least the
+rule's flags, and the rule's other words where the invocation's words begin, passing over the
+words that may be options before a subcommand: a word right after a flag (that flag's value) and
+a `+` word (cargo's `+nightly`). So `git -c k=v push`, `git --no-pager push` and
+`cargo +nightly publish` lead with their rules' words; `git log --grep push` does not.
+
 Other patterns are globs (`*` is any text) over the invocation's program and words, or over the
 simple command as written. `match` answers "maybe" when only a dynamic word ($VAR, a glob, the
 arguments xargs adds) could make a loose rule match.
@@ -22,11 +28,11 @@ import posixpath
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Final, Literal
 
-from ..core.shell_commands import Invocation, Word
+from .shell_commands import Invocation, Word
 
 Match = Literal["yes", "maybe", "no"]
 
@@ -64,6 +70,8 @@ class _Shape:
     flags: frozenset[str]
     words: tuple[str | None, ...]
     dynamic: bool
+    # Per word: it may be an option before a subcommand (it follows a flag, or is a `+` word).
+    passable: tuple[bool, ...] = ()
 
 
 @lru_cache(maxsize=1024)
@@ -73,7 +81,8 @@ def compile_pattern(pattern: str) -> CommandPattern:
     if text.endswith(":*"):
         return _words_pattern("prefix", text[:-2].strip())
     if "*" in text:
-        return CommandPattern("glob", glob=re.compile(".*".join(re.escape(part) for part in text.split("*"))))
+        glob = re.compile(".*".join(re.escape(part) for part in text.split("*")), re.DOTALL)
+        return CommandPattern("glob", glob=glob)
     return _words_pattern("exact", text)
 
 
@@ -103,7 +112,7 @@ def match(pattern: CommandPattern, invocation: Invocation, *, strict: bool) -> M
         return "no"
     shape = _shape(invocation.program, invocation.args)
     if invocation.more_args:
-        shape = _Shape(shape.flags, shape.words, True)
+        shape = replace(shape, dynamic=True)
     if strict:
         return "yes" if _proves(pattern, shape) else "no"
     if pattern.kind == "exact":
@@ -114,6 +123,25 @@ def match(pattern: CommandPattern, invocation: Invocation, *, strict: bool) -> M
     if found:
         return "yes"
     return "maybe" if shape.dynamic else "no"
+
+
+def leads(pattern: CommandPattern, invocation: Invocation) -> bool:
+    """Whether a session's deny or ask rule matches the invocation (see the module's docstring)."""
+    if pattern.kind == "glob":
+        return match(pattern, invocation, strict=False) == "yes"
+    if not invocation.program or invocation.program != pattern.program:
+        return False
+    shape = _shape(invocation.program, invocation.args)
+    if not pattern.flags <= shape.flags or (pattern.kind == "exact" and shape.flags != pattern.flags):
+        return False
+    wanted = len(pattern.words)
+    for start in range(len(shape.words) + 1):
+        head = shape.words[start : start + wanted]
+        if head == pattern.words and (pattern.kind == "prefix" or start + wanted == len(shape.words)):
+            return True
+        if start == len(shape.words) or not shape.passable[start]:
+            return False
+    return False
 
 
 def _proves(pattern: CommandPattern, shape: _Shape) -> bool:
@@ -131,23 +159,31 @@ def _in_order(wanted: tuple[str, ...], words: list[str]) -> bool:
 def _shape(program: str, args: tuple[Word, ...] | list[Word]) -> _Shape:
     flags: set[str] = set()
     words: list[str | None] = []
+    passable: list[bool] = []
     dynamic = False
     options_end = False
+    flag_before = False
     for arg in args:
         text = arg.text
+        is_flag = False
         if arg.dynamic:
             words.append(None)
+            passable.append(flag_before)
             dynamic = True
         elif not options_end and text == "--":
             options_end = True
         elif not options_end and text.startswith("--") and len(text) > 2:
             flags.add(_long_flag(program, text[2:].split("=", 1)[0]))
+            is_flag = True
         elif not options_end and text.startswith("-") and len(text) > 1:
             aliases = _SHORT_ALIASES.get(program, {})
             flags.update(aliases.get(letter, letter) for letter in text[1:])
+            is_flag = True
         else:
             words.append(_normal_path(text))
-    return _Shape(frozenset(flags), tuple(words), dynamic)
+            passable.append(flag_before or text.startswith("+"))
+        flag_before = is_flag
+    return _Shape(frozenset(flags), tuple(words), dynamic, tuple(passable))
 
 
 def _long_flag(program: str, name: str) -> str:
