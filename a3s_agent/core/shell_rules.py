@@ -134,14 +134,14 @@ def leads(pattern: CommandPattern, invocation: Invocation) -> bool:
     shape = _shape(invocation.program, invocation.args)
     if not pattern.flags <= shape.flags or (pattern.kind == "exact" and shape.flags != pattern.flags):
         return False
-    wanted = len(pattern.words)
-    for start in range(len(shape.words) + 1):
+    wanted, start = len(pattern.words), 0
+    while True:
         head = shape.words[start : start + wanted]
         if head == pattern.words and (pattern.kind == "prefix" or start + wanted == len(shape.words)):
             return True
         if start == len(shape.words) or not shape.passable[start]:
             return False
-    return False
+        start += 1
 
 
 def _proves(pattern: CommandPattern, shape: _Shape) -> bool:
@@ -181,7 +181,7 @@ def _shape(program: str, args: tuple[Word, ...] | list[Word]) -> _Shape:
             is_flag = True
         else:
             words.append(_normal_path(text))
-            passable.append(flag_before or text.startswith("+"))
+            passable.append(flag_before or (not options_end and text.startswith("+")))
         flag_before = is_flag
     return _Shape(frozenset(flags), tuple(words), dynamic, tuple(passable))
 

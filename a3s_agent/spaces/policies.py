@@ -20,11 +20,11 @@ A file operation is decided on every name its file has in the workspace (`names`
 runner: the symlink-resolved target and the other hard links); the strictest decision wins.
 
 A shell command is parsed (core/shell_commands.py) and the rules about bash are matched against
-every program it runs, wrappers seen through and flags normalised (core/shell_rules.py). A command that
-cannot be parsed, or that a deny or ask rule might match only through a value known when it runs
-($VAR, globs), gets the preset's `unparsed` decision: restrictive deny, standard ask, permissive
-none (the deny and ask rules matched as text, then the default); without a preset, ask (deny
-with defaultDecision deny). Allow rules must prove every program; a command that sets PATH,
+every program it runs, wrappers seen through and flags normalised (core/shell_rules.py). A command
+that cannot be parsed, or that a deny or ask rule might match only through a value known when it
+runs ($VAR, globs), gets the preset's `unparsed` decision: restrictive deny, standard ask,
+permissive none (the deny and ask rules matched as text, then the default); without a preset, ask
+(deny with defaultDecision deny). Allow rules must prove every program; a command that sets PATH,
 LD_PRELOAD and the like (`is_protected_env`) is never allowed by them, and restrictive, standard
 and custom policies refuse those variables in a shell operation's `env`.
 
