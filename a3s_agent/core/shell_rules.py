@@ -71,7 +71,7 @@ class _Shape:
     words: tuple[str | None, ...]
     dynamic: bool
     # Per word: it may be an option before a subcommand (it follows a flag, or is a `+` word).
-    passable: tuple[bool, ...] = ()
+    passable: tuple[bool, ...]
 
 
 @lru_cache(maxsize=1024)
