@@ -322,6 +322,49 @@ async def test_the_worked_examples_of_section_10_byte_for_byte(harness: Http, fa
         assert await reply.json() == {"schema": "a3s.code.agent-health.v1", "status": "live"}
 
 
+def collapsed(events: list[dict[str, Any]]) -> list[str]:
+    """The events' types, a run of text deltas as one."""
+    kinds = [e["event"]["type"] for e in events]
+    return [k for i, k in enumerate(kinds) if not (k == "text_delta" and kinds[i - 1 : i] == [k])]
+
+
+async def test_each_turn_opens_with_turn_start_and_closes_after_its_tools(
+    harness: Http, fake: FakeLLM
+) -> None:
+    """Section 5's order: a host that closes a turn at its turn_end has the turn's tool results."""
+    first = tool_calls(
+        [call("write_file", {"path": "a.txt", "content": "a"}), call("list_files", {"path": "."})],
+        content="Writing it.",
+    )
+    fake.script(first, text("Done."))
+    await command(harness, start("write a"))
+    await finished(harness)
+    events = await all_events(harness)
+    assert collapsed(events) == [
+        "agent_start",
+        "turn_start",
+        "text_delta",
+        "tool_execution_start",
+        "tool_execution_start",
+        "tool_end",
+        "tool_end",
+        "turn_end",
+        "turn_start",
+        "text_delta",
+        "turn_end",
+        "agent_end",
+    ]
+    turns = [
+        (e["event"]["type"], e["event"]["payload"]["turn"])
+        for e in events
+        if e["event"]["type"] in ("turn_start", "turn_end")
+    ]
+    assert turns == [("turn_start", 1), ("turn_end", 1), ("turn_start", 2), ("turn_end", 2)]
+    assert events[1]["event"]["payload"] == {"turn": 1}
+    ended = [e["event"]["payload"] for e in events if e["event"]["type"] == "turn_end"]
+    assert all(set(p) == {"turn", "usage"} and p["usage"]["total_tokens"] > 0 for p in ended)
+
+
 async def test_the_run_is_an_ordinary_session_seen_over_grpc(harness: Http, fake: FakeLLM) -> None:
     fake.script(text("Hello from the harness."))
     await command(harness, start("say hello"))
@@ -375,6 +418,8 @@ async def test_a_cancel_mid_run_and_its_replays(harness: Http, fake: FakeLLM) ->
     assert again["command_digest"] != CANCEL_DIGEST
     events = await eventually(lambda: _tail_is(harness, "error"), "the run's end is in its events")
     assert events[-1]["event"]["payload"]["message"]
+    # The turn its tool was cut short in is closed before the error.
+    assert collapsed(events) == ["agent_start", "turn_start", "tool_execution_start", "turn_end", "error"]
     assert len(fake.requests) == 1  # the model was not called again
     # Nothing changed: the spec's empty change set.
     changes = await eventually(lambda: _changes(harness), "the change set is captured")

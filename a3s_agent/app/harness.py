@@ -4,10 +4,10 @@ caller-chosen run id, their events as pages, and each run's git change set.
 A harness run is an ordinary generation of an ordinary session (runtime/runs.py, as Generate's):
 gRPC and REST see the session, its history and its log. The harness's session id is ours when it
 is a valid id of ours (`[A-Za-z0-9._:-]{1,128}`), else `harness-` and 40 hex digits of its SHA-256.
-A run's events are its chunks in the session's durable log, numbered from 0 after a first
-`agent_start`. Each run's record (its prompt, state, where its chunks are, its git trees) is in
-the store (core/store.py `*_harness_run`), so that a host retrying after a restart gets a replay,
-not a second run. A run whose process died once its generation began is failed when the lease
+A run's events are its chunks in the session's durable log, in A3S's turns (harness_runs.py),
+numbered from 0 after a first `agent_start`. Each run's record (its prompt, state, where its
+chunks are, its git trees) is in the store (core/store.py `*_harness_run`), so that a host
+retrying after a restart gets a replay, not a second run. A run whose process died once its generation began is failed when the lease
 of its generation is taken over (runtime/replicas.py; at the next start on the same data
 directory): its record names the generation's run id from its admission. One that died before
 its generation began stays as it was (cancel: 409 run_unavailable) until it is recovered. A
@@ -32,7 +32,7 @@ from ..core.events import CHUNK, now_ms
 from ..core.sessions import SESSION_ID_PATTERN
 from ..runtime import Runtime
 from ..tools.git_trees import TreeUnavailable, capture_tree, keep_tree, tree_patch
-from .harness_events import bounded, chunk_event
+from .harness_events import bounded, chunk_event, entry_kind, event_kind
 from .harness_runs import TERMINAL, EventItem, Registry, RunRecord
 from .harness_types import ChangeSet, Command, EventRecord, HarnessRefusal, Identity, Page, Receipt
 
@@ -157,9 +157,7 @@ class Harness:
         while entries := await store.read_log(run.session_id, after, LOG_READ):
             for entry in entries:
                 if entry.kind == CHUNK and entry.body.get("run") == run.chunk_run:
-                    if not run.items:
-                        run.items.append(EventItem(entry.seq, ("agent_start", {"prompt": run.prompt})))
-                    run.items.append(EventItem(entry.seq))
+                    run.add_chunk(entry.seq, entry_kind(entry.body))
                     if "failed" in entry.body:
                         cancelled = entry.body["failed"]["kind"] == Cancelled.__name__
                         run.touch("cancelled" if cancelled else "failed")
@@ -241,13 +239,13 @@ class Harness:
                 run.session_id, messages, GenerateOptions(run_id=run.chunk_run)
             )
             async for event, seq in follow:
-                if not run.items:
-                    run.items.append(EventItem(seq, ("agent_start", {"prompt": run.prompt})))
+                first = not run.items
+                run.add_chunk(seq, event_kind(event))
+                if first:
                     run.touch("executing")
                     await self._save(run)
                     if run.cancel_asked:
                         self._rt.control.cancel(run.session_id, None)
-                run.items.append(EventItem(seq))
                 last_seq = seq
                 run.touch("completed" if isinstance(event, DoneEvent) else None)
         except Cancelled:
@@ -271,7 +269,7 @@ class Harness:
             return
         for entry in await self._rt.store.read_log(run.session_id, after_seq, LOG_READ):
             if entry.kind == CHUNK and entry.body.get("run") == run.chunk_run and "failed" in entry.body:
-                run.items.append(EventItem(entry.seq))
+                run.add_chunk(entry.seq, "failed")
                 return
 
     async def _capture(self, run: RunRecord) -> None:

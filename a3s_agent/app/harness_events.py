@@ -3,7 +3,8 @@
 One generation chunk of the run (core/chunks.py) is one event: text → `text_delta`, thinking →
 `reasoning_delta`, a tool call → `tool_execution_start`, its result → `tool_end`, a model turn →
 `turn_end`, the result → `agent_end`, the entry that ends a run without one → `error`, a notice →
-`notice` (the protocol's event types are an open set). `agent_start` is made from the run itself.
+`notice` (the protocol's event types are an open set). `agent_start` and `turn_start` are made
+from the run itself, and the run puts `turn_end` after the turn's tools (harness_runs.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,17 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Any
+
+from ..core.agent import (
+    AgentEvent,
+    DoneEvent,
+    NoticeEvent,
+    TextEvent,
+    ThinkingEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    TurnEvent,
+)
 
 MAX_PAYLOAD_BYTES = 64 * 1024 - 1024  # the record's 64 KiB, less its envelope and metadata
 TRUNCATED = "\n…[a3s.code.agent-protocol.truncated]"
@@ -24,6 +36,28 @@ _SKIPPED = {
     "failed_check_count": 0,
     "residual_risk_count": 0,
 }
+
+
+_EVENT_KINDS: dict[type[AgentEvent], str] = {
+    TextEvent: "text",
+    ThinkingEvent: "thinking",
+    ToolCallEvent: "tool_call",
+    ToolResultEvent: "tool_result",
+    TurnEvent: "turn",
+    NoticeEvent: "notice",
+    DoneEvent: "done",
+}
+
+
+def entry_kind(body: dict[str, Any]) -> str:
+    """What a chunk entry's body records: "failed" (the entry that ends a run without a result),
+    else its chunk's one key ("text", "tool_call", "tool_result", "turn", "done"...)."""
+    return "failed" if "failed" in body else next(iter(body["chunk"]))
+
+
+def event_kind(event: AgentEvent) -> str:
+    """The `entry_kind` of the chunk entry that records `event`."""
+    return _EVENT_KINDS[type(event)]
 
 
 def token_usage(usage: dict[str, Any]) -> dict[str, Any]:

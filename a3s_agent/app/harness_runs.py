@@ -22,6 +22,20 @@ class EventItem:
     at: int = 0
 
 
+MODEL_KINDS = frozenset({"text", "thinking", "tool_call", "turn"})
+"""The chunks a model call writes (harness_events.entry_kind): the first one opens a turn."""
+
+
+@dataclass
+class Turn:
+    """Where a run is in A3S's turns as its chunks come in (RunRecord.add_chunk)."""
+
+    number: int = 0  # of the last turn opened, from 1
+    open: bool = False
+    calls: int = 0  # tool calls of the open turn without a result yet
+    end: int | None = None  # the seq of its turn chunk, once its model call is over
+
+
 @dataclass
 class RunRecord:
     """A run: `record()` is what the store keeps of it, the rest is found again from the log."""
@@ -42,6 +56,35 @@ class RunRecord:
     patch: bytes | None = None
     cancel_asked: bool = False
     task: asyncio.Task[None] | None = None  # None: not live here (a record of an earlier process)
+    turn: Turn = field(default_factory=Turn)
+
+    def add_chunk(self, seq: int, kind: str) -> None:
+        """The chunk at `seq` of the run (of `kind`: harness_events.entry_kind) as its next events,
+        in the order of the protocol's section 5: `agent_start` first; `turn_start` before a
+        model call's first chunk; the turn's tool calls and their results; then `turn_end`. Our
+        turn chunk comes when the model call ends, before its tools run, so it is held until the
+        last of their results; the run's end closes a turn still open."""
+        if not self.items:
+            self.items.append(EventItem(seq, ("agent_start", {"prompt": self.prompt})))
+        turn = self.turn
+        if kind in MODEL_KINDS and not turn.open:
+            turn.number, turn.open = turn.number + 1, True
+            self.items.append(EventItem(seq, ("turn_start", {"turn": turn.number})))
+        if kind == "turn":
+            turn.end = seq
+        else:
+            if kind in ("done", "failed"):
+                self._close_turn()
+            self.items.append(EventItem(seq))
+            turn.calls += {"tool_call": 1, "tool_result": -1}.get(kind, 0)
+        if turn.end is not None and turn.calls <= 0:
+            self._close_turn()
+
+    def _close_turn(self) -> None:
+        """`turn_end` for the open turn, if its model call ended (a failed one has no turn chunk)."""
+        if self.turn.end is not None:
+            self.items.append(EventItem(self.turn.end))
+        self.turn = Turn(self.turn.number)
 
     def touch(self, state: str | None = None) -> None:
         if state is not None and self.state not in TERMINAL:
