@@ -6,7 +6,7 @@ import asyncio
 import json
 import socket
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -405,29 +405,6 @@ async def test_a_quiet_stream_gets_keepalive_comments(
     assert (":", "keepalive") in events and events[-1] == ("done", {})
 
 
-async def test_a_client_going_away_leaves_the_run_going_until_cancel_stops_it(
-    api: Http, fake: FakeLLM
-) -> None:
-    # The generation no longer stops with its stream: the client may come back with Last-Event-ID
-    # (tests/test_resume.py). Cancel stops it and its process.
-    marker = api.server.workspace / "pid"
-    fake.script(tool_call("bash", {"command": f"echo $$ > {marker}; sleep 30"}), text("never"))
-    session_id = await new_session(api.server)
-    response = await api.client.get(f"/sessions/{session_id}/generate/stream", params={"content": "x"})
-    async for line in response.content:
-        if b"CHUNK_TYPE_TOOL_CALL" in line:
-            break
-    pid = int(await eventually(lambda: marker.exists() and marker.read_text().strip(), "the tool runs"))
-    response.close()
-    await eventually(lambda: api.server.runtime.events.subscriber_count == 0, "the stream is gone")
-    await asyncio.sleep(0.2)  # what a disconnect would have stopped by now
-    assert alive(pid)
-    cancelled = await api.client.post("/rpc/Cancel", json={"session_id": session_id})
-    assert (await cancelled.json()) == {"success": True}
-    await eventually(lambda: not alive(pid), "the tool's process is gone")
-    assert len(fake.requests) == 1  # the run stopped; the model was not called again
-
-
 # --- WebSocket ------------------------------------------------------------------------------
 
 
@@ -567,6 +544,115 @@ async def test_websocket_calls_run_concurrently_and_cancel_reaches_the_run(api: 
         assert ended["error"]["code"] == "CANCELLED"
 
 
+# --- a client that goes away, and the control routes ---------------------------------------
+
+
+async def drop_sse(api: Http, session_id: str) -> None:
+    """Read `GET …/generate/stream` until the tool call, then go away without a word."""
+    response = await api.client.get(f"/sessions/{session_id}/generate/stream", params={"content": "x"})
+    async for line in response.content:
+        if b"CHUNK_TYPE_TOOL_CALL" in line:
+            break
+    response.close()
+
+
+async def drop_websocket(api: Http, session_id: str) -> None:
+    """Read stream_generate on a socket until the tool call, then close the socket."""
+    async with socket_to(api) as sock:
+        await sock.send("stream_generate", {"session_id": session_id, "messages": [user("x")]}, id="s")
+        while (await sock.next_for("s"))["result"]["type"] != "CHUNK_TYPE_TOOL_CALL":
+            pass
+
+
+def call_lines(caplog: pytest.LogCaptureFixture, method: str) -> list[str]:
+    """The one-line-per-call log lines of `method`."""
+    lines = [r.getMessage() for r in caplog.records if r.name == "a3s_agent.rpc"]
+    return [line for line in lines if line.startswith(f"rpc {method} ")]
+
+
+@pytest.mark.parametrize("go_away", [drop_sse, drop_websocket], ids=["sse", "websocket"])
+async def test_a_client_going_away_leaves_the_run_going_until_the_cancel_route_stops_it(
+    api: Http,
+    fake: FakeLLM,
+    caplog: pytest.LogCaptureFixture,
+    go_away: Callable[[Http, str], Awaitable[None]],
+) -> None:
+    # The generation does not stop with its stream: the client may come back with Last-Event-ID
+    # (tests/test_resume.py). POST /sessions/{id}/cancel stops it and its process.
+    caplog.set_level("INFO", logger="a3s_agent.rpc")
+    marker = api.server.workspace / "pid"
+    fake.script(tool_call("bash", {"command": f"echo $$ > {marker}; sleep 30"}), text("never"))
+    session_id = await new_session(api.server)
+    await go_away(api, session_id)
+    pid = int(await eventually(lambda: marker.exists() and marker.read_text().strip(), "the tool runs"))
+    # The call's log line says that the client went away, not that the run was cancelled.
+    (line,) = await eventually(lambda: call_lines(caplog, "StreamGenerate"), "the stream's log line")
+    assert f"session={session_id} status=DISCONNECTED " in line
+    await eventually(lambda: api.server.runtime.events.subscriber_count == 0, "the stream is gone")
+    await asyncio.sleep(0.2)  # what a disconnect would have stopped by now
+    assert alive(pid)
+    cancelled = await api.client.post(f"/sessions/{session_id}/cancel", headers=JSON)
+    assert cancelled.status == 200 and await cancelled.json() == {"success": True}
+    await eventually(lambda: not alive(pid), "the tool's process is gone")
+    assert len(fake.requests) == 1  # the run stopped; the model was not called again
+    assert f"session={session_id} status=OK " in call_lines(caplog, "Cancel")[0]
+    assert "ghost" in await error_of(
+        await api.client.post("/sessions/ghost/cancel", headers=JSON), 404, "NOT_FOUND"
+    )
+
+
+async def test_pause_resume_and_confirmations_have_rest_routes(api: Http, fake: FakeLLM) -> None:
+    session_id = await new_session(api.server)
+    paused = await api.client.post(f"/sessions/{session_id}/pause", headers=JSON)
+    assert paused.status == 200 and await paused.json() == {"success": True}
+    view = await (await api.client.get(f"/sessions/{session_id}")).json()
+    assert view["session"]["state"] == "SESSION_STATE_PAUSED"
+    refused = await api.client.post(f"/sessions/{session_id}/generate", json={"messages": [user("x")]})
+    assert "paused" in await error_of(refused, 409, "FAILED_PRECONDITION")
+    resumed = await api.client.post(f"/sessions/{session_id}/resume", headers=JSON)
+    assert resumed.status == 200 and await resumed.json() == {"success": True}
+    view = await (await api.client.get(f"/sessions/{session_id}")).json()
+    assert view["session"]["state"] == "SESSION_STATE_ACTIVE"
+
+    policy = {
+        "enabled": True,
+        "require_confirm_tools": ["write_file"],
+        "default_timeout_ms": 60000,
+        "timeout_action": "TIMEOUT_ACTION_REJECT",
+    }
+    set_policy = await api.client.post(
+        "/rpc/SetConfirmationPolicy", json={"session_id": session_id, "policy": policy}
+    )
+    assert set_policy.status == 200, await set_policy.text()
+    fake.script(tool_call("write_file", {"path": "c.txt", "content": "x"}), text("written"))
+    response = await api.client.post(
+        f"/sessions/{session_id}/generate/stream", json={"messages": [user("write c.txt")]}
+    )
+    tool_id = ""
+    async for raw in response.content:
+        line = raw.decode()
+        if line.startswith("data: ") and "confirmation_required" in line:
+            tool_id = json.loads(line.removeprefix("data: "))["metadata"]["tool_id"]
+            break
+    assert tool_id and not (api.server.workspace / "c.txt").exists()
+    confirmations = f"/sessions/{session_id}/confirmations"
+    unknown = await api.client.post(f"{confirmations}/nope", json={"approved": True})
+    body = await unknown.json()
+    assert unknown.status == 200 and body["success"] is False and "'nope'" in body["error"]
+    conflicting = await api.client.post(
+        f"{confirmations}/{tool_id}", json={"session_id": "other", "approved": True}
+    )
+    assert "differs" in await error_of(conflicting, 400, "INVALID_ARGUMENT")
+    approved = await api.client.post(f"{confirmations}/{tool_id}", json={"approved": True, "reason": "ok"})
+    assert approved.status == 200 and (await approved.json())["success"] is True
+    rest = await sse(response)
+    assert rest[-1] == ("done", {}) and rest[-2][1]["content"] == "written"
+    assert (api.server.workspace / "c.txt").read_text() == "x"
+    for route in ("pause", "resume", "confirmations/t-1"):
+        ghost = await api.client.post(f"/sessions/ghost/{route}", json={})
+        assert "ghost" in await error_of(ghost, 404, "NOT_FOUND"), route
+
+
 async def test_stopping_the_listener_closes_websockets(agent: LiveServer) -> None:
     listener = await start_http(Application(agent.runtime), "127.0.0.1:0")
     async with (
@@ -618,6 +704,8 @@ async def test_every_json_route_reads_its_body_one_way(workspace: Path, tmp_path
             "/sessions",
             f"/sessions/{session}/generate",
             f"/sessions/{session}/tools/read_file",
+            f"/sessions/{session}/cancel",
+            f"/sessions/{session}/confirmations/t-1",
             "/rpc/create_session",
             "/v1/spaces",
             f"/v1/spaces/{space}/runs",

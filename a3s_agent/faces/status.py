@@ -13,6 +13,11 @@ call_log = logging.getLogger("a3s_agent.rpc")
 MAX_MESSAGE_CHARS = 2000
 """gRPC status messages travel in metadata, and clients refuse more than 16 KB by default."""
 
+DISCONNECTED = "DISCONNECTED"
+"""The status logged for a call whose connection closed before it ended: its client went away (or,
+for a WebSocket, the server's stop closed it). No client is sent it; what the call started may go
+on, as a generation does until Cancel."""
+
 STATUS_NAMES: dict[type[errors.AgentError], str] = {
     errors.NotFound: "NOT_FOUND",
     errors.InvalidArgument: "INVALID_ARGUMENT",

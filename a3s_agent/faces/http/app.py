@@ -18,6 +18,10 @@ of the table in methods.py, a conversion and one call into the application layer
     GET    /sessions/{id}/generate/stream    the same, for one user message: ?content=<text>
     POST   /sessions/{id}/tools/{name}       ExecuteTool; the body is the tool's arguments object
     GET    /sessions/{id}/events             a page of the session's log: ?after_seq=&limit= (events_page.py)
+    POST   /sessions/{id}/cancel             Cancel (body: CancelRequest or none; session_id from the path)
+    POST   /sessions/{id}/pause, …/resume    Pause, Resume (body: none)
+    POST   /sessions/{id}/confirmations/{tool_id}
+                                             ConfirmToolExecution (body: {"approved", "reason"})
     POST   /rpc/{method}                     any RPC by name (body: its request); streaming ones as SSE
     POST   /v1/agent/commands, /v1/agent/events:page, /v1/agent/changes: the A3S harness protocol
                                              (harness.py; its own bodies and error documents)
@@ -36,7 +40,8 @@ probes.py refuses new work with 503 UNAVAILABLE while the server starts or stops
 A stream answers `data: <reply JSON>` per reply, then `event: done` (`data: {}`). A failure
 before the first reply is a plain error response with its status; after it, `event: error`
 with the error JSON ends the stream. A client that goes away cancels the call, except that a
-generation StreamGenerate started runs on (Cancel stops it). StreamGenerate's and
+generation StreamGenerate (or Generate) started runs on until POST /sessions/{id}/cancel (Cancel)
+stops it; the call's log line says DISCONNECTED, not CANCELLED. StreamGenerate's and
 SubscribeEvents' replies carry `id: <seq>`, and a request with `Last-Event-ID` (what EventSource
 sends when it reconnects) or `a3s-after-seq` resumes after that seq.
 """
@@ -59,7 +64,7 @@ from ..readiness import Phase, Readiness
 from ..refusals import RefusalLog
 from .auth import http_middleware
 from .body import MAX_BODY_BYTES, json_body, json_text
-from .errors import CallError, unary_call
+from .errors import CallError, connection_closed, unary_call
 from .events_page import events_page
 from .guard import RequestGuard
 from .harness import HarnessApi, harness_errors
@@ -89,6 +94,24 @@ def _error_response(
     return web.json_response(
         {"error": error.to_json()}, status=status or error.http_status, headers=headers, dumps=json_text
     )
+
+
+@web.middleware
+async def _connection(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Tell the call log whether this request's connection has closed (errors.connection_closed):
+    aiohttp cancels a handler whose client went away (listener.py), and so does the server's stop."""
+
+    def closed() -> bool:
+        transport = request.transport
+        return transport is None or transport.is_closing()
+
+    token = connection_closed.set(closed)
+    try:
+        return await handler(request)
+    finally:
+        connection_closed.reset(token)
 
 
 @web.middleware
@@ -228,11 +251,15 @@ class RestApi:
             web.get("/sessions", self.list_sessions),
             web.get("/sessions/{id}", self.get_session),
             web.delete("/sessions/{id}", self.destroy_session),
-            web.post("/sessions/{id}/generate", self.generate),
+            web.post("/sessions/{id}/generate", self._on_session("Generate")),
             web.post("/sessions/{id}/generate/stream", self.stream_generate),
             web.get("/sessions/{id}/generate/stream", self.stream_generate_get),
             web.post("/sessions/{id}/tools/{name}", self.execute_tool),
             web.get("/sessions/{id}/events", self.events),
+            web.post("/sessions/{id}/cancel", self._on_session("Cancel")),
+            web.post("/sessions/{id}/pause", self._on_session("Pause")),
+            web.post("/sessions/{id}/resume", self._on_session("Resume")),
+            web.post("/sessions/{id}/confirmations/{tool_id}", self._on_session("ConfirmToolExecution")),
             web.post("/rpc/{method}", self.rpc),
         ]
 
@@ -293,9 +320,16 @@ class RestApi:
     async def destroy_session(self, request: web.Request) -> web.Response:
         return await self._reply("DestroySession", {}, request, session_id=request.match_info["id"])
 
-    async def generate(self, request: web.Request) -> web.Response:
-        body = await json_body(request)
-        return await self._reply("Generate", body, request, session_id=request.match_info["id"])
+    def _on_session(self, name: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """The handler of a POST route under /sessions/{id}/ for the unary RPC `name`: the body
+        (none is `{}`) is its request, its session_id (and any other path parameter, by its
+        field's name) from the path."""
+
+        async def handle(request: web.Request) -> web.Response:
+            path = {"session_id" if key == "id" else key: value for key, value in request.match_info.items()}
+            return await self._reply(name, await json_body(request), request, **path)
+
+        return handle
 
     async def stream_generate(self, request: web.Request) -> web.StreamResponse:
         return await self._stream(request, await json_body(request), session_id=request.match_info["id"])
@@ -361,6 +395,7 @@ def build_app(
         client_max_size=MAX_BODY_BYTES,
         middlewares=[
             _errors,
+            _connection,
             harness_errors,
             guard.middleware,
             *([http_middleware(auth_token, refusals)] if auth_token else []),

@@ -1,15 +1,17 @@
 """The HTTP face's errors: CallError (a status by its gRPC code name, with the HTTP status it
-answers with) and the wrappers that end each RPC call as the gRPC face would, one log line per call."""
+answers with) and the wrappers that end each RPC call as the gRPC face would, one log line per call
+(DISCONNECTED when its connection closed first)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from ...core.events import Resync
-from ..status import MAX_MESSAGE_CHARS, call_log, failure, log_call, shortened
+from ..status import DISCONNECTED, MAX_MESSAGE_CHARS, call_log, failure, log_call, shortened
 
 T = TypeVar("T")
 
@@ -65,11 +67,19 @@ def _ended(exc: BaseException, method: str) -> CallError:
     return CallError(code, shortened(message, MAX_MESSAGE_CHARS), details)
 
 
+connection_closed: ContextVar[Callable[[], bool] | None] = ContextVar("connection_closed", default=None)
+"""Whether the connection of the call running in this context has closed: set for each request
+(app.py) and each WebSocket call (ws.py). A call cancelled once it has is logged DISCONNECTED."""
+
+
 def _code_of(exc: BaseException) -> str:
     if isinstance(exc, CallError):
         return exc.code
-    if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):  # the client went away
-        return "CANCELLED"
+    if isinstance(exc, GeneratorExit):  # its reader closed the stream: the client went away
+        return DISCONNECTED
+    if isinstance(exc, asyncio.CancelledError):
+        closed = connection_closed.get()
+        return DISCONNECTED if closed is not None and closed() else "CANCELLED"  # else the server's stop
     return failure(exc)[0]
 
 

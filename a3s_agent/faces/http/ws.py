@@ -23,7 +23,7 @@ from ...app import Application
 from ...base.errors import InvalidArgument
 from ..call_metadata import AFTER_SEQ_KEY, seq_number
 from .body import json_text, load_json
-from .errors import CallError
+from .errors import CallError, connection_closed
 from .methods import CallMetadata, Method, find_method, parse
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,7 @@ class _Connection:
         self._socket = socket
         self._app = app
         self._calls: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     async def serve(self) -> None:
         try:
@@ -51,6 +52,7 @@ class _Connection:
                         None, CallError("INVALID_ARGUMENT", "send requests as JSON text frames")
                     )
         finally:
+            self._closed = True
             for call in self._calls:
                 call.cancel()
             await asyncio.gather(*self._calls, return_exceptions=True)
@@ -85,6 +87,7 @@ class _Connection:
         self, request_id: Any, method: Method, request: dict[str, Any], metadata: CallMetadata
     ) -> None:
         """One call, driven from this one task (see Method.stream)."""
+        connection_closed.set(lambda: self._closed)
         try:
             if method.streaming:
                 async for reply in method.stream(self._app, request, metadata):
