@@ -24,7 +24,7 @@ from a3s_agent.faces.readiness import Readiness
 from a3s_agent.proto import code_agent_pb2 as pb
 
 from .conftest import LiveServer, alive, eventually, new_session, running, subscribed
-from .fake_llm import FakeLLM, broken_stream, delayed, text, tool_call
+from .fake_llm import FakeLLM, broken_stream, text, tool_call
 from .test_spaces_http import spaces_server
 
 USER = "ROLE_USER"
@@ -515,33 +515,69 @@ async def test_websocket_events_arrive_while_a_generation_runs(api: Http, fake: 
     await eventually(lambda: not api.server.runtime.events.subscriber_count, "no subscription left")
 
 
-async def test_websocket_calls_run_concurrently_and_cancel_reaches_the_run(api: Http, fake: FakeLLM) -> None:
-    def by_prompt(body: dict[str, Any]) -> Any:
-        prompt = body["messages"][-1]["content"]
-        if prompt == "slow":
-            return delayed("slow answer", 0.5)
-        if prompt == "stuck":
-            return tool_call("bash", {"command": "sleep 30"})
-        return text("fast answer")
-
-    fake.script(by_prompt, by_prompt, by_prompt)
+async def test_websocket_streams_run_side_by_side_and_cancel_reaches_the_run(
+    api: Http, fake: FakeLLM
+) -> None:
+    gate = api.server.workspace / "gate"
+    fake.script(
+        tool_call("bash", {"command": f"until [ -e {gate} ]; do sleep 0.05; done"}),  # the slow one
+        text("fast answer"),
+        text("slow answer"),
+        tool_call("bash", {"command": "sleep 30"}),  # the stuck one
+    )
     slow, fast, stuck = [await new_session(api.server) for _ in range(3)]
     async with socket_to(api) as sock:
-        await sock.send("generate", {"session_id": slow, "messages": [user("slow")]}, id="slow")
-        await sock.send("generate", {"session_id": fast, "messages": [user("fast")]}, id="fast")
-        first = await sock.ws.receive_json(timeout=5)
-        assert first["id"] == "fast" and first["result"]["message"]["content"] == "fast answer"
-        assert (await sock.next_for("slow"))["result"]["message"]["content"] == "slow answer"
+        await sock.send("stream_generate", {"session_id": slow, "messages": [user("slow")]}, id="slow")
+        await sock.send("stream_generate", {"session_id": fast, "messages": [user("fast")]}, id="fast")
+        fast_chunks = [await sock.next_for("fast")]
+        while "result" in fast_chunks[-1]:
+            fast_chunks.append(await sock.next_for("fast"))
+        assert fast_chunks[-1]["done"] and fast_chunks[-2]["result"]["content"] == "fast answer"
+        assert not any({"done", "error"} & set(m) for m in sock.received)  # the slow one goes on
+        gate.touch()
+        slow_chunks = [await sock.next_for("slow")]
+        while "result" in slow_chunks[-1]:
+            slow_chunks.append(await sock.next_for("slow"))
+        assert slow_chunks[-1]["done"] and slow_chunks[-2]["result"]["content"] == "slow answer"
 
+        # Sent at once: the cancel starts once the stream has, so it finds the run going.
         await sock.send("stream_generate", {"session_id": stuck, "messages": [user("stuck")]}, id="stuck")
-        while (await sock.next_for("stuck"))["result"]["type"] != "CHUNK_TYPE_TOOL_CALL":
-            pass
         cancelled = await sock.call("cancel", {"session_id": stuck}, id="cancel")
         assert cancelled["result"] == {"success": True}
-        ended = await sock.next_for("stuck")
-        while "result" in ended:  # the tool result chunk of the cancelled call may come first
-            ended = await sock.next_for("stuck")
-        assert ended["error"]["code"] == "CANCELLED"
+        last = await sock.next_for("stuck")
+        while "result" in last:  # the chunks of the call before the cancel came
+            last = await sock.next_for("stuck")
+        assert last["error"]["code"] == "CANCELLED"
+
+
+async def test_websocket_requests_start_in_the_order_they_arrive(api: Http, fake: FakeLLM) -> None:
+    """Pipelined, without waiting for a reply: each request starts once the one before it has
+    finished (a unary call) or started (a stream), so the subscription is in place for the new
+    session before its generation begins."""
+    fake.script(*[tool_call("list_files", {}), text("done")] * 3)
+    async with socket_to(api) as sock:
+        for n in range(3):
+            session_id = f"piped-{n}"
+            await sock.send("create_session", {"session_id": session_id}, id=f"create-{n}")
+            await sock.send("get_session", {"session_id": session_id}, id=f"get-{n}")
+            await sock.send("subscribe_events", {"session_id": session_id}, id=f"events-{n}")
+            generate = {"session_id": session_id, "messages": [user("x")]}
+            await sock.send("stream_generate", generate, id=f"generate-{n}")
+            assert (await sock.next_for(f"create-{n}"))["result"]["session_id"] == session_id
+            assert (await sock.next_for(f"get-{n}"))["result"]["session"]["session_id"] == session_id
+            chunks = [await sock.next_for(f"generate-{n}")]
+            while "result" in chunks[-1]:
+                chunks.append(await sock.next_for(f"generate-{n}"))
+            assert chunks[-1] == {"id": f"generate-{n}", "done": True}
+            types: list[str] = []
+            while "EVENT_TYPE_GENERATION_COMPLETED" not in types:
+                reply = await sock.next_for(f"events-{n}")
+                assert "result" in reply, reply
+                types.append(reply["result"]["type"])
+            assert types[0] == "EVENT_TYPE_GENERATION_STARTED", types
+            assert "EVENT_TYPE_TOOL_COMPLETED" in types
+        # The subscriptions run on side by side, one per session.
+        assert api.server.runtime.events.subscriber_count == 3
 
 
 # --- a client that goes away, and the control routes ---------------------------------------

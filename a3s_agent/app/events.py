@@ -14,14 +14,26 @@ MAX_PAGE = 1000
 
 class Feed:
     """Events of a subscription in place (it sees everything committed after it was made); iterate
-    it, then close it."""
+    it, then close it. Only those of the types `shown` are passed on (none: all), and a feed that
+    `ends_with` a session ends after that session's SESSION_DESTROYED (nothing can follow it)."""
 
-    def __init__(self, subscription: Subscription) -> None:
+    def __init__(
+        self,
+        subscription: Subscription,
+        shown: frozenset[EventType] = frozenset(),
+        ends_with: str | None = None,
+    ) -> None:
         self._subscription = subscription
+        self._shown = shown
+        self._ends_with = ends_with
 
     async def __aiter__(self) -> AsyncIterator[Event]:
         async for entry in self._subscription:
-            yield entry_event(entry)
+            event = entry_event(entry)
+            if not self._shown or event.type in self._shown:
+                yield event
+            if event.type is EventType.SESSION_DESTROYED and event.session_id == self._ends_with:
+                return
 
     def close(self) -> None:
         self._subscription.close()
@@ -34,32 +46,42 @@ class Events:
     async def subscribe(
         self, session_id: str | None, event_types: Iterable[str], after_seq: int | None = None
     ) -> AsyncIterator[Event]:
-        """Events of one session (None: of all) and of the named types (none: every type), until
-        the server closes the bus or, for one session, until it is destroyed (nothing can follow:
-        the stream ends after its SESSION_DESTROYED, or where it would be when filtered out); with
-        `after_seq`, first those of the session's log after it (Resync when they are no longer
-        retained). NotFound for an unknown session."""
-        wanted = parse_event_types(event_types)
-        watched = wanted | {EventType.SESSION_DESTROYED} if wanted and session_id else wanted
-        feed = await self.subscription(session_id, watched, after_seq)
+        """The events of `open`'s feed, closed when the caller stops."""
+        feed = await self.open(session_id, event_types, after_seq)
         try:
             async for event in feed:
-                if not wanted or event.type in wanted:
-                    yield event
-                if session_id is not None and event.type is EventType.SESSION_DESTROYED:
-                    return
+                yield event
         finally:
             feed.close()
+
+    async def open(
+        self, session_id: str | None, event_types: Iterable[str], after_seq: int | None = None
+    ) -> Feed:
+        """A subscription in place on return: events of one session (None: of all) and of the
+        named types (none: every type), until the server closes the bus or, for one session,
+        until it is destroyed (the feed ends after its SESSION_DESTROYED, or where it would be
+        when filtered out); with `after_seq`, first those of the session's log after it (Resync
+        when they are no longer retained). NotFound for an unknown session. Iterate, then close it."""
+        wanted = parse_event_types(event_types)
+        watched = wanted | {EventType.SESSION_DESTROYED} if wanted and session_id else wanted
+        subscription = await self._subscribe(session_id, watched, after_seq)
+        return Feed(subscription, frozenset(wanted), session_id)
 
     async def subscription(
         self, session_id: str | None, types: Iterable[EventType], after_seq: int | None = None
     ) -> Feed:
         """A subscription in place at once, so that it sees everything a call started next
         publishes; the caller iterates and closes it. NotFound for an unknown session."""
+        return Feed(await self._subscribe(session_id, types, after_seq))
+
+    async def _subscribe(
+        self, session_id: str | None, types: Iterable[EventType], after_seq: int | None
+    ) -> Subscription:
         if session_id is not None:
             await self._check_session(session_id, with_log=after_seq is not None)
-        wanted = Filter(session_id, EVENT, frozenset(types))
-        return Feed(await self._rt.events.subscribe(wanted, after_seq=after_seq))
+        return await self._rt.events.subscribe(
+            Filter(session_id, EVENT, frozenset(types)), after_seq=after_seq
+        )
 
     async def page(self, session_id: str, after_seq: int, limit: int) -> tuple[list[Event | LogEntry], int]:
         """Up to `limit` entries of the session's log after `after_seq` (events as Events, chunks

@@ -26,12 +26,18 @@ class Generation:
         """The generation's events with their seqs as they are committed, a DoneEvent last. With
         `after_seq` nothing starts: the run that wrote that chunk is followed from the next one
         (`messages` and `options` are not used)."""
-        if after_seq is None:
-            follow = await self._rt.runs.start(session_id, messages, options)
-        else:
-            follow = await self._rt.runs.resume(session_id, after_seq)
-        async for chunk in follow:
+        async for chunk in await self.follow(session_id, messages, options, after_seq):
             yield chunk
+
+    async def follow(
+        self, session_id: str, messages: list[Message], options: GenerateOptions, after_seq: int | None = None
+    ) -> AsyncIterator[Chunk]:
+        """`chunks` for a caller that must know when the generation has started (its first event
+        is committed) or, with `after_seq`, its run is found: it returns then. Iterate what it
+        returns at once: its subscription is closed when that iteration ends."""
+        if after_seq is None:
+            return await self._rt.runs.start(session_id, messages, options)
+        return await self._rt.runs.resume(session_id, after_seq)
 
     async def stop_runs(self) -> None:
         """Stop every run still going (at a stop, once the grace is over): their tools are killed

@@ -7,6 +7,11 @@ fills it from the request's headers of those names and answers a unary call's re
 response headers; a WebSocket call has none but the cursor (`after_seq`, ws.py) of a stream that
 resumes. StreamGenerate and SubscribeEvents are resumable: `Method.cursor` reads the seq of
 each of their replies (for the SSE `id:`).
+
+A streaming handler calls `started` once its call has started, before it waits for anything a
+later call could cause: SubscribeEvents once its subscription is in place, StreamGenerate once the
+generation has begun (or the run it resumes is found), StreamGenerateStructured at the
+generation's first event. ws.py starts a socket's next request then.
 """
 
 from __future__ import annotations
@@ -45,7 +50,9 @@ class CallMetadata:
 
 Plainly = Callable[[Application, Given], Awaitable[Plain]]
 Unary = Callable[[Application, Given, CallMetadata], Awaitable[Plain]]
-Streaming = Callable[[Application, Given, CallMetadata], AsyncIterator[Plain]]
+Started = Callable[[], None]
+"""Called once a stream has started (and maybe again: only the first call counts)."""
+Streaming = Callable[[Application, Given, CallMetadata, Started], AsyncIterator[Plain]]
 Cursor = Callable[[dict[str, Any]], str]
 
 
@@ -71,13 +78,18 @@ class Method:
         return await unary_call(self.name, _session_of(request), reply)
 
     def stream(
-        self, app: Application, request: Given, metadata: CallMetadata | None = None
+        self,
+        app: Application,
+        request: Given,
+        metadata: CallMetadata | None = None,
+        started: Started = lambda: None,
     ) -> AsyncGenerator[dict[str, Any], None]:
-        """The replies' JSON of a server-streaming RPC; a failure is CallError, as in `call`.
+        """The replies' JSON of a server-streaming RPC; a failure is CallError, as in `call`;
+        `started` is called once the call has started (see the module's docstring).
 
         Drive it from one task throughout, as grpc.aio does: a structured generation runs in its
         caller's task, and Cancel cancels that task."""
-        replies = self._replies(app, request, metadata or CallMetadata())
+        replies = self._replies(app, request, metadata or CallMetadata(), started)
         return stream_call(self.name, _session_of(request), replies)
 
     async def _reply(self, app: Application, request: Given, metadata: CallMetadata) -> dict[str, Any]:
@@ -85,10 +97,10 @@ class Method:
         return encode(self.reply, await self._unary(app, request, metadata))
 
     async def _replies(
-        self, app: Application, request: Given, metadata: CallMetadata
+        self, app: Application, request: Given, metadata: CallMetadata, started: Started
     ) -> AsyncIterator[dict[str, Any]]:
         assert self._streaming is not None
-        async for reply in self._streaming(app, request, metadata):
+        async for reply in self._streaming(app, request, metadata, started):
             yield encode(self.reply, reply)
 
 
@@ -343,13 +355,17 @@ async def _generate(app: Application, request: Given) -> Plain:
 
 
 @_streams("StreamGenerate", lambda chunk: chunk["metadata"][call_metadata.SEQ])
-async def _stream_generate(app: Application, request: Given, metadata: CallMetadata) -> AsyncIterator[Plain]:
+async def _stream_generate(
+    app: Application, request: Given, metadata: CallMetadata, started: Started
+) -> AsyncIterator[Plain]:
     """As the gRPC face's StreamGenerate: it runs on if the client goes away; resumes from a cursor."""
     session_id = request["session_id"]
     after = call_metadata.after_seq(metadata.given)
     options = convert.options_from(request)
     messages = [] if after is not None else await _messages(app, request["messages"], "messages")
-    async for event, seq in app.generation.chunks(session_id, messages, options, after):
+    chunks = await app.generation.follow(session_id, messages, options, after)
+    started()
+    async for event, seq in chunks:
         yield convert.chunk(session_id, event, options.return_intermediate_steps, seq)
 
 
@@ -369,7 +385,7 @@ async def _generate_structured(app: Application, request: Given) -> Plain:
 
 @_streams("StreamGenerateStructured")
 async def _stream_generate_structured(
-    app: Application, request: Given, metadata: CallMetadata
+    app: Application, request: Given, metadata: CallMetadata, started: Started
 ) -> AsyncIterator[Plain]:
     session_id = request["session_id"]
     messages = await _messages(app, request["messages"], "messages")
@@ -377,6 +393,7 @@ async def _stream_generate_structured(
         session_id, messages, convert.options_from(request), request["schema"]
     )
     async for event in events:
+        started()
         if isinstance(event, TextEvent):
             yield {"session_id": session_id, "data": event.text}
         elif isinstance(event, StructuredDone):
@@ -453,11 +470,18 @@ async def _list_skills(app: Application, request: Given) -> Plain:
 
 
 @_streams("SubscribeEvents", lambda event: event["data"][call_metadata.SEQ])
-async def _subscribe_events(app: Application, request: Given, metadata: CallMetadata) -> AsyncIterator[Plain]:
+async def _subscribe_events(
+    app: Application, request: Given, metadata: CallMetadata, started: Started
+) -> AsyncIterator[Plain]:
     session_id = request["session_id"] or None
     after = call_metadata.events_after(metadata.given, session_id)
-    async for event in app.events.subscribe(session_id, request["event_types"], after):
-        yield convert.event(event)
+    feed = await app.events.open(session_id, request["event_types"], after)
+    started()
+    try:
+        async for event in feed:
+            yield convert.event(event)
+    finally:
+        feed.close()
 
 
 @_rpc("Cancel")

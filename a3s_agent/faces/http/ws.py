@@ -6,6 +6,13 @@ then `{"id", "done": true}`. A failure answers `{"id", "error": {"code", "messag
 and ends that call, never the socket. Calls still running when the socket closes are cancelled,
 except that a generation StreamGenerate started runs on (Cancel stops it).
 
+A socket's requests start in the order they arrive: each one once the one before it has started
+(a stream: methods.py's `started`) or, for a unary call, finished; streams then run side by side.
+So a client may send create_session, subscribe_events and stream_generate at once and the
+subscription sees the session and the whole generation. A unary call that waits for a later
+request (a Generate waiting for a confirmation) holds the requests after it until it ends: send
+that one on another socket, or use stream_generate.
+
 StreamGenerate and SubscribeEvents resume from a cursor: `"after_seq": <seq>` next to `method`
 (a whole number: the `metadata.seq` of the last chunk, the `data.seq` of the last event received),
 as the gRPC face's `a3s-after-seq`.
@@ -29,18 +36,21 @@ from .methods import CallMetadata, Method, find_method, parse
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 64
-"""Calls one socket may have running at once."""
+"""Calls one socket may have running or waiting for their turn at once."""
 _KEYS = {"method", "params", "id", "after_seq"}
 
 
 class _Connection:
-    """One socket: reads requests, runs each as a task, writes replies as they come."""
+    """One socket: reads requests, runs each as a task once the one before it has started,
+    writes replies as they come."""
 
     def __init__(self, socket: web.WebSocketResponse, app: Application) -> None:
         self._socket = socket
         self._app = app
         self._calls: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._last_started = asyncio.Event()  # the last request's: the next one starts once it is set
+        self._last_started.set()
 
     async def serve(self) -> None:
         try:
@@ -79,18 +89,29 @@ class _Connection:
         except CallError as exc:
             await self._reply_error(request_id, exc)
             return
-        call = asyncio.create_task(self._run(request_id, method, request, metadata))
+        after, self._last_started = self._last_started, asyncio.Event()
+        call = asyncio.create_task(
+            self._run(request_id, method, request, metadata, after, self._last_started)
+        )
         self._calls.add(call)
         call.add_done_callback(self._calls.discard)
 
     async def _run(
-        self, request_id: Any, method: Method, request: dict[str, Any], metadata: CallMetadata
+        self,
+        request_id: Any,
+        method: Method,
+        request: dict[str, Any],
+        metadata: CallMetadata,
+        after: asyncio.Event,
+        started: asyncio.Event,
     ) -> None:
-        """One call, driven from this one task (see Method.stream)."""
+        """One call, driven from this one task (see Method.stream): it starts once `after` is set,
+        and sets `started` once it has started (a stream) or ended."""
         connection_closed.set(lambda: self._closed)
         try:
+            await after.wait()
             if method.streaming:
-                async for reply in method.stream(self._app, request, metadata):
+                async for reply in method.stream(self._app, request, metadata, started.set):
                     await self._send({"id": request_id, "result": reply})
                 await self._send({"id": request_id, "done": True})
             else:
@@ -105,6 +126,8 @@ class _Connection:
             await self._reply_error(
                 request_id, CallError("INTERNAL", f"internal error: {type(exc).__name__}")
             )
+        finally:
+            started.set()
 
     async def _reply_error(self, request_id: Any, error: CallError) -> None:
         try:
