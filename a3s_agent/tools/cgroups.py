@@ -77,18 +77,18 @@ def populated(path: Path) -> bool | None:
     return b"populated 1" in events
 
 
-def kill(path: Path) -> int:
-    """SIGKILL every process in the cgroup and its sub-cgroups; returns how many there were."""
+def kill(path: Path) -> set[int]:
+    """SIGKILL every process in the cgroup and its sub-cgroups; returns the pids that were inside."""
     if populated(path) is False:
-        return 0  # nothing inside: no walk, no write
-    found = len(_all_procs(path))
+        return set()  # nothing inside: no walk, no write
+    found = set(_all_procs(path))
     try:
         (path / "cgroup.kill").write_text("1")
         return found
     except FileNotFoundError:  # no cgroup.kill before Linux 5.14: list and kill, until none is left
         pass
     except OSError:
-        return 0
+        return set()
     for _ in range(_KILL_ROUNDS):
         pids = _all_procs(path)
         if not pids:

@@ -187,7 +187,7 @@ class Containment:
         # No save: the next call's rewrites the record, and recovery checks each entry anyway.
 
     def kill_call(self, scope: CallScope, wait_s: float = _KILL_WAIT_S) -> int:
-        """Kill the call's processes; how many were signalled. `wait_s` 0: one round, no waiting."""
+        """Kill the call's processes; how many its rounds signalled. `wait_s` 0: one round, no waiting."""
         if scope.cgroup is not None:
             scope.emptied = cgroups.populated(scope.cgroup) is False
             if not scope.emptied:
@@ -196,7 +196,7 @@ class Containment:
             lambda procs: self._belonging_to(scope, procs), self._call_processes(), wait_s
         )
         self._reap_soon()
-        return signalled
+        return len(signalled)
 
     def _call_processes(self) -> Callable[[], dict[int, procfs.Proc]]:
         """Where a call's processes can be: as a child subreaper, among the server's descendants
@@ -247,16 +247,17 @@ class Containment:
         select: Callable[[dict[int, procfs.Proc]], set[int]],
         listing: Callable[[], dict[int, procfs.Proc]] = procfs.snapshot,
         wait_s: float = _KILL_WAIT_S,
-    ) -> int:
+    ) -> set[int]:
         """Kill what `select` picks from a fresh `listing` of processes, again until nothing is
         picked (a process may fork between the listing and the kill); with `wait_s` 0 once (what
-        was signalled has not exited yet, so a second listing would pick it again)."""
-        killed = 0
+        was signalled has not exited yet, so a second listing would pick it again). Returns the
+        pids signalled."""
+        killed: set[int] = set()
         for _ in range(_KILL_ROUNDS if wait_s else 1):
             procs = listing()
             chosen = [procs[pid] for pid in select(procs) if procs[pid].state != "Z"]
             signalled = procfs.kill(chosen, wait_s)
-            killed += signalled
+            killed |= signalled
             if not signalled:
                 break
         return killed
@@ -328,7 +329,8 @@ class Containment:
 
     def recover(self) -> int:
         """Kill what a previous server on this data dir left running (it crashed, or was killed);
-        returns how many processes were killed."""
+        returns how many processes were killed. A process is in the server's cgroup, in its call's
+        below it and carries the call's marker: counted once, whichever of them found it."""
         record = self._read_record()
         server = record.get("server", {})
         if (server.get("pid"), server.get("start")) != (None, None):
@@ -343,16 +345,16 @@ class Containment:
             and isinstance(call.get("pid"), int)
             and isinstance(call.get("start"), int)
         ]
-        killed = 0
+        killed: set[int] = set()
         for path in [record.get("cgroup"), *(c.get("cgroup") for c in record.get("calls", []))]:
             if isinstance(path, str) and self._is_ours(Path(path)):
-                killed += self._kill_cgroup(Path(path))
+                killed |= self._kill_cgroup(Path(path))
         if self.own_cgroup is not None:
             for path in self.own_cgroup.glob("a3s-agent.*"):
                 if path == self.cgroup_dir or _server_alive(path.name.rsplit(".", 1)[-1]):
                     continue
                 if path.name.startswith(f"a3s-agent.{self.key}."):
-                    killed += self._kill_cgroup(path)
+                    killed |= self._kill_cgroup(path)
                 else:  # another data dir's: its own restart kills what is inside; an empty one goes
                     cgroups.remove(path)
         alive: dict[str, bool] = {}
@@ -380,12 +382,13 @@ class Containment:
                         seeds.add(proc.pid)
             return procfs.with_descendants(procs, seeds)
 
-        killed += self._kill_rounds(left_behind)
+        killed |= self._kill_rounds(left_behind)
         if killed:
             log.warning(
-                "killed %d tool process(es) left running by a previous server on this data dir", killed
+                "killed %d tool process(es) left running by a previous server on this data dir",
+                len(killed),
             )
-        return killed
+        return len(killed)
 
     def _is_ours(self, path: Path) -> bool:
         """Whether a recorded cgroup path is one this data dir's servers create (the record is a
@@ -393,7 +396,7 @@ class Containment:
         run = path.parent if path.name.startswith("call-") else path
         return path.is_absolute() and ".." not in path.parts and run.name.startswith(f"a3s-agent.{self.key}.")
 
-    def _kill_cgroup(self, path: Path) -> int:
+    def _kill_cgroup(self, path: Path) -> set[int]:
         killed = cgroups.kill(path)
         if not cgroups.remove(path):
             self._stale_cgroups.add(path)

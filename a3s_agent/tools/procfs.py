@@ -155,10 +155,11 @@ def with_descendants(procs: dict[int, Proc], roots: Iterable[int]) -> set[int]:
     return found
 
 
-def kill(procs: Iterable[Proc], wait_s: float) -> int:
+def kill(procs: Iterable[Proc], wait_s: float) -> set[int]:
     """SIGKILL each process that still is the one described (same pid and start time), then wait up
-    to `wait_s` for them to exit. Returns how many were signalled."""
+    to `wait_s` for them to exit. Returns the pids signalled."""
     handles = []
+    signalled = set()
     me = os.getpid()
     for proc in procs:
         if proc.state == "Z" or proc.pid == me:
@@ -180,10 +181,11 @@ def kill(procs: Iterable[Proc], wait_s: float) -> int:
                 os.close(handle)
                 continue
             handles.append(handle)
+            signalled.add(proc.pid)
         else:
             os.close(handle)
     _wait_exited(handles, wait_s)
-    return len(handles)
+    return signalled
 
 
 def _wait_exited(handles: list[int], wait_s: float) -> None:

@@ -29,6 +29,8 @@ from a3s_agent.base.models import LLMConfig
 from a3s_agent.core.repair import INTERRUPTED
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.tools import procfs
+from a3s_agent.tools.containment import MARKER
 
 from ..conftest import agent_settings, running, user
 from ..fake_llm import FakeLLM, _message_problem, call, hang, text, tool_call, tool_calls, tool_loop
@@ -127,6 +129,40 @@ async def test_restart_answers_the_calls_a_kill_left_open_and_kills_what_they_st
     results = stored_tool_results(tmp_path / "data", session_id)
     assert [r[0] for r in results] == ["call_first", "call_killed"]
     assert INTERRUPTED in results[1][1] and results[1][2] == {"success": "false"}
+
+
+def tool_processes_of(data: Path) -> set[int]:
+    """The live processes carrying the scope marker of the server that last wrote `data`'s record."""
+    server = json.loads((data / "processes.json").read_text())["marker"]
+    return {
+        pid for pid, _ in _processes() if (procfs.environ_value(pid, MARKER) or "").startswith(f"{server}:")
+    }
+
+
+async def test_the_restart_counts_each_process_it_kills_once(tmp_path: Path) -> None:
+    """Each process is in the server's cgroup, in its call's cgroup below it and carries the call's
+    marker: the restart's log counts it once, whichever of them found it."""
+    tag = f"{random.randrange(10**6):06d}"
+    command = f"for i in $(seq 12); do sleep 300.{tag} & done; setsid -f sleep 301.{tag}; wait"
+    with FakeLLM(tool_call("bash", {"command": command}), text("unused"), strict=True) as fake:
+        with server(tmp_path, "before", llm_env(fake)) as first:
+            async with grpc.aio.insecure_channel(first.address) as channel:
+                stub = pb_grpc.CodeAgentServiceStub(channel)
+                session_id = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
+                generation = stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("go")]))
+                await eventually(
+                    lambda: len(processes_with(f"300.{tag}")) == 12 and bool(processes_with(f"301.{tag}")),
+                    "every sleep runs",
+                )
+                first.kill()
+                with pytest.raises(grpc.aio.AioRpcError):
+                    await generation
+        left = tool_processes_of(tmp_path / "data")
+        assert len(left) == 14, left  # bash, its twelve sleeps and the escapee
+        with server(tmp_path, "after", llm_env(fake)) as second:
+            await eventually(lambda: not tool_processes_of(tmp_path / "data") & left, "leftovers killed")
+            log = second.log()
+    assert f"killed {len(left)} tool process(es) left running" in log, log[-4000:]
 
 
 async def test_sigkill_at_random_moments_of_tool_generations_never_blocks_the_next_one(
