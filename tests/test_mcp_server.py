@@ -34,7 +34,7 @@ from a3s_agent.runtime import Runtime
 from a3s_agent.runtime.initialization import InitializeRequest
 from a3s_agent.tools.builtin import builtin_registry
 
-from .conftest import ServerProcess, alive, eventually
+from .conftest import ServerProcess, alive, eventually, wait_serving
 from .fake_llm import FakeLLM, text, tool_call
 
 TOKEN = "mcp-test-token"
@@ -111,6 +111,7 @@ async def test_lists_the_tools_with_their_schemas_and_runs_them_in_the_workspace
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         assert {"read_file", "grep", "bash", "agent_task"} <= set(tools)
         assert "todo" not in tools  # a session's list: these calls run in none
+        assert "ask_user" not in tools  # a question for the host of a run: these calls have none
         assert tools["read_file"].input_schema["properties"]["path"]
         assert tools["read_file"].annotations and tools["read_file"].annotations.read_only_hint
         assert tools["agent_task"].input_schema["required"] == ["task"]
@@ -410,6 +411,33 @@ async def test_serve_offers_mcp_behind_its_token_and_a_stop_ends_a_running_task(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+async def test_serve_warns_once_of_every_name_it_will_not_offer(tmp_path: Path, fake: FakeLLM) -> None:
+    """A typo and the tools the MCP server never offers (todo, ask_user) are named in one warning."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    server = ServerProcess(workspace, tmp_path / "data", env=stdio_command(workspace, tmp_path, fake).env)
+    flags = ["--mcp-http", "--mcp-tools", "read_file,grpe", "--mcp-tools", "todo,ask_user"]
+    proc = server.proc = subprocess.Popen(  # noqa: ASYNC220 (a ServerProcess holds a Popen)
+        [*server.command(), *flags],
+        env=server.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        await anyio.to_thread.run_sync(wait_serving, server.address, 20.0, proc)
+        async with client_of(f"http://127.0.0.1:{server.http_port}/mcp", "legacy") as client:
+            assert [tool.name for tool in (await client.list_tools()).tools] == ["read_file"]
+        assert await anyio.to_thread.run_sync(server.stop) == 0
+        warnings = [line for line in server.output().splitlines() if "--mcp-tools" in line]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert len(warnings) == 1, warnings
+    assert warnings[0].endswith("does not offer (now): ask_user, grpe, todo"), warnings
 
 
 def test_the_flags_and_their_environment() -> None:

@@ -11,9 +11,10 @@ from ...app import Application
 from ...tools.registry import Tool
 
 AGENT_TASK = "agent_task"
-SESSION_BOUND = frozenset({"todo"})
-"""Tools that keep state in a session: an MCP client's calls run in none, so they are not offered
-(inside agent_task's session the model has them)."""
+LEFT_OUT = frozenset({"todo", "ask_user"})
+"""Built-in tools an MCP client's calls could not use: todo keeps its list in a session, and
+ask_user hands its question to the host of a run (an external task). The calls run in neither,
+and the calling agent asks its own user. Inside agent_task's session the model has both."""
 
 log = logging.getLogger(__name__)
 
@@ -24,27 +25,27 @@ class Offer:
     def __init__(self, app: Application, allowed: Iterable[str] = ()) -> None:
         self._app = app
         self._allowed = frozenset(allowed)
-        unknown = self._allowed - {tool.name for tool in app.tools.available(None)} - {AGENT_TASK}
+        unknown = self._allowed - {tool.name for tool in self._offerable()} - {AGENT_TASK}
         if unknown:
             log.warning(
-                "--mcp-tools names tools the server does not offer (now): %s", ", ".join(sorted(unknown))
+                "--mcp-tools names tools the MCP server does not offer (now): %s", ", ".join(sorted(unknown))
             )
 
     def _allows(self, name: str) -> bool:
         return not self._allowed or name in self._allowed
 
-    def builtins(self) -> list[Tool]:
-        """The server's own tools the caller may run, as the server has them now: not the tools of
-        the MCP servers it uses itself (they are theirs to offer), nor a client's, nor those bound
-        to a session."""
+    def _offerable(self) -> list[Tool]:
+        """The server's own tools as it has them now but LEFT_OUT: not the tools of the MCP servers
+        it uses itself (they are theirs to offer), nor a client's (its registrant runs them)."""
         return [
             tool
             for tool in self._app.tools.available(None)
-            if not tool.external
-            and tool.family != "mcp"
-            and tool.name not in SESSION_BOUND
-            and self._allows(tool.name)
+            if not tool.external and tool.family != "mcp" and tool.name not in LEFT_OUT
         ]
+
+    def builtins(self) -> list[Tool]:
+        """The server's own tools the caller may run: the offerable ones `allowed` names."""
+        return [tool for tool in self._offerable() if self._allows(tool.name)]
 
     def builtin(self, name: str) -> Tool | None:
         """The offered tool `name`; None when the server has no such tool or the face hides it."""
