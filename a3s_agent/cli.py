@@ -19,11 +19,20 @@ if TYPE_CHECKING:
     import grpc
 
 
+SERVE = (
+    "run the server: gRPC (both A3S dialects) on --listen; HTTP (REST, SSE, WebSocket, Agent Spaces,"
+    " the A3S harness; /mcp with --mcp-http) on --http-listen; coven with --coven-gateway"
+)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="a3s-agent", description="A coding agent served over gRPC.")
+    parser = argparse.ArgumentParser(
+        prog="a3s-agent",
+        description="A coding agent other programs drive over gRPC, HTTP, MCP, ACP and coven.",
+    )
     parser.add_argument("--version", action="version", version=f"a3s-agent {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the gRPC server")
+    serve = commands.add_parser("serve", help=SERVE, description=f"{SERVE[0].upper()}{SERVE[1:]}.")
     serve.add_argument("--listen", help="HOST:PORT to listen on (env LISTEN_ADDR; default 127.0.0.1:4088)")
     serve.add_argument(
         "--http-listen",

@@ -286,3 +286,20 @@ def test_serve_also_answers_http_on_its_own_port(server_process: ServerProcess) 
     )
     with urllib.request.urlopen(create, timeout=10) as reply:  # the Agent Spaces routes are served too
         assert reply.status == 201 and json.loads(reply.read())["spaceId"]
+
+
+def test_the_help_says_serve_runs_every_face() -> None:
+    """`a3s-agent --help` and `serve --help` name what serve runs: gRPC, HTTP, and MCP and coven
+    when asked for."""
+    helps = [
+        subprocess.run(
+            [sys.executable, "-m", "a3s_agent", *args, "--help"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout
+        for args in ([], ["serve"])
+    ]  # fmt: skip
+    for text in helps:
+        said = " ".join(text.split())  # argparse wraps lines at the terminal's width
+        assert "gRPC server" not in said
+        for face in ("gRPC", "REST, SSE, WebSocket", "/mcp with --mcp-http", "coven with --coven-gateway"):
+            assert face in said, (face, said[:600])
