@@ -347,8 +347,8 @@ def _coven(args: argparse.Namespace) -> int:
 
 
 def _relay(args: argparse.Namespace) -> int:
+    from .faces.relay import relay_new, relay_resume
     from .text_protocol.relay import RelayTiming
-    from .text_protocol.relay_cli import relay_new, relay_resume
 
     relay_dir = args.relay_dir or os.environ.get("A3S_RELAY_DIR")
     if not relay_dir:

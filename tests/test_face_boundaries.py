@@ -12,11 +12,11 @@ import pytest
 import a3s_agent
 
 PACKAGE = Path(a3s_agent.__file__).parent
-FACES = [*sorted((PACKAGE / "faces").rglob("*.py")), PACKAGE / "text_protocol" / "relay_cli.py"]
+FACES = sorted((PACKAGE / "faces").rglob("*.py"))
 APPLICATION_ONLY = [
     *sorted((PACKAGE / "faces" / "coven").glob("*.py")),
     PACKAGE / "faces" / "http" / "spaces.py",
-    PACKAGE / "text_protocol" / "relay_cli.py",
+    *sorted((PACKAGE / "faces" / "relay").glob("*.py")),
     PACKAGE / "cli.py",
 ]
 

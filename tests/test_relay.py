@@ -17,10 +17,10 @@ from a3s_agent.base.errors import FailedPrecondition, Unavailable
 from a3s_agent.base.models import Message, SessionConfig
 from a3s_agent.config import Settings
 from a3s_agent.core.agent import DoneEvent, GenerateOptions
+from a3s_agent.faces.relay import relay_llm, relay_new, relay_resume
 from a3s_agent.llm.messages import tool_schema
 from a3s_agent.llm.provider import CompletionRequest, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
 from a3s_agent.text_protocol.relay import RelayProvider, RelayTiming, load_sessions, relay_dir_of
-from a3s_agent.text_protocol.relay_cli import relay_llm, relay_new, relay_resume
 from a3s_agent.text_protocol.renderer import CONTINUATION_PROMPT, PROTOCOL_INSTRUCTIONS
 from a3s_agent.text_protocol.tag_mode import TurnScope
 from a3s_agent.tools.line_edits import edit_lines as EDIT_LINES_TOOL

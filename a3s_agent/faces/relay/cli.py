@@ -16,15 +16,15 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..app.standalone import standalone
-from ..base.errors import AgentError
-from ..base.models import LLMConfig, Message, SessionConfig
-from ..config import Settings
-from ..core.agent import AgentEvent, DoneEvent, GenerateOptions, ToolResultEvent
-from ..llm.modes import RELAY_PROVIDER
-from ..llm.provider import Provider
-from .relay import RELAY_SCHEME, RelayProvider, RelayTiming, load_sessions
-from .renderer import CONTINUATION_PROMPT
+from ...app.standalone import standalone
+from ...base.errors import AgentError
+from ...base.models import LLMConfig, Message, SessionConfig
+from ...config import Settings
+from ...core.agent import AgentEvent, DoneEvent, GenerateOptions, ToolResultEvent
+from ...llm.modes import RELAY_PROVIDER
+from ...llm.provider import Provider
+from ...text_protocol.relay import RELAY_SCHEME, RelayProvider, RelayTiming, load_sessions
+from ...text_protocol.renderer import CONTINUATION_PROMPT
 
 
 def relay_llm(relay_dir: Path) -> LLMConfig:
