@@ -690,9 +690,9 @@ def test_walk_tree_ignores_a_symlinked_gitignore(workspace: Path, outside: Path)
 async def test_write_file_refuses_content_beyond_the_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from a3s_agent.tools import files
+    from a3s_agent.tools.files import write
 
-    monkeypatch.setattr(files, "MAX_WRITE_BYTES", 10)
+    monkeypatch.setattr(write, "MAX_WRITE_BYTES", 10)
     result = await ToolRegistry(TOOLS).run(
         "write_file", json.dumps({"path": "big.txt", "content": "x" * 11}), ToolContext(workspace=tmp_path)
     )
