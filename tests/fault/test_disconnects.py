@@ -233,3 +233,26 @@ async def test_a_client_vanishing_from_a_server_process_leaves_its_run_going_unt
                 assert reply.message.content == "after"  # the session is free, the loop carries on
         finally:
             server.kill()
+
+
+async def test_a_dropped_grpc_stream_is_logged_as_a_disconnect_not_a_cancel(
+    agent: LiveServer, fake: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The run goes on after its client left; the call's log line must not say it was cancelled.
+    caplog.set_level("INFO", logger="a3s_agent.rpc")
+    marker = agent.workspace / "pids"
+    fake.script(tool_call("bash", {"command": sleeper(marker)}))
+    session_id = await new_session(agent)
+    call = agent.stub.StreamGenerate(pb.GenerateRequest(session_id=session_id, messages=[user("go")]))
+    await until_tool_call(call)
+    call.cancel()
+
+    def stream_lines() -> list[str]:
+        lines = (r.getMessage() for r in caplog.records if r.name == "a3s_agent.rpc")
+        return [line for line in lines if line.startswith("rpc StreamGenerate ")]
+
+    (line,) = await eventually(stream_lines, "the stream's log line")
+    assert f"session={session_id} status=DISCONNECTED " in line
+    assert agent.runtime.runs.running == 1  # the run itself goes on
+    assert (await agent.stub.Cancel(pb.CancelRequest(session_id=session_id))).success
+    await eventually(lambda: not any(alive(p) for p in pids(marker)), "the bash is gone")

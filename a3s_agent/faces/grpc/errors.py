@@ -13,7 +13,7 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from ..call_metadata import error_metadata
-from ..status import MAX_MESSAGE_CHARS, call_log, failure, log_call, shortened, status_name
+from ..status import DISCONNECTED, MAX_MESSAGE_CHARS, call_log, failure, log_call, shortened, status_name
 
 
 def status_for(exc: BaseException) -> grpc.StatusCode:
@@ -26,12 +26,15 @@ def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode[name], message
 
 
-def _code_of(exc: BaseException, context: grpc.aio.ServicerContext) -> grpc.StatusCode:
+def _code_of(exc: BaseException, context: grpc.aio.ServicerContext) -> str:
+    """The status name the call's log line gives."""
     if isinstance(exc, grpc.aio.AbortError):
-        return context.code() or grpc.StatusCode.UNKNOWN
-    if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):  # the client went away
-        return grpc.StatusCode.CANCELLED
-    return _status_for(exc)[0]
+        return (context.code() or grpc.StatusCode.UNKNOWN).name
+    if isinstance(exc, GeneratorExit) or (isinstance(exc, asyncio.CancelledError) and not exc.args):
+        return DISCONNECTED  # the client cancelled or went away (grpc cancels its task without a reason)
+    if isinstance(exc, asyncio.CancelledError):  # the server's stop, which gives its reason
+        return grpc.StatusCode.CANCELLED.name
+    return _status_for(exc)[0].name
 
 
 async def _raise(exc: BaseException, method: str, context: grpc.aio.ServicerContext) -> NoReturn:
@@ -45,8 +48,8 @@ async def _raise(exc: BaseException, method: str, context: grpc.aio.ServicerCont
     raise AssertionError("unreachable: abort raises")
 
 
-def _finish(method: str, request: Any, started: float, code: grpc.StatusCode) -> None:
-    log_call(method, getattr(request, "session_id", ""), started, code.name)
+def _finish(method: str, request: Any, started: float, code: str) -> None:
+    log_call(method, getattr(request, "session_id", ""), started, code)
 
 
 def rpc(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -58,7 +61,7 @@ def rpc(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         async def stream(self: Any, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             started = time.perf_counter()
-            code = grpc.StatusCode.OK
+            code = "OK"
             try:
                 async for item in fn(self, request, context):
                     yield item
@@ -73,7 +76,7 @@ def rpc(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     async def unary(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.perf_counter()
-        code = grpc.StatusCode.OK
+        code = "OK"
         try:
             return await fn(self, request, context)
         except BaseException as exc:
