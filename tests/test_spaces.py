@@ -1417,7 +1417,7 @@ async def test_run_operations_file(tmp_path: Path) -> None:
 
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
-    with pytest.raises(MessageInvalid, match="is not valid JSON"):
+    with pytest.raises(MessageInvalid, match=r"broken\.json.: not valid JSON"):
         await run_operations_file(broken, workspace, "standard")
     with pytest.raises(NotFound):
         await run_operations_file(tmp_path / "missing.json", workspace, "standard")

@@ -13,6 +13,7 @@ import hashlib
 import json
 from typing import Any
 
+from ..base.jsontext import model_json
 from ..core.agent import (
     AgentEvent,
     DoneEvent,
@@ -73,7 +74,7 @@ def token_usage(usage: dict[str, Any]) -> dict[str, Any]:
 
 def _arguments(text: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
+        value = model_json(text)
     except ValueError:
         return {"raw": text}
     return value if isinstance(value, dict) else {"raw": text}

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from ..base.errors import NotFound
+from ..base.errors import InvalidArgument, NotFound
+from ..base.jsontext import parse_json
 from ..runtime import Runtime
 from ..spaces.policies import DEFAULT_PRESET, PolicySpec
 from ..spaces.service import RunResult, Space
@@ -62,8 +62,10 @@ class Spaces:
 
 def _read_message(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return parse_json(path.read_text(encoding="utf-8"), f"operations file {str(path)!r}")
     except FileNotFoundError as exc:
         raise NotFound(f"operations file {str(path)!r} does not exist") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise MessageInvalid(f"operations file {str(path)!r} is not valid JSON: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise MessageInvalid(f"operations file {str(path)!r} is not UTF-8 text: {exc}") from exc
+    except InvalidArgument as exc:
+        raise MessageInvalid(str(exc)) from exc

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..base.errors import FailedPrecondition, ResourceExhausted
-from ..base.jsontext import parse_json
+from ..base.jsontext import model_json, parse_json
 from ..base.models import Message, Usage
 from ..tools.registry import check_json_schema
 from .agent import Agent, AgentEvent, DoneEvent, GenerateOptions
@@ -50,8 +50,8 @@ def _validated(text: str, schema: dict[str, Any]) -> str | None:
     if fenced:
         stripped = fenced.group(1)
     try:
-        value = json.loads(stripped)
-    except (ValueError, RecursionError):
+        value = model_json(stripped)
+    except ValueError:
         return None
     if next(jsonschema.validators.validator_for(schema)(schema).iter_errors(value), None) is not None:
         return None
@@ -62,9 +62,9 @@ def _problem(text: str, schema: dict[str, Any]) -> str:
     import jsonschema
 
     try:
-        value = json.loads(_FENCE.sub(r"\1", text.strip()))
-    except (ValueError, RecursionError) as exc:
-        return f"it is not valid JSON ({exc or 'nested too deeply'})"
+        value = model_json(_FENCE.sub(r"\1", text.strip()))
+    except ValueError as exc:
+        return f"it is not valid JSON ({exc})"
     error = jsonschema.exceptions.best_match(
         jsonschema.validators.validator_for(schema)(schema).iter_errors(value)
     )

@@ -17,9 +17,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ..base.jsontext import model_json
 from .messages import FAILED, PROVIDER_STATE
 from .provider import CompletionRequest
 
@@ -161,7 +161,7 @@ def _assistant_blocks(message: dict[str, Any], state_key: str) -> list[dict[str,
 def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
     function = call.get("function") or {}
     try:
-        arguments = json.loads(function.get("arguments") or "{}")
+        arguments = model_json(function.get("arguments") or "{}")
     except ValueError:
         arguments = None
     return {

@@ -12,7 +12,6 @@ Retries, backoff and Retry-After follow the OpenAI client's conventions (http.py
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from functools import partial
@@ -161,7 +160,7 @@ def _take(reader: TurnReader, batch: list[ServerEvent], events: list[ProviderEve
 def _parsed(text: str) -> Any:
     """A JSON error report, or the text when it is not JSON."""
     try:
-        return json.loads(text)
+        return model_json(text)
     except ValueError:
         return text
 

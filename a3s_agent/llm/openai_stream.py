@@ -63,7 +63,7 @@ class _Call:
         if last[-1:] not in ("}", "]"):
             return False
         try:
-            json.loads(self.arguments())
+            model_json(self.arguments())
         except ValueError:
             return False
         return True

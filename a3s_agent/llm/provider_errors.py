@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from ..base.errors import AgentError, ContextOverflow, Unavailable
+from ..base.jsontext import model_json
 
 _SHOWN_CHARS = 500
 
@@ -39,7 +40,7 @@ def overflow(where: str, message: str) -> ContextOverflow:
 def error_message(text: str) -> str:
     """The provider's own message from an error body, whatever its shape."""
     try:
-        body = json.loads(text)
+        body = model_json(text)
     except ValueError:
         return text.strip()[:_SHOWN_CHARS]
     return message_of(body)

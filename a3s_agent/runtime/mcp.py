@@ -32,6 +32,7 @@ from ..core.session import Session
 from ..core.skill_catalog import SkillCatalog
 from ..tools.fetcher import private_allowed
 from ..tools.mcp.config import (
+    MAX_API_CONFIG_CHARS,
     Endpoint,
     ServerSpec,
     as_json,
@@ -66,7 +67,7 @@ class ServersGiven:
     @classmethod
     def from_text(cls, text: str, source: str) -> ServersGiven:
         """From JSON text (metadata, Initialize's config.custom); InvalidArgument names `source`."""
-        return cls(parse_text(text, source), source)
+        return cls(parse_text(text, source, max_chars=MAX_API_CONFIG_CHARS), source)
 
 
 def initialize_servers(custom: Mapping[str, str]) -> ServersGiven | None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..base.jsontext import model_json
 from ..base.models import Usage
 from ..llm.provider import CompletionRequest, Provider, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
 from ..tools.gitignore import walk_tree
@@ -270,8 +271,8 @@ def _file_text(output: str) -> tuple[str, str]:
 
 def _arguments(call: Chat) -> dict[str, Any]:
     try:
-        arguments = json.loads((call.get("function") or {}).get("arguments") or "{}")
-    except json.JSONDecodeError:
+        arguments = model_json((call.get("function") or {}).get("arguments") or "{}")
+    except ValueError:
         return {}
     return arguments if isinstance(arguments, dict) else {}
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import stat
 import tempfile
@@ -14,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..base.jsontext import model_json
 from .files import rewrite_text_file
 from .process import ProcessResult, find_binary, run_process
 from .quality_config import editorconfig_mirror, prettier_options, ruff_invocation, shellcheck_options
@@ -374,8 +374,8 @@ async def _run_checked(
 
 def _parse_json(text: str, name: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
+        return model_json(text)
+    except ValueError as exc:
         raise ToolFailure(f"{name} returned output that is not JSON: {text[:200]!r}") from exc
 
 

@@ -21,7 +21,6 @@ of the workspace is refused.
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from ..base.jsontext import model_json
 from .registry import ToolFailure
 from .sandbox import relative_to_workspace, resolve_in_workspace, workspace_root
 
@@ -83,6 +83,8 @@ def _parsed(workspace: Path, path: Path, loader: Callable[[str], Any]) -> Any:
         return loader(text)
     except (ValueError, yaml.YAMLError) as exc:  # TOMLDecodeError and JSONDecodeError are ValueErrors
         raise ToolFailure(f"the configuration file {_shown(workspace, path)} does not parse: {exc}") from exc
+    except RecursionError:  # TOML or YAML nested some thousand levels deep
+        raise ToolFailure(f"the configuration file {_shown(workspace, path)} is nested too deeply") from None
 
 
 # --- ruff -----------------------------------------------------------------------------------
@@ -134,7 +136,7 @@ def _prettier_loader(path: Path) -> Callable[[str], Any]:
     if path.suffix == ".toml":
         return tomllib.loads
     if path.suffix == ".json":  # also package.json
-        return json.loads
+        return model_json
     return yaml.safe_load  # .prettierrc, .yaml, .yml and package.yaml
 
 

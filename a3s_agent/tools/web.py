@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..base.jsontext import model_json
 from ..base.secrets import withheld
 from .fetcher import USER_AGENT, connection_problem, decode, private_allowed, tool_proxy
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
@@ -184,7 +185,7 @@ async def web_search(args: WebSearchArgs, ctx: ToolContext) -> ToolOutput:
             status=response.status_code,
         )
     try:
-        data = response.json()
+        data = model_json(response.text)
     except ValueError as exc:
         raise ToolFailure(f"{backend.provider} search answered with something that is not JSON") from exc
     results = _parse_results(backend.provider, data)[: args.max_results]

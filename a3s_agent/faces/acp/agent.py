@@ -43,6 +43,7 @@ from ... import NAME, __version__
 from ...app import Application
 from ...app.sessions import PageKey, ServersGiven
 from ...base.errors import InvalidArgument, NotFound
+from ...base.jsontext import parse_json
 from ...base.models import Message, SessionConfig
 from ...core.session import Session
 from ..agent_service import check_message_size
@@ -270,8 +271,9 @@ def _cursor(key: PageKey) -> str:
 
 def _page_key(cursor: str) -> PageKey:
     try:
-        created_at, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
-    except (ValueError, TypeError, binascii.Error) as exc:
+        text = base64.urlsafe_b64decode(cursor.encode("ascii")).decode("utf-8")
+        created_at, session_id = parse_json(text, "cursor")
+    except (ValueError, TypeError, binascii.Error, InvalidArgument) as exc:
         raise InvalidArgument(f"cursor {cursor[:100]!r} is not one this agent gave") from exc
     if not isinstance(created_at, int) or not isinstance(session_id, str):
         raise InvalidArgument(f"cursor {cursor[:100]!r} is not one this agent gave")

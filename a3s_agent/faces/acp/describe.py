@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import base64
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from acp.schema import (
     ToolKind,
 )
 
+from ...base.jsontext import model_json
 from ...base.models import Message, ToolCall
 from ...tools.registry import Tool, ToolFailure
 from ...tools.sandbox import resolve_in_workspace
@@ -54,7 +54,7 @@ MAX_SHOWN_OUTPUT = 50_000
 def parsed_arguments(call: ToolCall) -> Any:
     """The call's arguments as JSON, or their text as the model wrote it when that is not JSON."""
     try:
-        return json.loads(call.arguments or "{}")
+        return model_json(call.arguments or "{}")
     except ValueError:
         return call.arguments
 

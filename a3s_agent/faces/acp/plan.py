@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Literal
 
 from acp.schema import AgentPlanUpdate, PlanEntry
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...base.jsontext import model_json
 from ...tools.registry import ToolContext, ToolOutput, tool
 
 PLAN_TOOL = "update_plan"
@@ -44,7 +44,7 @@ async def update_plan(args: PlanArgs, ctx: ToolContext) -> ToolOutput:
 def plan_update(arguments: str) -> AgentPlanUpdate | None:
     """The plan a call of the tool set (its arguments as the model wrote them), or None if invalid."""
     try:
-        plan = PlanArgs.model_validate(json.loads(arguments or "{}"))
+        plan = PlanArgs.model_validate(model_json(arguments or "{}"))
     except ValueError:  # the JSON, or the plan in it (pydantic's ValidationError is one)
         return None
     entries = [PlanEntry(content=s.content, status=s.status, priority=s.priority) for s in plan.entries]

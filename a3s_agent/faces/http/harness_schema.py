@@ -5,11 +5,12 @@ schema, ids, identity, then the action's own field."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, cast
 
 from ...app.harness_types import Action, Command, Identity
+from ...base.errors import InvalidArgument
+from ...base.jsontext import parse_json
 
 PROTOCOL = "a3s.code.agent.v1"
 MAX_BODY_BYTES = 128 * 1024
@@ -44,26 +45,13 @@ class Refused(Exception):
         self.code = code
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        raise Refused("invalid_json")  # a duplicated key
-    return result
-
-
-def _no_constant(name: str) -> None:
-    raise Refused("invalid_json")  # NaN, Infinity
-
-
 def load(raw: bytes) -> Any:
-    """One JSON document from the body; invalid_json for anything else."""
+    """One JSON document from the body; invalid_json for anything else (a duplicated key, NaN or
+    Infinity, nesting deeper than base/jsontext.py allows, a lone surrogate included)."""
     try:
-        text = raw.decode("utf-8")
-        value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constant)
-        json.dumps(value, ensure_ascii=False).encode()  # a lone surrogate escape cannot be encoded
-    except (UnicodeError, ValueError, RecursionError):
+        return parse_json(raw.decode("utf-8"), "the request body", max_chars=MAX_BODY_BYTES, strict=True)
+    except (UnicodeError, InvalidArgument):
         raise Refused("invalid_json") from None
-    return value
 
 
 def _object(value: Any, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:

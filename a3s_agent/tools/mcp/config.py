@@ -34,12 +34,15 @@ from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field,
 
 from ...base import secrets
 from ...base.errors import FailedPrecondition, InvalidArgument
+from ...base.jsontext import MAX_CHARS, parse_json
 from ...base.secrets import is_secret_name
 
 DEFAULT_TIMEOUT_MS = 300_000
 DEFAULT_STARTUP_TIMEOUT_MS = 30_000
 MAX_TIMEOUT_MS = 3_600_000
 MAX_SERVERS = 64
+MAX_API_CONFIG_CHARS = 256 * 1024
+"""The longest config a client sends as text (Initialize's config.custom, a3s-mcp-servers)."""
 WRAPPER = "mcpServers"
 ALLOW_COMMANDS = "--allow-api-mcp-commands (A3S_ALLOW_API_MCP_COMMANDS=1)"
 
@@ -258,7 +261,7 @@ def operator_servers(path: Path | None) -> dict[str, ServerSpec]:
     return load_config_file(path, lambda name: os.environ.get(name) or secrets.withheld(name))
 
 
-def parse_text(text: str, source: str, *, yaml: bool = False) -> Any:
+def parse_text(text: str, source: str, *, yaml: bool = False, max_chars: int = MAX_CHARS) -> Any:
     """JSON (or YAML) text of a config; InvalidArgument names the source."""
     if yaml:
         import yaml as pyyaml
@@ -267,10 +270,7 @@ def parse_text(text: str, source: str, *, yaml: bool = False) -> Any:
             return pyyaml.safe_load(text)
         except pyyaml.YAMLError as exc:
             raise InvalidArgument(f"{source}: invalid YAML: {exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"{source}: invalid JSON: {exc.msg} (line {exc.lineno})") from None
+    return parse_json(text, source, max_chars=max_chars)
 
 
 def as_json(servers: Mapping[str, ServerSpec]) -> dict[str, dict[str, Any]]:
