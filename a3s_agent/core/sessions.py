@@ -27,6 +27,14 @@ MAX_CACHED_HISTORIES = 64
 HEADER_TRIES = 10  # a header change made again after another replica's (see _change_header)
 
 
+def check_id(session_id: str) -> None:
+    """InvalidArgument unless a session can have `session_id`: ids are checked one way before any
+    store sees them, for lookups as for creation (PostgreSQL fails on a NUL in text where SQLite
+    finds nothing)."""
+    if not SESSION_ID_PATTERN.fullmatch(session_id):
+        raise InvalidArgument("session_id must be 1-128 characters of letters, digits, '.', '_', ':' or '-'")
+
+
 def existing_directory(path: Path | str, field: str) -> Path:
     """`path` resolved, or InvalidArgument when it is no directory or a path the OS refuses
     (NUL bytes, names too long)."""
@@ -116,8 +124,12 @@ class SessionManager:
 
     async def refresh(self, session_id: str) -> None:
         """On a store other replicas write too: make the cached session what the store holds (one
-        read of its stamp; the header again, and the history when next needed, if it moved)."""
-        if not self._store.shared or not session_id:
+        read of its stamp; the header again, and the history when next needed, if it moved).
+        InvalidArgument, on every store, for an id no session can have (see `check_id`)."""
+        if not session_id:
+            return
+        check_id(session_id)
+        if not self._store.shared:
             return
         stamp = await self._store.session_stamp(session_id)
         cached = self._sessions.get(session_id)
@@ -149,6 +161,7 @@ class SessionManager:
     def get(self, session_id: str) -> Session:
         if not session_id:
             raise InvalidArgument("session_id is required")
+        check_id(session_id)
         try:
             return self._sessions[session_id]
         except KeyError:
@@ -175,10 +188,7 @@ class SessionManager:
     ) -> Session:
         if session_id is None or session_id == "":
             session_id = uuid.uuid4().hex
-        elif not SESSION_ID_PATTERN.fullmatch(session_id):
-            raise InvalidArgument(
-                "session_id must be 1-128 characters of letters, digits, '.', '_', ':' or '-'"
-            )
+        check_id(session_id)
         if len(self._sessions) >= self._max_sessions:
             raise ResourceExhausted(
                 f"the server holds its maximum of {self._max_sessions} sessions; destroy some first"

@@ -45,7 +45,8 @@ from .store import SpacesStore
 from .validation import PROTOCOL_VERSION, check_message
 
 log = logging.getLogger(__name__)
-_SPACE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""What a space's id and a run's id are made of (a run's: `run_` and hex digits)."""
 _POLL_S = 0.1  # how often a cancel waits to see a run on another replica end
 
 
@@ -150,8 +151,7 @@ class Spaces:
         directory of its own, `<data_dir>/spaces/<spaceId>/workspace`."""
         if space_id is None:
             space_id = "space_" + secrets.token_hex(8)
-        elif not isinstance(space_id, str) or not _SPACE_ID.fullmatch(space_id):
-            raise InvalidArgument(f"spaceId must be 1 to 64 letters, digits, '_' or '-', not {space_id!r}")
+        _check_id(space_id, "spaceId")
         built = build_policy(policy)
         if workspace is None:
             directory = self._data_dir.resolve() / "spaces" / space_id / "workspace"
@@ -165,6 +165,7 @@ class Spaces:
         return space
 
     async def get_space(self, space_id: str) -> Space:
+        _check_id(space_id, "spaceId")
         space = self._spaces.get(space_id)
         if space is None:
             record = await self._store.get_space(space_id)
@@ -320,6 +321,7 @@ class Spaces:
     async def _run_record(
         self, space_id: str, run_id: str, *, with_events: bool = False
     ) -> tuple[RunRecord, list[Any]]:
+        _check_id(run_id, "runId")
         found = await self._store.get_run(run_id, with_events=with_events)
         if found is None or found[0].space_id != space_id:
             raise NotFound(f"run {run_id!r} does not exist in space {space_id!r}")
@@ -375,6 +377,13 @@ class Spaces:
         return await self._store.save_segment(
             run_id, outcome.status, pending, active.runner.events, active.first_seq, timestamp()
         )
+
+
+def _check_id(value: object, field: str) -> None:
+    """InvalidArgument unless `value` is an id a space or run can have, checked before the store
+    sees it (PostgreSQL fails on a NUL in text where SQLite finds nothing)."""
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        raise InvalidArgument(f"{field} must be 1 to 64 letters, digits, '_' or '-', not {value!r:.120}")
 
 
 def _interrupted() -> dict[str, Any]:
