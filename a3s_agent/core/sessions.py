@@ -16,6 +16,7 @@ from pathlib import Path
 from ..base.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from ..base.models import Message, SessionConfig, SessionState, Usage
 from ..core.session import Session
+from ..llm.endpoints import credentials_clash
 from ..tools.beneath import DIRECTORY_HANDLE, OutsideRoot, locate_beneath
 from .events import EventBus, EventType, event_entry
 from .session import SessionSettings
@@ -413,6 +414,9 @@ class SessionManager:
                 f"config.max_context_length {config.max_context_length} exceeds the server limit"
                 f" of {self._max_context_tokens} tokens"
             )
+        clash = credentials_clash(config.llm) if config.llm is not None else None
+        if clash is not None:
+            raise InvalidArgument(f"config.llm: {clash}")
         base = self._default_workspace()
         workspace = base
         if config.workspace:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import DESCRIPTION, HOMEPAGE, LICENSE, NAME, __version__
-from ..base.errors import FailedPrecondition, NotFound
+from ..base.errors import FailedPrecondition, InvalidArgument, NotFound
 from ..base.models import LLMConfig, Message
 from ..config import Settings
 from ..core.agent import Agent
@@ -30,6 +30,7 @@ from ..core.store import LogEntry, Store
 from ..core.todos import TodoLists
 from ..core.tool_runner import ToolRunner
 from ..datadir import DataDirLock, make_data_dir
+from ..llm.endpoints import credentials_clash
 from ..llm.modes import speaks_text_protocol
 from ..llm.provider import Provider
 from ..llm.vision import WithoutImages, takes_images, vision_models
@@ -206,6 +207,9 @@ class Runtime:
         before anything changes in memory."""
         async with self._initializing:
             workspace, llm = request.workspace, request.llm
+            clash = credentials_clash(llm) if llm is not None else None
+            if clash is not None:
+                raise InvalidArgument(f"config.llm: {clash}")
             new_workspace = existing_directory(workspace, "workspace") if workspace else self.workspace
             init = Initialization(
                 workspace=str(new_workspace) if workspace else self.init.workspace,

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..base.errors import FailedPrecondition
 from ..base.models import LLMConfig
+from ..llm.endpoints import credentials_clash
 from ..llm.modes import RELAY_PROVIDER, ToolMode, anthropic_thinking, tool_mode
 from ..llm.provider import Provider
 
 ProviderFactory = Callable[[LLMConfig], Provider]
 """Builds the provider that talks to an LLM endpoint, given its configuration."""
+
+
+def check_credentials(llm: LLMConfig) -> None:
+    """FailedPrecondition, before any connection, when the merged LLM config's credentials cannot
+    work at its endpoint (a config given in one piece was refused where it was given)."""
+    clash = credentials_clash(llm)
+    if clash is not None:
+        raise FailedPrecondition(f"the LLM config: {clash}")
 
 
 class ProviderCache:
@@ -63,7 +73,9 @@ class ProviderCache:
         return RelayProvider(relay_dir_of(llm.base_url, self._relay_dir))
 
     def _http(self, llm: LLMConfig) -> Provider:
-        """The provider for the protocol the name speaks (each imported when first used)."""
+        """The provider for the protocol the name speaks (each imported when first used);
+        FailedPrecondition, before any connection, when its credentials cannot work there."""
+        check_credentials(llm)
         thinking = anthropic_thinking(tool_mode(llm.provider, self._tool_mode)[0])
         if thinking is not None:
             from ..llm.anthropic_provider import AnthropicProvider

@@ -1,0 +1,106 @@
+"""LLM credentials that cannot work are said at once, through the real server: a base_url carrying
+`user:password@` next to an api_key, which an OpenAI-compatible endpoint would get both as its
+Authorization header."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from a3s_agent.proto import code_agent_pb2 as pb
+
+from ..conftest import LiveServer, agent_settings, running, user
+from ..fake_anthropic import FakeAnthropic
+from ..fake_llm import FakeLLM, text
+from ..test_http import serving
+
+pytestmark = pytest.mark.security
+
+CLASH = (
+    "config.llm: base_url carries credentials (user:password@) and api_key is set, and an"
+    " OpenAI-compatible endpoint takes each as its Authorization header: give one of them"
+)
+
+
+@pytest.fixture
+async def server(workspace: Path, tmp_path: Path) -> AsyncIterator[LiveServer]:
+    """A server with no LLM settings of its own (no key in its environment)."""
+    async with running(agent_settings(workspace, tmp_path / "data")) as live:
+        yield live
+
+
+async def failure(call: object) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call  # type: ignore[misc]
+    return err.value
+
+
+def generate(server: LiveServer, session_id: str) -> object:
+    return server.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("hi")]))
+
+
+async def test_url_credentials_with_a_key_are_refused_where_they_cannot_go_together(
+    server: LiveServer, fake: FakeLLM
+) -> None:
+    clashing = pb.LLMConfig(
+        provider="openai", model="fake-model", base_url=fake.base_url.replace("//", "//u:p@", 1), api_key="k"
+    )
+    calls = [
+        server.stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(llm=clashing))),
+        server.stub.Initialize(pb.InitializeRequest(config=pb.AgentConfig(llm=clashing))),
+    ]
+    session = (await server.stub.CreateSession(pb.CreateSessionRequest())).session_id
+    calls.append(
+        server.stub.ConfigureSession(
+            pb.ConfigureSessionRequest(session_id=session, config=pb.SessionConfig(llm=clashing))
+        )
+    )
+    for call in calls:
+        error = await failure(call)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+        assert error.details() == CLASH
+    async with serving(server) as http:
+        body = {
+            "config": {
+                "llm": {"provider": "openai", "model": "m", "base_url": clashing.base_url, "api_key": "k"}
+            }
+        }
+        answer = await http.client.post("/sessions", json=body)
+        assert answer.status == 400, await answer.text()
+        assert (await answer.json())["error"]["message"] == CLASH
+    # Given in two layers (the URL by Initialize, the key by the session), the clash is said at
+    # Generate, before any connection.
+    fake.script(text("hello"))
+    url_only = pb.LLMConfig(provider="openai", model="fake-model", base_url=clashing.base_url)
+    await server.stub.Initialize(pb.InitializeRequest(config=pb.AgentConfig(llm=url_only)))
+    reply = await generate(server, session)
+    assert reply.message.content == "hello"
+    assert fake.requests[-1].authorization == "Basic " + base64.b64encode(b"u:p").decode()
+    await server.stub.ConfigureSession(
+        pb.ConfigureSessionRequest(session_id=session, config=pb.SessionConfig(llm=pb.LLMConfig(api_key="k")))
+    )
+    error = await failure(generate(server, session))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
+    assert error.details() == "the LLM config: " + CLASH.removeprefix("config.llm: ")
+    assert len(fake.requests) == 1
+    # Anthropic's API takes the key as x-api-key: both go.
+    async with FakeAnthropic(api_key="sk-ant-test") as claude:
+        claude.script(text("hello"))
+        llm = pb.LLMConfig(
+            provider="anthropic",
+            model="claude-sonnet-4-5",
+            base_url=claude.base_url.replace("//", "//u:p@", 1),
+            api_key="sk-ant-test",
+        )
+        other = (
+            await server.stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(llm=llm)))
+        ).session_id
+        reply = await generate(server, other)
+        assert reply.message.content == "hello"
+        [request] = claude.requests
+        assert request.headers["x-api-key"] == "sk-ant-test"
+        assert request.headers["authorization"] == "Basic " + base64.b64encode(b"u:p").decode()
