@@ -10,9 +10,10 @@ from ..base.models import LLMConfig, SessionState
 from ..config import Settings
 from ..runtime import AgentInfo, Runtime
 from ..runtime.initialization import InitializeRequest
+from ..runtime.providers import credentials_problem
 from ..tools.registry import Tool
 
-__all__ = ["AgentInfo", "Capabilities", "Health", "InitializeRequest", "Lifecycle", "Limits"]
+__all__ = ["AgentInfo", "Capabilities", "Health", "InitializeRequest", "Initialized", "Lifecycle", "Limits"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,19 @@ class Capabilities:
     models: list[LLMConfig]
     limits: Limits
     store: str
+
+
+@dataclass(frozen=True)
+class Initialized:
+    workspace: Path
+    """The server's workspace after the Initialize."""
+    warning: str = ""
+    """What the first Generate would fail with under the model it set ("": nothing known)."""
+
+    @property
+    def message(self) -> str:
+        """The reply's message: what was done, and the warning if any."""
+        return f"initialized; workspace {self.workspace}" + (f"; {self.warning}" if self.warning else "")
 
 
 class Lifecycle:
@@ -107,10 +121,13 @@ class Lifecycle:
             store=rt.store.backend,
         )
 
-    async def initialize(self, request: InitializeRequest) -> Path:
-        """Apply and store an Initialize (see Runtime.initialize); the server's workspace after it."""
+    async def initialize(self, request: InitializeRequest) -> Initialized:
+        """Apply and store an Initialize (see Runtime.initialize). It succeeds even when the model
+        it leaves configured has no key for its public API (sessions may bring one), but says so."""
         await self._rt.initialize(request)
-        return self._rt.workspace
+        llm = self._rt.llm_for()
+        problem = credentials_problem(llm) if llm.model else None
+        return Initialized(self._rt.workspace, problem or "")
 
     def request_shutdown(self) -> None:
         """The server's main loop stops serving and exits."""

@@ -25,6 +25,7 @@ from ..base.models import LLMConfig
 from .anthropic_request import request_body
 from .anthropic_stream import MessageReader
 from .delta_runs import by_read
+from .endpoints import ANTHROPIC_BASE_URL
 from .http import (
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
@@ -38,7 +39,6 @@ from .provider import CompletionRequest, ProviderEvent
 from .provider_errors import message_of, mid_reply_failure
 from .sse import ServerEvent
 
-DEFAULT_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 _RETRY_STATUSES = RETRY_STATUSES | {529}  # 529: overloaded
 _RETRY_EVENTS = {"overloaded_error", "api_error", "rate_limit_error"}
@@ -47,7 +47,7 @@ _RETRY_EVENTS = {"overloaded_error", "api_error", "rate_limit_error"}
 def messages_url(base_url: str) -> str:
     """The Messages endpoint under a base URL given with or without its `/v1` (A3S Code and Box
     configs give `https://api.anthropic.com`)."""
-    base = (base_url or DEFAULT_BASE_URL).rstrip("/")
+    base = (base_url or ANTHROPIC_BASE_URL).rstrip("/")
     return f"{base}/messages" if base.endswith("/v1") else f"{base}/v1/messages"
 
 

@@ -21,6 +21,7 @@ from ..base.errors import InvalidArgument, Unavailable
 from ..base.jsontext import model_json
 from ..base.models import LLMConfig
 from .delta_runs import by_read
+from .endpoints import OPENAI_BASE_URL
 from .http import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, Endpoint, http_failure, retrying
 from .json_body import fixed_json
 from .messages import on_the_wire, tool_images_after_results
@@ -31,8 +32,6 @@ from .sse import ServerEvent
 
 if TYPE_CHECKING:
     import aiohttp
-
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
 class _StreamOptionsRefused(InvalidArgument):
@@ -48,7 +47,7 @@ class OpenAICompatibleProvider:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if llm.api_key:
             headers["Authorization"] = f"Bearer {llm.api_key}"
-        url = (llm.base_url or DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
+        url = (llm.base_url or OPENAI_BASE_URL).rstrip("/") + "/chat/completions"
         self._endpoint = Endpoint(url, llm.api_key, headers, timeout_s)
         self._max_retries = max_retries
         self.state_key = f"openai-compatible {self._endpoint.shown}"

@@ -6,20 +6,33 @@ from collections.abc import Callable
 
 from ..base.errors import FailedPrecondition
 from ..base.models import LLMConfig
-from ..llm.endpoints import credentials_clash
+from ..llm.endpoints import credentials_clash, keyless_endpoint
 from ..llm.modes import RELAY_PROVIDER, ToolMode, anthropic_thinking, tool_mode
 from ..llm.provider import Provider
 
 ProviderFactory = Callable[[LLMConfig], Provider]
 """Builds the provider that talks to an LLM endpoint, given its configuration."""
+KEY_HINT = (
+    "send config.llm.api_key with Initialize or in the session's config.llm, or start the server"
+    " with A3S_LLM_API_KEY (or OPENAI_API_KEY)"
+)
+"""Where an LLM key may come from (the layers of Runtime.llm_for)."""
+
+
+def credentials_problem(llm: LLMConfig) -> str | None:
+    """Why a merged LLM config's credentials cannot work at its endpoint, else None."""
+    endpoint = keyless_endpoint(llm)
+    if endpoint is not None:
+        return f"no API key is configured for {endpoint}: {KEY_HINT}"
+    clash = credentials_clash(llm)
+    return None if clash is None else f"the LLM config: {clash}"
 
 
 def check_credentials(llm: LLMConfig) -> None:
-    """FailedPrecondition, before any connection, when the merged LLM config's credentials cannot
-    work at its endpoint (a config given in one piece was refused where it was given)."""
-    clash = credentials_clash(llm)
-    if clash is not None:
-        raise FailedPrecondition(f"the LLM config: {clash}")
+    """FailedPrecondition, before any connection, when the credentials cannot work (see above)."""
+    problem = credentials_problem(llm)
+    if problem is not None:
+        raise FailedPrecondition(problem)
 
 
 class ProviderCache:

@@ -1,9 +1,12 @@
-"""LLM credentials that cannot work are said at once, through the real server: a base_url carrying
+"""LLM credentials that cannot work are said at once, through the real server: a public model API
+named without any key (the README's quick-start Initialize), and a base_url carrying
 `user:password@` next to an api_key, which an OpenAI-compatible endpoint would get both as its
-Authorization header."""
+Authorization header. Nothing is sent anywhere first: an HTTPS proxy in the server's environment
+counts the connections the server tries."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,10 +23,44 @@ from ..test_http import serving
 
 pytestmark = pytest.mark.security
 
+NO_OPENAI_KEY = "no API key is configured for https://api.openai.com/v1: send config.llm.api_key"
 CLASH = (
     "config.llm: base_url carries credentials (user:password@) and api_key is set, and an"
     " OpenAI-compatible endpoint takes each as its Authorization header: give one of them"
 )
+
+
+class CountingProxy:
+    """An HTTP proxy that counts the connections made to it and refuses each (407)."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self._server: asyncio.Server | None = None
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def __aenter__(self) -> str:
+        self._server = await asyncio.start_server(self._answer, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+
+@pytest.fixture
+async def proxy(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[CountingProxy]:
+    counting = CountingProxy()
+    async with counting as url:
+        for name in ("NO_PROXY", "no_proxy", "https_proxy", "http_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTPS_PROXY", url)
+        yield counting
 
 
 @pytest.fixture
@@ -41,6 +78,37 @@ async def failure(call: object) -> grpc.aio.AioRpcError:
 
 def generate(server: LiveServer, session_id: str) -> object:
     return server.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("hi")]))
+
+
+async def test_the_quick_start_initialize_without_a_key_says_so_at_once(
+    server: LiveServer, proxy: CountingProxy
+) -> None:
+    llm = pb.LLMConfig(provider="openai", model="gpt-4o-mini")
+    reply = await server.stub.Initialize(pb.InitializeRequest(config=pb.AgentConfig(llm=llm)))
+    assert reply.success and NO_OPENAI_KEY in reply.message
+    session = (await server.stub.CreateSession(pb.CreateSessionRequest())).session_id
+    error = await failure(generate(server, session))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
+    assert (error.details() or "").startswith(NO_OPENAI_KEY)
+    streamed = server.stub.StreamGenerate(pb.GenerateRequest(session_id=session, messages=[user("hi")]))
+    error = await failure(streamed.read())
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
+    assert (error.details() or "").startswith(NO_OPENAI_KEY)
+    # Anthropic's public API, named by a session, the same.
+    claude = pb.LLMConfig(provider="anthropic", model="claude-sonnet-4-5")
+    other = (
+        await server.stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(llm=claude)))
+    ).session_id
+    error = await failure(generate(server, other))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
+    assert (error.details() or "").startswith("no API key is configured for https://api.anthropic.com:")
+    assert proxy.connections == 0  # nothing was tried
+    # With a key the model is called (here: its proxy refuses).
+    keyed = pb.SessionConfig(llm=pb.LLMConfig(api_key="sk-test"))
+    await server.stub.ConfigureSession(pb.ConfigureSessionRequest(session_id=session, config=keyed))
+    error = await failure(generate(server, session))
+    assert "refused the request (HTTP 407" in (error.details() or "")
+    assert proxy.connections == 1
 
 
 async def test_url_credentials_with_a_key_are_refused_where_they_cannot_go_together(

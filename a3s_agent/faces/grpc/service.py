@@ -107,7 +107,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
             raise InvalidArgument(
                 "config.log.level must be LEVEL_DEBUG, LEVEL_INFO, LEVEL_WARN or LEVEL_ERROR"
             )
-        workspace = await self.app.lifecycle.initialize(
+        initialized = await self.app.lifecycle.initialize(
             InitializeRequest(
                 workspace=request.workspace,
                 llm=convert.llm_from_pb(config.llm) if config.HasField("llm") else None,
@@ -121,7 +121,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         )
         return pb.InitializeResponse(
             success=True,
-            message=f"initialized; workspace {workspace}",
+            message=initialized.message,
             info=convert.info_to_pb(self.app.lifecycle.info),
         )
 

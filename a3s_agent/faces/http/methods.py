@@ -239,7 +239,7 @@ async def _initialize(app: Application, request: Given) -> Plain:
     if log is not None and level is None:
         raise InvalidArgument("config.log.level must be LEVEL_DEBUG, LEVEL_INFO, LEVEL_WARN or LEVEL_ERROR")
     tools = convert.given(config["tools"], "ToolsConfig")
-    workspace = await app.lifecycle.initialize(
+    initialized = await app.lifecycle.initialize(
         InitializeRequest(
             workspace=request["workspace"],
             llm=convert.llm_from(config["llm"]) if config["llm"] is not None else None,
@@ -253,7 +253,7 @@ async def _initialize(app: Application, request: Given) -> Plain:
     )
     return {
         "success": True,
-        "message": f"initialized; workspace {workspace}",
+        "message": initialized.message,
         "info": convert.info(app.lifecycle.info),
     }
 
