@@ -10,19 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from a3s_agent.base.errors import InvalidArgument
-from a3s_agent.core.permissions import (
-    GIT_TOOLS,
-    Evaluation,
-    PermissionPolicy,
-    Rule,
-    RuleType,
-    add_rule,
-    canonical_tool_name,
-    evaluate,
-    parse_rule,
-    split_command,
-    workspace_path,
-)
+from a3s_agent.core.permission_matching import workspace_path
+from a3s_agent.core.permission_rules import GIT_TOOLS, Rule, RuleType, canonical_tool_name, parse_rule
+from a3s_agent.core.permissions import Evaluation, PermissionPolicy, add_rule, evaluate
+from a3s_agent.core.shell_split import split_command
 
 WORKSPACE = "/home/dev/project"
 

@@ -11,7 +11,7 @@ such as `--rec`) all have the flags of `rm -rf`; `--` ends the flags.
   `./ls` nor `/bin/ls`); `P:*` needs the rule's flags and its other words as the invocation's
   first ones; an exact rule needs the same flags and words; a dynamic word never proves a match.
 
-A session's deny and ask rules (core/permissions.py) use `leads`: the program, at least the
+A session's deny and ask rules (core/permission_matching.py) use `leads`: the program, at least the
 rule's flags, and the rule's other words where the invocation's words begin, passing over the
 words that may be options before a subcommand: a word right after a flag (that flag's value) and
 a `+` word (cargo's `+nightly`). So `git -c k=v push`, `git --no-pager push` and

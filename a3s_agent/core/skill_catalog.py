@@ -27,7 +27,7 @@ from ..config import BOX_SKILLS_DIR
 from ..core.session import Session
 from ..tools.mcp.config import ServerSpec, refuse_commands
 from ..tools.registry import Tool
-from .permissions import parse_rule
+from .permission_rules import parse_rule
 from .session import SessionSettings, StoredSkill
 from .sessions import SessionManager
 

@@ -40,18 +40,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from ..base.errors import InvalidArgument
-from ..core.permissions import (
-    DEFAULT_DECISION,
-    RULE_TYPES,
-    Decision,
-    Evaluation,
-    PermissionPolicy,
-    check_decision,
-    check_rules,
-    evaluate,
-    parse_rule,
-    workspace_path,
-)
+from ..core.permission_matching import workspace_path
+from ..core.permission_rules import RULE_TYPES, Decision, check_decision, check_rules, parse_rule
+from ..core.permissions import DEFAULT_DECISION, Evaluation, PermissionPolicy, evaluate
 from ..core.shell_commands import CommandLine, Unparsable, parse_command
 from ..core.shell_rules import CommandPattern, Match, compile_pattern, match
 from .validation import MAX_TIMEOUT_MS, MIN_TIMEOUT_MS

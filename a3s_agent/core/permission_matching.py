@@ -1,0 +1,210 @@
+"""Whether a rule's pattern matches a call: what each tool's pattern is matched against, and how.
+
+The pattern is matched against the tool's key argument:
+
+- bash, `command`: `prefix:*` means the command is `prefix` or starts with `prefix` and a space
+  (`git:*` matches `git` and `git status`, not `gitk`); any other pattern is a glob over the whole
+  command where `*` is any text. Commands are split on `;`, `&`, `&&`, `|`, `||`, `|&`, newlines,
+  subshell parentheses and command substitutions (shell_split.py: quotes respected, whitespace
+  squeezed). An allow rule must match every part and never matches a command with `$(...)`,
+  backticks or `<(...)`; deny and ask rules match when any part matches, also after leading
+  `VAR=value` assignments and shell keywords (`if`, `then`, `!`, `{`...) are dropped, and when any
+  program the command runs (shell_commands.py) matches (shell_rules.py `leads`): its basename,
+  then at least the rule's flags, normalised (`rm -fr`, `rm -r -f` and `rm --recursive --force`
+  have those of `rm -rf`), and the rule's other words where its own begin, passing over a flag's
+  value (`git -c k=v push` leads with `git push`); wrappers are seen through (`sudo rm`,
+  `env X=1 rm`, `timeout 5 rm`, `xargs rm`, `find -exec rm`, the string of `bash -c` or `eval`),
+  quotes removed, and `/bin/rm`, `\\rm` and `'r''m'` are `rm`. Deny rules on bash are still a
+  tripwire, not a sandbox: a program spelt at run time (`$CMD`), one run by an interpreter
+  (`python -c`) or by a wrapper not modelled is not seen, nor is anything in a command the parser
+  cannot read or one longer than 64 KiB (their text is still matched).
+- file tools, `path` (git_commit: each of `paths`; run_script: `path`, else its `code` as text):
+  the path relative to the workspace, normalised lexically (`./` dropped, `..` collapsed; an
+  absolute path inside the workspace made relative), as a glob where `**` spans directories and
+  `*` and `?` stay within one name. A missing path is `.`, the workspace root; `src/**` matches
+  `src` itself too. The policy is not the sandbox: tools refuse paths outside the workspace.
+- web_fetch, `url`: `domain:example.com` matches that host and its subdomains; any other pattern
+  is a glob over the URL. web_search: `query`. ask_user: `question`.
+- any other tool: its arguments as JSON text (`json.dumps(arguments, sort_keys=True)`).
+
+Globs other than paths have only `*`; matching is case-sensitive except tool names and domains.
+With several subjects (bash parts, git_commit paths) allow rules must match all, deny and ask any.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Callable, Mapping
+from functools import lru_cache
+from pathlib import PurePath, PurePosixPath
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from .shell_commands import Invocation, Unparsable, parse_command
+from .shell_rules import compile_pattern, leads
+from .shell_split import split_command, squeeze
+
+_PATH_TOOLS: Final = frozenset(
+    {
+        "read_file",
+        "write_file",
+        "edit_file",
+        "delete_file",
+        "list_files",
+        "search_files",
+        "grep",
+        "find_definition",
+        "find_references",
+        "format_code",
+        "lint_code",
+        "git_status",
+        "git_diff",
+        "git_log",
+    }
+)
+_TEXT_KEYS: Final = {"web_search": "query", "ask_user": "question"}
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=\S*")
+_SHELL_KEYWORDS: Final = frozenset(
+    {"!", "{", "}", "if", "then", "elif", "else", "do", "while", "until", "time"}
+)
+MOST_PARSED_CHARS: Final = 65536
+"""The longest command a deny or ask rule sees parsed (about 0.6 s of the parser here); a longer
+one is matched as text."""
+
+
+def text_argument(arguments: Mapping[str, Any], key: str) -> str:
+    value = arguments.get(key)
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def subjects(
+    tool: str, pattern: str, arguments: Mapping[str, Any], workspace: str | PurePath | None
+) -> tuple[list[str], Callable[[str], bool]]:
+    """What a non-bash tool's pattern is matched against, and the test for one subject."""
+    if tool in _PATH_TOOLS or (tool == "run_script" and arguments.get("path")):
+        return [workspace_path(text_argument(arguments, "path"), workspace)], _path_test(pattern)
+    if tool == "git_commit":
+        paths = arguments.get("paths") or ["."]
+        paths = [paths] if isinstance(paths, str) else paths
+        return [workspace_path(str(path), workspace) for path in paths], _path_test(pattern)
+    if tool == "run_script":
+        return [text_argument(arguments, "code")], _text_test(pattern)
+    if tool == "web_fetch":
+        return [text_argument(arguments, "url")], _url_test(pattern)
+    if tool in _TEXT_KEYS:
+        return [text_argument(arguments, _TEXT_KEYS[tool])], _text_test(pattern)
+    return [json.dumps(dict(arguments), sort_keys=True, ensure_ascii=False, default=str)], _text_test(pattern)
+
+
+def workspace_path(raw: str, workspace: str | PurePath | None = None) -> str:
+    """`raw` as rules see it: normalised lexically and relative to `workspace` when inside it.
+
+    `./` is dropped and `..` collapsed (`src/../x` is `x`, `../x` stays); an absolute path
+    inside the workspace becomes relative (the workspace itself is `.`), one outside stays
+    absolute. The filesystem is not consulted.
+    """
+    path = posixpath.normpath(raw) if raw else "."
+    if workspace is None or not posixpath.isabs(path):
+        return path
+    absolute = PurePosixPath(path)
+    root = PurePosixPath(posixpath.normpath(str(workspace)))
+    return absolute.relative_to(root).as_posix() if absolute.is_relative_to(root) else path
+
+
+def _path_test(pattern: str) -> Callable[[str], bool]:
+    regex = _path_regex(pattern)
+    return lambda path: regex.fullmatch(path) is not None
+
+
+def _text_test(pattern: str) -> Callable[[str], bool]:
+    regex = _text_regex(pattern)
+    return lambda text: regex.fullmatch(text) is not None
+
+
+def _url_test(pattern: str) -> Callable[[str], bool]:
+    if not pattern.startswith("domain:"):
+        return _text_test(pattern)
+    domain = pattern.removeprefix("domain:").strip().lower()
+    return lambda url: _host_within(_host(url), domain)
+
+
+def _host(url: str) -> str | None:
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:  # malformed IPv6 brackets
+        return None
+    return host.rstrip(".") if host else None
+
+
+def _host_within(host: str | None, domain: str) -> bool:
+    return host is not None and (host == domain or host.endswith("." + domain))
+
+
+@lru_cache(maxsize=1024)
+def _path_regex(pattern: str) -> re.Pattern[str]:
+    """A path glob as a regex: `**/` is any directories (or none), `**` anything, `*`/`?` one name's."""
+    while pattern.startswith("./"):
+        pattern = pattern[2:]
+    parts: list[str] = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            parts.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("/**", i) and i + 3 == len(pattern):
+            parts.append("(?:/.*)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            parts.append(".*")
+            i += 2
+        else:
+            parts.append({"*": "[^/]*", "?": "[^/]"}.get(pattern[i], re.escape(pattern[i])))
+            i += 1
+    return re.compile("".join(parts), re.DOTALL)
+
+
+@lru_cache(maxsize=1024)
+def _text_regex(pattern: str) -> re.Pattern[str]:
+    """A text glob as a regex: `*` is any text, everything else literal."""
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.DOTALL)
+
+
+def bash_matches(pattern: str, command: str, *, strict: bool) -> bool:
+    parts, substitutes = split_command(command)
+    if strict:
+        return not substitutes and all(_command_matches(pattern, part) for part in parts)
+    return any(
+        _command_matches(pattern, part) or _command_matches(pattern, _without_prelude(part)) for part in parts
+    ) or any(leads(compile_pattern(pattern), run) for run in _programs_run(command))
+
+
+@lru_cache(maxsize=32)  # a call is checked against each rule in turn: parsed once
+def _programs_run(command: str) -> tuple[Invocation, ...]:
+    """Every program the command runs, wrappers seen through; none when the parser cannot tell or
+    the command is longer than MOST_PARSED_CHARS (the rule then sees the command's text only)."""
+    if len(command) > MOST_PARSED_CHARS:
+        return ()
+    try:
+        return tuple(parse_command(command).invocations)
+    except Unparsable:
+        return ()
+
+
+def _command_matches(pattern: str, command: str) -> bool:
+    pattern = squeeze(pattern)
+    if pattern.endswith(":*"):
+        prefix = pattern[:-2].rstrip()
+        return command == prefix or command.startswith(prefix + " ")
+    return _text_regex(pattern).fullmatch(command) is not None
+
+
+def _without_prelude(command: str) -> str:
+    """The command with leading `VAR=value` assignments and shell keywords dropped."""
+    words = command.split(" ")
+    while words and (words[0] in _SHELL_KEYWORDS or _ASSIGNMENT.fullmatch(words[0])):
+        words.pop(0)
+    return " ".join(words)
