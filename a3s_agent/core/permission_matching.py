@@ -4,10 +4,11 @@ The pattern is matched against the tool's key argument:
 
 - bash, `command`: `prefix:*` means the command is `prefix` or starts with `prefix` and a space
   (`git:*` matches `git` and `git status`, not `gitk`); any other pattern is a glob over the whole
-  command where `*` is any text. Commands are split on `;`, `&`, `&&`, `|`, `||`, `|&`, newlines,
-  subshell parentheses and command substitutions (shell_split.py: quotes respected, whitespace
-  squeezed). An allow rule must match every part and never matches a command with `$(...)`,
-  backticks or `<(...)`; deny and ask rules match when any part matches, also after leading
+  command where `*` is any text. Allow rules are matched on the parsed command (shell_grants.py:
+  each program it runs proved by a rule, no variable set). Deny and ask rules see the command
+  split on `;`, `&`, `&&`, `|`, `||`, `|&`, newlines, subshell parentheses and command
+  substitutions (shell_split.py: quotes respected, whitespace squeezed) and match when any part
+  matches, also after leading
   `VAR=value` assignments and shell keywords (`if`, `then`, `!`, `{`...) are dropped, and when any
   program the command runs (shell_commands.py) matches (shell_rules.py `leads`): its basename,
   then at least the rule's flags, normalised (`rm -fr`, `rm -r -f` and `rm --recursive --force`
@@ -36,13 +37,14 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import PurePath, PurePosixPath
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from .shell_commands import Invocation, Unparsable, parse_command
+from .shell_commands import CommandLine
+from .shell_grants import parsed_line, proving_rules
 from .shell_rules import compile_pattern, leads
 from .shell_split import split_command, squeeze
 
@@ -69,9 +71,6 @@ _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=\S*")
 _SHELL_KEYWORDS: Final = frozenset(
     {"!", "{", "}", "if", "then", "elif", "else", "do", "while", "until", "time"}
 )
-MOST_PARSED_CHARS: Final = 65536
-"""The longest command a deny or ask rule sees parsed (about 0.6 s of the parser here); a longer
-one is matched as text."""
 
 
 def text_argument(arguments: Mapping[str, Any], key: str) -> str:
@@ -113,6 +112,11 @@ def workspace_path(raw: str, workspace: str | PurePath | None = None) -> str:
     absolute = PurePosixPath(path)
     root = PurePosixPath(posixpath.normpath(str(workspace)))
     return absolute.relative_to(root).as_posix() if absolute.is_relative_to(root) else path
+
+
+def beyond_workspace(path: str) -> bool:
+    """Whether a path as `workspace_path` gives it is outside the workspace (absolute, or `../x`)."""
+    return posixpath.isabs(path) or path == ".." or path.startswith("../")
 
 
 def _path_test(pattern: str) -> Callable[[str], bool]:
@@ -174,24 +178,22 @@ def _text_regex(pattern: str) -> re.Pattern[str]:
 
 
 def bash_matches(pattern: str, command: str, *, strict: bool) -> bool:
-    parts, substitutes = split_command(command)
+    """Whether one rule's pattern matches a command: as an allow rule (`strict`), it proves every
+    program the command runs (shell_grants.py); as a deny or ask rule, any part of its text or any
+    program it runs matches."""
+    line = parsed_line(command)
     if strict:
-        return not substitutes and all(_command_matches(pattern, part) for part in parts)
+        return line is not None and proving_rules([(pattern, compile_pattern(pattern))], line) is not None
     return any(
-        _command_matches(pattern, part) or _command_matches(pattern, _without_prelude(part)) for part in parts
-    ) or any(leads(compile_pattern(pattern), run) for run in _programs_run(command))
+        _command_matches(pattern, part) or _command_matches(pattern, _without_prelude(part))
+        for part in split_command(command)
+    ) or any(leads(compile_pattern(pattern), run) for run in (line.invocations if line else ()))
 
 
-@lru_cache(maxsize=32)  # a call is checked against each rule in turn: parsed once
-def _programs_run(command: str) -> tuple[Invocation, ...]:
-    """Every program the command runs, wrappers seen through; none when the parser cannot tell or
-    the command is longer than MOST_PARSED_CHARS (the rule then sees the command's text only)."""
-    if len(command) > MOST_PARSED_CHARS:
-        return ()
-    try:
-        return tuple(parse_command(command).invocations)
-    except Unparsable:
-        return ()
+def bash_allowing_rules(rules: Sequence[tuple[str, str | None]], command: str) -> tuple[str, ...]:
+    """The allow rules (as written, with their patterns) that together allow `command`, or none."""
+    grants = [(text, None if pattern is None else compile_pattern(pattern)) for text, pattern in rules]
+    return proving_rules(grants, parsed_line(command) or CommandLine()) or ()
 
 
 def _command_matches(pattern: str, command: str) -> bool:

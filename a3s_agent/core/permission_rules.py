@@ -81,9 +81,9 @@ class Rule:
     ) -> bool:
         """Whether this rule, used as a `rule_type` rule, matches the call.
 
-        Allow rules must match every subject of the call (each part of a compound command,
-        each path of git_commit); deny and ask rules match when any one does. `workspace` makes
-        absolute paths in the arguments relative; nothing on disk is looked at.
+        Allow rules must match every subject of the call (each program a command runs, each path
+        of git_commit); deny and ask rules match when any one does. `workspace` makes absolute
+        paths in the arguments relative; nothing on disk is looked at.
         """
         if not self.covers(tool_name):
             return False

@@ -8,6 +8,15 @@ A policy holds three lists of rules (permission_rules.py), deny, ask and allow, 
   on their own, and a host with nobody to confirm is not left waiting. Allow rules only matter
   when it is "ask" or "deny": set one of those for allow-list policies.
 - A disabled policy (`enabled=False`) allows every call, whatever its rules say.
+
+A bash command is decided on what it runs and on the files it writes through redirections (`>`,
+`>>`, `>|`, `&>`, `>&`, `<>`) and `tee` (shell_grants.py): each such file is decided as a
+write_file call on it, and the strictest decision wins. So an allow rule for a program does not
+cover `echo x > f`: unless a rule allows writing `f` (`Write(f)`, `Write(out/**)`; outside the
+workspace only one whose pattern is an absolute path, `Write(/tmp/**)`), the default decides it,
+and a deny or ask rule on writing `f` (`Write(.env)`) holds against the shell too. A write whose
+path is known only when it runs (`> $F`, `> ~/x`, a relative path after `cd`), and any write of a
+command the parser cannot read, is allowed by no rule.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from typing import Any, Final, cast
 
 from ..base.errors import InvalidArgument
 from ..tools.aliases import our_arguments
+from .permission_matching import bash_allowing_rules, beyond_workspace, text_argument, workspace_path
 from .permission_rules import (
     RULE_TYPES,
     Decision,
@@ -29,9 +39,13 @@ from .permission_rules import (
     check_rules,
     parse_rule,
 )
+from .shell_grants import FileWrite, file_writes, parsed_line
 
 # Strongest first: the first group with a matching rule decides.
 PRECEDENCE: Final[tuple[Decision, ...]] = ("deny", "ask", "allow")
+STRENGTH: Final[Mapping[Decision, int]] = {"allow": 0, "ask": 1, "deny": 2}
+WRITE_TOOL: Final = "write_file"
+"""The tool whose rules decide the files a bash command writes."""
 DEFAULT_DECISION: Final[Decision] = "allow"
 _PARSED_ON_THE_LOOP: Final = 4096
 """The longest command whose rules are matched on the event loop (see `evaluated`)."""
@@ -108,22 +122,103 @@ def evaluate(
 ) -> Evaluation:
     """The decision for one call: the strongest group with a matching rule, else the default.
 
-    `matching_rules` lists the deciding group's matching rules, in policy order. A3S Code's
-    argument names (`file_path`...) count as ours; one given under both names with different
-    values is InvalidArgument.
+    `matching_rules` lists the deciding group's matching rules, in policy order. A bash command is
+    also decided on each file it writes (see the module's docstring). A3S Code's argument names
+    (`file_path`...) count as ours; one given under both names with different values is
+    InvalidArgument.
     """
-    arguments = our_arguments(canonical_tool_name(tool_name), arguments)
+    tool = canonical_tool_name(tool_name)
+    arguments = our_arguments(tool, arguments)
     if not policy.enabled:
         return Evaluation("allow")
-    for rule_type in PRECEDENCE:
+    decided = _by_rules(policy, tool_name, arguments, workspace)
+    if tool != "bash" or not _writes_can_matter(policy):
+        return decided
+    line = parsed_line(text_argument(arguments, "command"))
+    writes = (
+        file_writes(line, text_argument(arguments, "cwd") or ".")
+        if line is not None
+        else [FileWrite("(a command the parser cannot read)", None)]
+    )
+    return strictest(decided, *(write_evaluation(policy, write, workspace) for write in writes))
+
+
+def write_evaluation(
+    policy: PermissionPolicy, write: FileWrite, workspace: str | PurePath | None = None
+) -> Evaluation:
+    """The decision for a file a command writes: that of write_file on it, except that outside the
+    workspace only an allow rule whose pattern is an absolute path allows it (the file tools refuse
+    such paths, so `Write` alone means the workspace). One whose path is known only when the
+    command runs is denied or asked by the rules about every write (`Write`, `*`) and allowed by
+    none, as it may be outside the workspace."""
+    if write.path is not None:
+        decided = _by_rules(policy, WRITE_TOOL, {"path": write.path}, workspace)
+        if decided.decision != "allow" or not beyond_workspace(workspace_path(write.path, workspace)):
+            return decided
+        # Outside the workspace, only a rule naming an absolute path allows the write.
+        reaching = tuple(
+            rule for rule in decided.matching_rules if (parse_rule(rule).pattern or "").startswith("/")
+        )
+        return Evaluation("allow", reaching) if reaching else Evaluation(policy.default_decision)
+    for rule_type in ("deny", "ask"):
         matching = tuple(
             text
             for text in policy.rules(rule_type)
-            if parse_rule(text).matches(tool_name, arguments, rule_type=rule_type, workspace=workspace)
+            if parse_rule(text).pattern is None and parse_rule(text).covers(WRITE_TOOL)
         )
         if matching:
             return Evaluation(rule_type, matching)
     return Evaluation(policy.default_decision)
+
+
+def strictest(first: Evaluation, *others: Evaluation) -> Evaluation:
+    """The strictest of several decisions on one call (the first of equals); when all allow, with
+    every rule that allowed a part."""
+    found = (first, *others)
+    decided = max(found, key=lambda evaluation: STRENGTH[evaluation.decision])
+    if decided.decision != "allow":
+        return decided
+    return Evaluation("allow", tuple(dict.fromkeys(rule for e in found for rule in e.matching_rules)))
+
+
+def _by_rules(
+    policy: PermissionPolicy, tool_name: str, arguments: Mapping[str, Any], workspace: str | PurePath | None
+) -> Evaluation:
+    for rule_type in PRECEDENCE:
+        matching = _matching(policy, rule_type, tool_name, arguments, workspace)
+        if matching:
+            return Evaluation(rule_type, matching)
+    return Evaluation(policy.default_decision)
+
+
+def _matching(
+    policy: PermissionPolicy,
+    rule_type: RuleType,
+    tool_name: str,
+    arguments: Mapping[str, Any],
+    workspace: str | PurePath | None,
+) -> tuple[str, ...]:
+    """The rules of one group that match the call; bash's allow rules together (each program the
+    command runs proved by one of them)."""
+    rules = policy.rules(rule_type)
+    if rule_type == "allow" and canonical_tool_name(tool_name) == "bash":
+        grants = [(text, parse_rule(text).pattern) for text in rules if parse_rule(text).covers(tool_name)]
+        return bash_allowing_rules(grants, text_argument(arguments, "command")) if grants else ()
+    return tuple(
+        text
+        for text in rules
+        if parse_rule(text).matches(tool_name, arguments, rule_type=rule_type, workspace=workspace)
+    )
+
+
+def _writes_can_matter(policy: PermissionPolicy) -> bool:
+    """Whether deciding a command's writes can change its decision: not when every write is
+    allowed (the default allows, and no deny or ask rule is about writes)."""
+    return policy.default_decision != "allow" or any(
+        parse_rule(text).covers(WRITE_TOOL)
+        for rule_type in ("deny", "ask")
+        for text in policy.rules(rule_type)
+    )
 
 
 async def evaluated(

@@ -10,7 +10,8 @@ quote removal (`/bin/rm`, `\\rm` and `'r''m'` are all `rm`). Wrappers are seen t
 (its options and VAR=value words), `command`, `exec`, `nohup`, `nice`, `timeout`, `stdbuf`,
 `setsid`, `sudo`, `doas`, `xargs`, `busybox`, `builtin`, `time`, `find -exec/-execdir/-ok`, and the
 string of `bash -c`/`sh -c`/`eval` is parsed as a command line of its own; the wrapper and what
-it runs are both invocations.
+it runs are both invocations. The targets of redirections that open a file for writing are
+recorded too (`CommandLine.redirected`; shell_grants.py decides what they mean).
 
 A word whose value is known only when the command runs ($VAR, $(...), globs, brace expansion,
 $'...') is `dynamic`. `Unparsable` is raised for what cannot be told statically: text bashlex
@@ -44,6 +45,7 @@ _OWN_AUTHORITY: Final = frozenset({"sudo", "doas", "find"})
 _DECLARERS: Final = frozenset({"export", "declare", "typeset", "readonly", "local"})
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\+?=")
 _FIND_EXEC: Final = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+_WRITING_REDIRECTIONS: Final = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<>"})
 
 
 class Unparsable(Exception):
@@ -77,6 +79,8 @@ class Invocation:
 class CommandLine:
     invocations: list[Invocation] = field(default_factory=list)
     assigned: set[str] = field(default_factory=set)  # variables set anywhere (X=1, env X=1, export X=1)
+    # The targets of redirections that open a file for writing (> >> >| &> &>> >&FILE <>), in order.
+    redirected: list[Word] = field(default_factory=list)
 
 
 def parse_command(command: str, depth: int = 0) -> CommandLine:
@@ -169,6 +173,8 @@ class _Walker:
             raise Unparsable("a command substitution inside ${...}, which the parser does not read")
         elif kind == "redirect" and getattr(node, "heredoc", None) is not None:
             self._heredoc(node)
+        elif kind == "redirect" and node.type in _WRITING_REDIRECTIONS and _is_node(node.output):
+            self.line.redirected.append(self._word(node.output))  # not `2>&1` or `>&-`: no file
         elif kind == "assignment":
             self.note_assignment(node.word)
         for child in _children(node):
@@ -247,6 +253,7 @@ class _Walker:
             raise Unparsable(f"the string {what} runs is known only when it runs")
         nested = parse_command(script.text, self.depth + 1)
         self.line.assigned |= nested.assigned
+        self.line.redirected.extend(nested.redirected)
         return nested.invocations
 
 
@@ -397,6 +404,10 @@ _WRAPPERS: Final[dict[str, _Wrapper]] = {
     "builtin": _wrapper(),
     "time": _wrapper(short_values="fo", long_values={"format", "output"}),
 }  # fmt: skip
+
+
+def _is_node(value: object) -> bool:
+    return isinstance(value, bashlex.ast.node)
 
 
 def _children(node: Any) -> Iterator[Any]:

@@ -15,8 +15,8 @@ def squeeze(text: str) -> str:
     return " ".join(text.split())
 
 
-def split_command(command: str) -> tuple[list[str], bool]:
-    """The simple commands in a shell command line, and whether it has command substitutions.
+def split_command(command: str) -> list[str]:
+    """The simple commands in a shell command line.
 
     Splits outside quotes on `;`, `&`, `&&`, `|`, `||`, `|&`, newlines and subshell parentheses,
     and at `$(`, backticks, `<(` and `>(` (also inside double quotes), whose contents count as
@@ -24,9 +24,7 @@ def split_command(command: str) -> tuple[list[str], bool]:
     each part is squeezed to single spaces; the whole (squeezed) line is returned if no part is
     left, so the list is never empty.
     """
-    splitter = _CommandSplitter(command)
-    parts = splitter.run()
-    return parts or [squeeze(command)], splitter.substitutes
+    return _CommandSplitter(command).run() or [squeeze(command)]
 
 
 class _CommandSplitter:
@@ -36,7 +34,6 @@ class _CommandSplitter:
         self.text = text
         self.pos = 0
         self.quote: str | None = None
-        self.substitutes = False
         self.parts: list[str] = []
         self._current: list[str] = []
         # Open substitutions and subshells: the character that closes each, and the quote to resume.
@@ -59,9 +56,9 @@ class _CommandSplitter:
         if text.startswith("$(", self.pos) or (
             self.quote is None and text.startswith(("<(", ">("), self.pos)
         ):
-            return self._enter(")", 2, substitution=True)
+            return self._enter(")", 2)
         if char == "`":
-            return self._leave() if self._inside("`") else self._enter("`", 1, substitution=True)
+            return self._leave() if self._inside("`") else self._enter("`", 1)
         if self.quote == '"':
             self.quote = None if char == '"' else self.quote
             return self._keep(1)
@@ -72,7 +69,7 @@ class _CommandSplitter:
             self.quote = char
             return self._keep(1)
         if char == "(":
-            return self._enter(")", 1, substitution=False)
+            return self._enter(")", 1)
         if char == ")":
             return self._leave() if self._inside(")") else self._split(1)
         operator = next((op for op in _SHELL_OPERATORS if self.text.startswith(op, self.pos)), None)
@@ -97,11 +94,10 @@ class _CommandSplitter:
         self._flush()
         return width
 
-    def _enter(self, closer: str, width: int, *, substitution: bool) -> int:
+    def _enter(self, closer: str, width: int) -> int:
         self._flush()
         self._stack.append((closer, self.quote))
         self.quote = None
-        self.substitutes = self.substitutes or substitution
         return width
 
     def _leave(self) -> int:

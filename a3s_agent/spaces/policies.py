@@ -24,9 +24,12 @@ every program it runs, wrappers seen through and flags normalised (core/shell_ru
 that cannot be parsed, or that a deny or ask rule might match only through a value known when it
 runs ($VAR, globs), gets the preset's `unparsed` decision: restrictive deny, standard ask,
 permissive none (the deny and ask rules matched as text, then the default); without a preset, ask
-(deny with defaultDecision deny). Allow rules must prove every program; a command that sets PATH,
-LD_PRELOAD and the like (`is_protected_env`) is never allowed by them, and restrictive, standard
-and custom policies refuse those variables in a shell operation's `env`.
+(deny with defaultDecision deny). Allow rules are matched as session policies match them
+(core/shell_grants.py): they must prove every program, and a command that sets a variable is never
+allowed by them. Each file the command writes through a redirection or `tee` is decided as a
+createFile of it (`> .env` meets the blocked path `.*`), and the strictest decision wins.
+Restrictive, standard and custom policies refuse PATH, LD_PRELOAD and the like
+(`is_protected_env`) in a shell operation's `env`.
 
 Custom rules use the engine's syntax (`Bash(git push:*)`, `Write(dist/**)`); the operation
 names work as tool names too (`shell(...)` is `Bash(...)`, `createFile(...)` is `Write(...)`).
@@ -42,8 +45,17 @@ from typing import Any, Final, Literal
 from ..base.errors import InvalidArgument
 from ..core.permission_matching import workspace_path
 from ..core.permission_rules import RULE_TYPES, Decision, check_decision, check_rules, parse_rule
-from ..core.permissions import DEFAULT_DECISION, Evaluation, PermissionPolicy, evaluate
+from ..core.permissions import (
+    DEFAULT_DECISION,
+    STRENGTH,
+    WRITE_TOOL,
+    Evaluation,
+    PermissionPolicy,
+    evaluate,
+    write_evaluation,
+)
 from ..core.shell_commands import CommandLine, Unparsable, parse_command
+from ..core.shell_grants import FileWrite, Grant, file_writes, proving_rules
 from ..core.shell_rules import CommandPattern, Match, compile_pattern, match
 from .validation import MAX_TIMEOUT_MS, MIN_TIMEOUT_MS
 
@@ -179,7 +191,7 @@ class SpacePolicy:
             return self._check_shell(operation)
         path = operation[key]
         verdicts = [self._check_path(tool, operation["type"], path, name) for name in (path, *names)]
-        return max(verdicts, key=lambda verdict: _STRENGTH[verdict.decision])
+        return max(verdicts, key=lambda verdict: STRENGTH[verdict.decision])
 
     def _check_path(self, tool: str, kind: str, path: str, name: str) -> Verdict:
         evaluation = evaluate(self._rules_for(tool), tool, {"path": name})
@@ -205,6 +217,11 @@ class SpacePolicy:
             line = parse_command(command)
         except Unparsable as exc:
             return self._unchecked(command, str(exc))
+        writes = [self._check_write(write) for write in file_writes(line, operation.get("cwd", "."))]
+        return max([self._check_command(command, line), *writes], key=lambda v: STRENGTH[v.decision])
+
+    def _check_command(self, command: str, line: CommandLine) -> Verdict:
+        """The verdict on the programs a parsed command runs."""
         rules = self._shell_rules()
         uncertain: list[str] = []
         for rule_type in ("deny", "ask"):
@@ -216,9 +233,34 @@ class SpacePolicy:
                     uncertain.append(text)
             if uncertain and self.unparsed is not None and (rule_type == "ask" or self.unparsed == "deny"):
                 return self._uncertain(uncertain[0])
-        if line.invocations and _all_allowed(rules["allow"], line):
+        if proving_rules(rules["allow"], line) is not None:
             return ALLOWED
         return self._default("shell", command)
+
+    def _check_write(self, write: FileWrite) -> Verdict:
+        """The verdict on a file a command writes through a redirection or `tee`: as createFile's."""
+        evaluation = write_evaluation(self._rules_for(WRITE_TOOL), write)
+        if evaluation.decision == "allow":
+            return ALLOWED
+        origin = self._origin(evaluation)
+        if origin is not None:
+            if evaluation.decision == "deny":
+                return _denial(self.name, "shell", "path", write.target, origin)
+            return _approval("shell", origin)
+        where = (
+            f"'{write.target}'" if write.path is not None else f"'{write.target}' (known only when it runs)"
+        )
+        if evaluation.decision == "deny":
+            return Verdict(
+                "deny",
+                f"The command writes {where}, and no allow rule of the policy covers writing there",
+                "Add a Write rule for that path to the policy's allow list",
+            )
+        return Verdict(
+            "ask",
+            f"The command writes {where}, which no rule allows, so it needs approval",
+            label="defaultDecision",
+        )
 
     def _unchecked(self, command: str, reason: str) -> Verdict:
         """The verdict for a command the parser cannot check: the deny and ask rules as text (as
@@ -270,7 +312,7 @@ class SpacePolicy:
         rule = evaluation.matching_rules[0] if evaluation.matching_rules else None
         return self._origins[evaluation.decision, rule] if rule is not None else None
 
-    def _shell_rules(self) -> dict[str, list[tuple[str, CommandPattern | None]]]:
+    def _shell_rules(self) -> dict[str, list[Grant]]:
         """The rules about bash by type, with their patterns compiled (None: every command)."""
         rules = self._rules_for("bash")
         return {
@@ -288,7 +330,6 @@ class SpacePolicy:
         return rules
 
 
-_STRENGTH: Final = {"allow": 0, "ask": 1, "deny": 2}
 _UNCHECKED: Final = "shell.unparsedCommand"
 
 
@@ -301,18 +342,6 @@ def _any_match(pattern: CommandPattern, line: CommandLine) -> Match:
     """A deny or ask rule against a command line: "yes" if it matches an invocation, else "maybe" if it might."""
     found = [match(pattern, invocation, strict=False) for invocation in line.invocations]
     return "yes" if "yes" in found else "maybe" if "maybe" in found else "no"
-
-
-def _all_allowed(allow: list[tuple[str, CommandPattern | None]], line: CommandLine) -> bool:
-    """Whether allow rules prove every program the line runs (wrappers aside) and it sets no
-    protected variable (PATH=... or LD_PRELOAD=... would change what an allowed program is)."""
-    if any(is_protected_env(name) for name in line.assigned):
-        return False
-    return all(
-        any(pattern is None or match(pattern, invocation, strict=True) == "yes" for _, pattern in allow)
-        for invocation in line.invocations
-        if not invocation.transparent
-    )
 
 
 def engine_tool(kind: str) -> str | None:

@@ -325,6 +325,57 @@ async def test_an_allow_list_is_a_guarantee(workspace: Path, tmp_path: Path, com
     assert allowed["events"][0]["success"] is True and allowed["events"][0]["stdout"]
 
 
+WRITES_OUTSIDE_THE_LIST = [
+    "echo pwned > {outside}",
+    "echo pwned >> {outside}",
+    "echo pwned >| {outside}",
+    "echo pwned &> {outside}",
+    "echo pwned 2>&1 1<> {outside}",
+    "echo pwned | tee -a {outside}",
+    "nohup echo pwned > {outside}",
+    "echo pwned > notes.txt",  # in the workspace, where no rule allows writing either
+    "cd out && echo pwned > ../notes.txt",  # relative to a directory known when it runs
+]
+
+
+@pytest.mark.parametrize("command", WRITES_OUTSIDE_THE_LIST)
+async def test_an_allow_rule_for_a_program_does_not_cover_where_it_writes(
+    workspace: Path, tmp_path: Path, command: str
+) -> None:
+    outside, elsewhere = tmp_path / "pwned", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (workspace / "out").mkdir()
+    policy = {
+        "allow": ["Bash(echo:*)", "Bash(tee:*)", "Bash(cd:*)", "Write(out/**)", f"Write({elsewhere}/**)"],
+        "defaultDecision": "deny",
+    }
+    allowed = ["echo ok > out/a.txt", f"echo ok | tee {elsewhere}/b.txt", "echo ok >/dev/null 2>&1"]
+    async with serving(workspace, tmp_path / "data") as http:
+        space = await space_in(http, workspace, policy)
+        result = await run(http, space, {"type": "shell", "command": command.format(outside=outside)})
+        controls = await run(http, space, *({"type": "shell", "command": c} for c in allowed))
+    event = result["events"][0]
+    assert event["type"] == "policyDenied" and "writes" in event["reason"], event
+    assert not outside.exists() and not (workspace / "notes.txt").exists()
+    assert [event["success"] for event in controls["events"]] == [True, True, True]
+    assert (workspace / "out" / "a.txt").read_text() == (elsewhere / "b.txt").read_text() == "ok\n"
+
+
+async def test_a_redirection_does_not_reach_a_blocked_path(workspace: Path, tmp_path: Path) -> None:
+    root = secrets_workspace(workspace)
+    async with serving(root, tmp_path / "data") as http:
+        space = await space_in(http, root)
+        result = await run(
+            http,
+            space,
+            {"type": "shell", "command": "echo KEY=planted > .env"},
+            {"type": "shell", "command": "echo '[core] hooksPath=x' | tee -a .git/config"},
+        )
+    assert [event["type"] for event in result["events"]] == ["policyDenied", "policyDenied"]
+    assert "Path '.env' is blocked" in result["events"][0]["reason"]
+    assert (root / ".env").read_text() == SECRET and (root / ".git" / "config").read_text() == "[core]"
+
+
 # --- 3. the shell operation's env ------------------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ from ...app import Application
 from ...base.errors import AgentError, NotFound
 from ...core.control import ConfirmationPolicy, Lane
 from ...core.permissions import PermissionPolicy
+from ...core.shell_grants import file_writes, parsed_line
 from ...tools.registry import Tool
 from .plan import PLAN_TOOL
 
@@ -52,7 +53,9 @@ def editor_confirmation() -> ConfirmationPolicy:
 
 def always_rule(tool_name: str, arguments: dict[str, Any]) -> str | None:
     """The allow rule "allow always" adds: the command's first word for bash (`bash(pytest:*)`),
-    the whole tool otherwise; None when a command has no plain first word to allow."""
+    the whole tool otherwise. None when such a rule would not allow the command again: it has no
+    plain first word, the parser cannot read it, or it writes a file through a redirection or
+    `tee` (a rule for the program does not cover that write)."""
     if tool_name != "bash":
         return tool_name
     command = arguments.get("command")
@@ -61,6 +64,9 @@ def always_rule(tool_name: str, arguments: dict[str, Any]) -> str | None:
     except ValueError:
         return None
     if not words or "=" in words[0] or not _COMMAND_WORD.fullmatch(words[0]):
+        return None
+    line = parsed_line(str(command))
+    if line is None or file_writes(line):
         return None
     return f"bash({words[0]}:*)"
 
