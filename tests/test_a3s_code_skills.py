@@ -17,6 +17,7 @@ from a3s_agent.proto import code_agent_pb2 as pb
 from .conftest import LiveServer, agent_settings, new_session, running
 from .fake_llm import FakeLLM
 
+HEADERS_SEEN = web.AppKey("headers_seen", list[dict[str, str]])
 # Prints its arguments as JSON, so a test sees exactly which argv the tool ran.
 _ARGV = "import json, sys; print(json.dumps(sys.argv[1:]))"
 
@@ -59,12 +60,13 @@ tools:
       method: POST
       headers:
         X-Client: a3s-${{city}}
-      body_template: '{{"city": "${{city}}"}}'
+      body_template: '{{"city": "${{city}}", "days": ${{days}}}}'
       timeout_ms: 5000
     parameters:
       type: object
       properties:
         city: {{type: string}}
+        days: {{type: integer, default: 3}}
 ---
 Use these tools.
 """
@@ -74,11 +76,18 @@ Use these tools.
 async def weather() -> AsyncIterator[TestServer]:
     async def answer(request: web.Request) -> web.Response:
         body = await request.text()
+        request.app[HEADERS_SEEN].append(dict(request.headers))
         return web.json_response(
-            {"city": request.query["city"], "client": request.headers["X-Client"], "body": body}
+            {
+                "city": request.query["city"],
+                "client": request.headers["X-Client"],
+                "body": body,
+                "query": {key: request.query.getall(key) for key in request.query},
+            }
         )
 
     app = web.Application()
+    app[HEADERS_SEEN] = []
     app.router.add_post("/weather", answer)
     async with TestServer(app, host="127.0.0.1") as server:
         yield server
@@ -135,7 +144,36 @@ async def test_a_skill_in_a3s_code_format_loads_and_its_tools_run(
     assert asked.success, asked.error
     assert asked.output.startswith("HTTP 200")
     answer = json.loads(asked.output.split("\n\n", 1)[1])
-    assert answer == {"city": "Paris", "client": "a3s-Paris", "body": '{"city": "Paris"}'}
+    assert json.loads(answer.pop("body")) == {"city": "Paris", "days": 3}  # a bare ${days} keeps its type
+    assert answer == {"city": "Paris", "client": "a3s-Paris", "query": {"city": ["Paris"]}}
+
+
+async def test_http_values_stay_values_in_the_body_url_and_headers(
+    agent: LiveServer, weather: TestServer
+) -> None:
+    """A value that closes the JSON string adds no field, one with `&` adds no query parameter,
+    and one with a line break adds no header: the request is refused."""
+    session_id = await new_session(agent)
+    await agent.stub.LoadSkill(
+        pb.LoadSkillRequest(
+            session_id=session_id, skill_name="a3s-style", skill_content=a3s_code_skill(weather.port or 0)
+        )
+    )
+    for city in (
+        'x", "admin": true, "y": "',
+        'Paris" }, {"admin": true',
+        'Zurich \\ "quoted"\tend',
+        "a&admin=1#f",
+    ):
+        asked = await _execute(agent, session_id, "weather", city=city)
+        assert asked.success, asked.error
+        answer = json.loads(asked.output.split("\n\n", 1)[1])
+        assert json.loads(answer["body"]) == {"city": city, "days": 3}
+        assert answer["query"] == {"city": [city]} and answer["client"] == f"a3s-{city}"
+    for city in ("x\r\nX-Admin: 1", "x\nX-Admin: 1", "x\0", "Zürich"):
+        refused = await _execute(agent, session_id, "weather", city=city)
+        assert not refused.success and "header 'X-Client'" in refused.error, refused.error
+    assert weather.app[HEADERS_SEEN] and all("X-Admin" not in seen for seen in weather.app[HEADERS_SEEN])
 
 
 async def test_argument_values_never_reach_a_shell(agent: LiveServer) -> None:

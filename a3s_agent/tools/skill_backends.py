@@ -6,7 +6,11 @@
   is, other values as JSON). Python interpreters (`python`, `python3`) run as the agent's own.
 - `binary`: an argv list, run without a shell; `[echo, "${msg}"]`.
 - `http`: a request; `body` is a string template, or JSON data in which a string that is exactly
-  `${arg}` keeps the argument's type. Requests go through tools/checked_fetch.py, as web_fetch's do:
+  `${arg}` keeps the argument's type. A string template that is JSON text (`{"q": "${q}", "n":
+  ${n}}`) is filled by building JSON, never as text: a placeholder inside a JSON string puts the
+  value in that string, a bare one is the value itself. A header whose filled value holds a
+  control character (a line break would start another header) or non-ASCII is refused. Requests
+  go through tools/checked_fetch.py, as web_fetch's do:
   public addresses only (unless A3S_FETCH_ALLOW_PRIVATE=1), the checked address is the one
   connected to, at most 5 redirects.
 
@@ -27,6 +31,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import quote
@@ -38,6 +43,10 @@ from .process import ProcessResult, find_binary, run_process
 from .registry import Family, JsonArguments, Tool, ToolContext, ToolFailure, ToolOutput
 
 TEMPLATE = re.compile(r"\$\{([^{}]*)\}")
+# A JSON string (kept whole, placeholders and all) or a placeholder outside one.
+_JSON_STRING_OR_PLACEHOLDER = re.compile(r'("(?:[^"\\]|\\.)*")|\$\{([^{}]*)\}')
+_BARE = "\0"  # marks a placeholder written where a JSON value goes, outside any string
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
 # Room kept under the output limit for our own notes, so Tool.execute never cuts them off.
 _NOTE_RESERVE_BYTES = 256
 _PYTHON_NAMES = {"python", "python3"}
@@ -102,6 +111,51 @@ def _render(body: Any, arguments: Mapping[str, Any], variables: Mapping[str, str
     if isinstance(body, list):
         return [_render(item, arguments, variables) for item in body]
     return body
+
+
+@lru_cache(maxsize=64)
+def _json_text(template: str) -> Any:
+    """`template` read as JSON text with placeholders (`{"q": "${query}", "n": ${count}}`), an
+    object or array; None when it is not one. A bare placeholder, where a value goes, is read as
+    a string marked with _BARE."""
+    if template.lstrip()[:1] not in ("{", "["):
+        return None
+    marked = _JSON_STRING_OR_PLACEHOLDER.sub(lambda m: m.group(1) or json.dumps(_BARE + m.group(2)), template)
+    try:
+        return json.loads(marked)
+    except ValueError:
+        return None
+
+
+def _fill_json(data: Any, arguments: Mapping[str, Any], variables: Mapping[str, str]) -> Any:
+    """JSON text template data filled as data, never as text: a placeholder inside a string puts
+    the value into that string, a bare one is the value itself (an argument keeps its type)."""
+    if isinstance(data, str):
+        if not data.startswith(_BARE):
+            return _substitute(data, arguments, variables)
+        key = data.removeprefix(_BARE)
+        return _env_value(key[4:], variables) if key.startswith("env:") else _argument(key, arguments)
+    if isinstance(data, dict):
+        return {
+            _substitute(key, arguments, variables): _fill_json(value, arguments, variables)
+            for key, value in data.items()
+        }
+    if isinstance(data, list):
+        return [_fill_json(item, arguments, variables) for item in data]
+    return data
+
+
+def _checked_headers(headers: Mapping[str, str], shown: str) -> dict[str, str]:
+    """The headers, unless a value (filled from an argument or the environment) holds a control
+    character, which could end the header and start another, or one outside ASCII, which a header
+    cannot carry as text: ToolFailure naming the header then."""
+    for name, value in headers.items():
+        if _HEADER_VALUE.fullmatch(value) is None:
+            raise ToolFailure(
+                f"{shown}: the value of header {name!r} has a line break, another control character"
+                " or a character outside ASCII; refused"
+            )
+    return dict(headers)
 
 
 def _strings(value: Any, where: FieldPath) -> Iterator[tuple[FieldPath, str]]:
@@ -233,8 +287,11 @@ class HttpBackend:
         from .checked_fetch import fetch, read_capped  # on first use, with httpx
 
         url = _substitute(self.url, arguments, variables, encode=True)
-        headers = {name: _substitute(value, arguments, variables) for name, value in self.headers.items()}
-        body = _render(self.body, arguments, variables)
+        headers = _checked_headers(
+            {name: _substitute(value, arguments, variables) for name, value in self.headers.items()},
+            f"{self.method} {self.url}",
+        )
+        body = self._body(arguments, variables)
         payload = {"content": body} if isinstance(body, str) else {"json": body} if body is not None else {}
         limit = max(ctx.max_output_bytes - _NOTE_RESERVE_BYTES, 1)
         # Errors name the URL template: the real URL may carry a value from the environment.
@@ -270,6 +327,15 @@ class HttpBackend:
                 "truncated": truncated,
             },
         )
+
+    def _body(self, arguments: Mapping[str, Any], variables: Mapping[str, str]) -> Any:
+        """The body to send: a string template that is JSON text is filled by building JSON and
+        sent as its text; other strings are filled as text; JSON data is filled and sent as JSON."""
+        if isinstance(self.body, str):
+            data = _json_text(self.body)
+            if data is not None:
+                return json.dumps(_fill_json(data, arguments, variables), ensure_ascii=False)
+        return _render(self.body, arguments, variables)
 
 
 Backend = ScriptBackend | BinaryBackend | HttpBackend
