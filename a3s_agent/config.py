@@ -37,6 +37,7 @@ DEFAULT_LLM_RETRIES = 3
 DEFAULT_MAX_HTTP_CONNECTIONS = 512
 DEFAULT_MAX_TOOL_CALLS = 64
 DEFAULT_MAX_SPACE_RUNS = 16
+DEFAULT_MAX_SPACES = 1000  # Agent Spaces kept in the store; the protocol has no way to delete one
 DEFAULT_MAX_REQUEST_MESSAGES = 10_000
 DEFAULT_LEASE_TTL_S = 10.0  # a running generation's lease: renewed every third of it
 DEFAULT_EVENT_RETENTION_HOURS = 168.0  # event log entries older than this are removed
@@ -61,6 +62,7 @@ class Settings:
     workspace_root: Path | None = None  # session workspaces must lie inside it; default the workspace
     max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS  # direct ExecuteTool/ExecuteToolBatch calls at once
     max_space_runs: int = DEFAULT_MAX_SPACE_RUNS  # Agent Spaces runs at once
+    max_spaces: int = DEFAULT_MAX_SPACES  # Agent Spaces in the store
     max_request_messages: int = DEFAULT_MAX_REQUEST_MESSAGES  # messages in one request
     coven_gateway: str = ""  # HOST:PORT of a coven gateway to serve as an agent, alongside the server
     workspace: Path = field(default_factory=Path.cwd)
@@ -262,6 +264,7 @@ def settings_from(
         workspace_root=Path(root_value).resolve() if root_value else None,
         max_tool_calls=int(_number(env, "A3S_MAX_TOOL_CALLS", DEFAULT_MAX_TOOL_CALLS)),
         max_space_runs=int(_number(env, "A3S_MAX_SPACE_RUNS", DEFAULT_MAX_SPACE_RUNS)),
+        max_spaces=int(_number(env, "A3S_MAX_SPACES", DEFAULT_MAX_SPACES)),
         max_request_messages=int(_number(env, "A3S_MAX_REQUEST_MESSAGES", DEFAULT_MAX_REQUEST_MESSAGES)),
         workspace=Path(workspace_value).resolve() if workspace_value else Path.cwd(),
         data_dir=Path(data_value) if data_value else None,

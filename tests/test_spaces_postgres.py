@@ -16,7 +16,8 @@ import aiohttp
 import psycopg
 import pytest
 
-from a3s_agent.base.errors import AlreadyExists, Unavailable
+from a3s_agent.base.errors import AlreadyExists, ResourceExhausted, Unavailable
+from a3s_agent.config import DEFAULT_MAX_SPACES
 from a3s_agent.core import postgres_bounds
 from a3s_agent.spaces.postgres_store import PostgresSpacesStore
 from a3s_agent.spaces.service import Spaces
@@ -42,8 +43,12 @@ def url(postgres_url: str) -> str:
 
 
 @asynccontextmanager
-async def replica(url: str, name: str, data: Path, lease_s: float = LEASE_S) -> AsyncIterator[Spaces]:
-    spaces = Spaces(data, builtin_registry(), store_url=url, replica_id=name, lease_s=lease_s)
+async def replica(
+    url: str, name: str, data: Path, lease_s: float = LEASE_S, max_spaces: int = DEFAULT_MAX_SPACES
+) -> AsyncIterator[Spaces]:
+    spaces = Spaces(
+        data, builtin_registry(), store_url=url, replica_id=name, lease_s=lease_s, max_spaces=max_spaces
+    )
     await spaces.open()
     try:
         yield spaces
@@ -81,9 +86,9 @@ WAIT_FOR_GO = {
 
 async def test_the_store_keeps_spaces_runs_and_their_events(url: str) -> None:
     async with raw_store(url, "a") as store:
-        await store.insert_space(SpaceRecord("box", "/w", {"preset": "standard"}, NOW))
+        await store.insert_space(SpaceRecord("box", "/w", {"preset": "standard"}, NOW), 10)
         with pytest.raises(AlreadyExists, match="space 'box' already exists"):
-            await store.insert_space(SpaceRecord("box", "/other", {}, NOW))
+            await store.insert_space(SpaceRecord("box", "/other", {}, NOW), 10)
         assert await store.get_space("box") == SpaceRecord("box", "/w", {"preset": "standard"}, NOW)
         assert await store.get_space("nobody") is None and await store.get_run("nobody") is None
 
@@ -111,7 +116,7 @@ async def test_the_store_keeps_spaces_runs_and_their_events(url: str) -> None:
 
 async def test_only_the_owner_records_a_runs_end_and_renews_its_lease(url: str) -> None:
     async with raw_store(url, "a") as a, raw_store(url, "b") as b:
-        await a.insert_space(SpaceRecord("box", "/w", {}, NOW))
+        await a.insert_space(SpaceRecord("box", "/w", {}, NOW), 10)
         await a.insert_run(RunRecord("r1", "box", "running", {}, None, 0, NOW, NOW))
         await a.insert_run(RunRecord("r2", "box", "running", {}, None, 0, NOW, NOW))
         assert not await b.save_segment("r1", "completed", None, [{"type": "x"}], 0, "t")
@@ -133,7 +138,7 @@ async def test_a_statement_stuck_behind_another_client_s_lock_fails_unavailable(
 ) -> None:
     monkeypatch.setattr(postgres_bounds, "STATEMENT_TIMEOUT_MS", 300)
     async with raw_store(url, "a") as a:
-        await a.insert_space(SpaceRecord("box", "/w", {}, NOW))
+        await a.insert_space(SpaceRecord("box", "/w", {}, NOW), 10)
         await a.insert_run(RunRecord("r1", "box", "running", {}, None, 0, NOW, NOW))
         async with await psycopg.AsyncConnection.connect(url) as intruder:
             await intruder.execute("SELECT id FROM spaces_runs WHERE id = 'r1' FOR UPDATE")
@@ -146,7 +151,7 @@ async def test_a_statement_stuck_behind_another_client_s_lock_fails_unavailable(
 
 async def test_a_sweep_fails_only_runs_whose_lease_expired(url: str) -> None:
     async with raw_store(url, "gone", lease_ms=50) as gone, raw_store(url, "alive") as alive:
-        await gone.insert_space(SpaceRecord("box", "/w", {}, NOW))
+        await gone.insert_space(SpaceRecord("box", "/w", {}, NOW), 10)
         await gone.insert_run(RunRecord("orphan", "box", "running", {}, None, 0, NOW, NOW))
         await gone.save_segment("orphan", "awaiting_approval", {"offset": 0}, [{"type": "a"}], 0, NOW)
         assert await gone.claim_run("orphan", "awaiting_approval", "running", NOW)  # one event before
@@ -214,6 +219,21 @@ async def test_a_space_made_on_one_replica_is_read_and_run_on_another(
         assert await a.get_run("shared", done["runId"]) == done
         with pytest.raises(AlreadyExists):
             await b.create_space("shared", workspace=workspace)
+
+
+async def test_replicas_creating_spaces_at_once_keep_to_the_cap(url: str, tmp_path: Path) -> None:
+    """The cap (A3S_MAX_SPACES) counts the spaces in the shared store, also under a race."""
+    async with (
+        replica(url, "A", tmp_path / "a", max_spaces=3) as a,
+        replica(url, "B", tmp_path / "b", max_spaces=3) as b,
+    ):
+        made = await asyncio.gather(*(r.create_space() for r in (a, b) * 5), return_exceptions=True)
+        refused = [m for m in made if isinstance(m, BaseException)]
+        assert len(made) - len(refused) == 3 and len(refused) == 7
+        assert all(isinstance(m, ResourceExhausted) and "A3S_MAX_SPACES" in str(m) for m in refused)
+    async with raw_store(url, "c") as store:
+        assert not await store.insert_space(SpaceRecord("late", "/w", {}, NOW), 3)
+        assert await store.insert_space(SpaceRecord("late", "/w", {}, NOW), 4)
 
 
 async def test_a_run_paused_on_one_replica_is_approved_on_another(

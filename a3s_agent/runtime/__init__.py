@@ -142,6 +142,7 @@ class Runtime:
             self.registry,
             env=lambda: self.init.env,
             max_runs=settings.max_space_runs,
+            max_spaces=settings.max_spaces,
             durability=settings.durability,
             store_url=settings.store,
             replica_id=settings.replica_id,

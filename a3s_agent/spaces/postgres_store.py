@@ -61,6 +61,7 @@ _MIGRATIONS: list[str] = [
     """,
 ]
 _MIGRATION_LOCK = 0xA35_5ACE  # the key of pg_advisory_xact_lock that migrations take ("a3s space")
+_SPACES_LOCK = 0xA35_5ACF  # the key that a space's insert takes, to count and insert as one
 _POOL_SIZE = 4
 _STORE_NAME = "Agent Spaces' PostgreSQL store"
 _RUN_COLUMNS = "id, space_id, status, policy, pending, event_count, created_at, updated_at"
@@ -98,12 +99,17 @@ class PostgresSpacesStore:
         if self._pool is not None:
             await self._pool.close()
 
-    async def insert_space(self, space: SpaceRecord) -> None:
+    async def insert_space(self, space: SpaceRecord, most: int) -> bool:
         try:
-            await self._execute(
-                "INSERT INTO spaces_spaces (id, workspace, policy, created_at) VALUES (%s, %s, %s, %s)",
-                (space.id, space.workspace, json.dumps(space.policy), space.created_at),
-            )
+            async with self._connection() as conn:
+                # Replicas counting at once would both see room: they take turns on this lock.
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SPACES_LOCK,))
+                cursor = await conn.execute(
+                    "INSERT INTO spaces_spaces (id, workspace, policy, created_at)"
+                    " SELECT %s, %s, %s, %s WHERE (SELECT count(*) FROM spaces_spaces) < %s",
+                    (space.id, space.workspace, json.dumps(space.policy), space.created_at, most),
+                )
+                return cursor.rowcount == 1
         except errors.UniqueViolation as exc:
             raise AlreadyExists(f"space {space.id!r} already exists") from exc
 

@@ -11,7 +11,8 @@ message in it. The runtime builds the one of its data dir; faces reach it throug
 Runs are stored in `<data_dir>/spaces.db`, so a run paused for approval survives a restart: a new
 `Spaces` on the same data dir resumes it. Open one `Spaces` per data dir at a time: opening marks
 the runs a stopped process left running as failed (status "error"). At most `max_runs` runs execute
-at once (starts and resumes); beyond that, ResourceExhausted.
+at once (starts and resumes), and the store keeps at most `max_spaces` spaces (the protocol deletes
+none); beyond either, ResourceExhausted.
 
 With `store_url` (postgresql://...) they are stored in that database instead, and any number of
 `Spaces` (replicas, each its own `replica_id`) share them: any of them reads a space or run,
@@ -36,7 +37,7 @@ from typing import Any, Literal, TypedDict, cast
 
 from ..base.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from ..base.sqlite import Durability
-from ..config import DEFAULT_LEASE_TTL_S, DEFAULT_MAX_SPACE_RUNS
+from ..config import DEFAULT_LEASE_TTL_S, DEFAULT_MAX_SPACE_RUNS, DEFAULT_MAX_SPACES
 from ..tools.registry import ToolRegistry
 from .policies import DEFAULT_PRESET, PolicySpec, SpacePolicy, build_policy
 from .runner import BatchRunner, Outcome, RunStatus, error_event, policy_denied_event, timestamp
@@ -101,6 +102,7 @@ class Spaces:
         registry: ToolRegistry,
         env: Callable[[], dict[str, str]] | None = None,
         max_runs: int = DEFAULT_MAX_SPACE_RUNS,
+        max_spaces: int = DEFAULT_MAX_SPACES,
         durability: Durability = "full",
         store_url: str = "",
         replica_id: str = "",
@@ -110,6 +112,7 @@ class Spaces:
         self._registry = registry
         self._env = env or dict
         self._max_runs = max_runs
+        self._max_spaces = max_spaces
         self._running = 0  # runs started or resumed and not yet ended, including those still setting up
         self._store: SpacesStorage
         self._leases: LeasedSpacesStorage | None = None  # the store, when replicas share it
@@ -158,7 +161,11 @@ class Spaces:
         else:
             directory = _existing_directory(workspace)
         record = SpaceRecord(space_id, str(directory), built.spec, timestamp())
-        await self._store.insert_space(record)
+        if not await self._store.insert_space(record, self._max_spaces):
+            raise ResourceExhausted(
+                f"the store keeps {self._max_spaces} Agent Spaces already, the server's limit (A3S_MAX_SPACES);"
+                " spaces are never deleted, so raise the limit or remove spaces from the store"
+            )
         directory.mkdir(parents=True, exist_ok=True)
         space = Space(space_id, directory, built, record.created_at)
         self._spaces[space_id] = space

@@ -41,8 +41,10 @@ class SpacesStorage(Protocol):
 
     async def close(self) -> None: ...
 
-    async def insert_space(self, space: SpaceRecord) -> None:
-        """AlreadyExists when a space has the id."""
+    async def insert_space(self, space: SpaceRecord, most: int) -> bool:
+        """Insert the space unless the store holds `most` spaces already (False then, counted in
+        the same transaction, so concurrent inserts never pass the limit together); AlreadyExists
+        when a space has the id."""
 
     async def get_space(self, space_id: str) -> SpaceRecord | None: ...
 

@@ -65,15 +65,17 @@ class SpacesStore:
     async def close(self) -> None:
         await self._db.close()
 
-    async def insert_space(self, space: SpaceRecord) -> None:
-        def write(db: sqlite3.Connection) -> None:
-            db.execute(
-                "INSERT INTO spaces (id, workspace, policy, created_at) VALUES (?, ?, ?, ?)",
-                (space.id, space.workspace, json.dumps(space.policy), space.created_at),
+    async def insert_space(self, space: SpaceRecord, most: int) -> bool:
+        def write(db: sqlite3.Connection) -> bool:
+            cursor = db.execute(
+                "INSERT INTO spaces (id, workspace, policy, created_at)"
+                " SELECT ?, ?, ?, ? WHERE (SELECT count(*) FROM spaces) < ?",
+                (space.id, space.workspace, json.dumps(space.policy), space.created_at, most),
             )
+            return cursor.rowcount == 1
 
         try:
-            await self._db.run(write)
+            return await self._db.run(write)
         except sqlite3.IntegrityError as exc:
             raise AlreadyExists(f"space {space.id!r} already exists") from exc
 

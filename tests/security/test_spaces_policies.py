@@ -21,6 +21,7 @@ import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
 
+from ..conftest import ServerProcess
 from ..test_spaces import until_exists
 from ..test_spaces_http import SpacesServer, serving, spaces_server
 
@@ -439,6 +440,35 @@ async def test_runs_beyond_the_cap_are_refused_with_429(workspace: Path, tmp_pat
         assert [result["status"] for result in done] == ["cancelled", "cancelled"]
         after = await run(http, space, {"type": "message", "content": "a slot is free again"})
     assert after["status"] == "completed"
+
+
+async def test_spaces_beyond_the_cap_are_refused_with_429(workspace: Path, tmp_path: Path) -> None:
+    """`a3s-agent serve` with A3S_MAX_SPACES=3: of eight spaces asked for at once three are made,
+    the rest refused with 429 naming the setting; the count is the store's, so a restart on the
+    same data dir still refuses, and the spaces made still run."""
+
+    async def create(http: aiohttp.ClientSession) -> tuple[int, dict[str, Any]]:
+        async with http.post("/v1/spaces", json={"policy": "standard"}) as reply:
+            return reply.status, await reply.json()
+
+    kept: list[str] = []
+    for attempt in range(2):
+        server = ServerProcess(workspace, tmp_path / "data", env={"A3S_MAX_SPACES": "3"})
+        await asyncio.to_thread(server.start)
+        try:
+            async with aiohttp.ClientSession(f"http://127.0.0.1:{server.http_port}") as http:
+                made = await asyncio.gather(*(create(http) for _ in range(8 if attempt == 0 else 1)))
+                refused = [body["error"] for status, body in made if status == 429]
+                spaces = [body["spaceId"] for status, body in made if status == 201]
+                assert len(spaces) == (3 if attempt == 0 else 0) and len(refused) == len(made) - len(spaces)
+                assert (
+                    refused[0]["code"] == "RESOURCE_EXHAUSTED" and "A3S_MAX_SPACES" in refused[0]["message"]
+                )
+                kept = kept or spaces
+                ran = await run(http, kept[0], {"type": "message", "content": "still here"})
+                assert ran["status"] == "completed"
+        finally:
+            server.stop()
 
 
 async def _cancel_running(served: SpacesServer, space: str) -> None:
