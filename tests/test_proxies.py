@@ -332,10 +332,14 @@ async def test_https_goes_through_a_connect_tunnel_and_tls_still_checks_the_name
 @pytest.mark.parametrize(
     ("url", "answer", "words"),
     [
-        ("http://internal.test/", "10.0.0.5", "internal.test resolves to 10.0.0.5, a private address"),
+        (
+            "http://internal.test/",
+            "10.0.0.5",
+            "internal.test resolves to 10.0.0.5, a special-purpose address (IANA: 10.0.0.0/8, Private-Use)",
+        ),
         ("http://metadata.test/", "169.254.169.254", "a link-local address"),
         ("http://169.254.169.254/latest/meta-data/", None, "169.254.169.254 is a link-local address"),
-        ("https://[::ffff:10.0.0.1]/", None, "a private address (10.0.0.1) inside"),
+        ("https://[::ffff:10.0.0.1]/", None, "(IANA: 10.0.0.0/8, Private-Use) (10.0.0.1) inside"),
     ],
 )
 async def test_a_proxy_never_gets_a_request_for_a_private_address(

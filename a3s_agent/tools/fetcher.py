@@ -30,13 +30,11 @@ from .. import __version__
 from ..base.errors import FailedPrecondition
 from ..base.proxies import Proxy, proxy_for
 from .registry import ToolContext, ToolFailure
+from .special_addresses import IPAddress, special_block
 
 USER_AGENT = f"a3s-agent/{__version__}"
 ALLOW_PRIVATE = "A3S_FETCH_ALLOW_PRIVATE"
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-_SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT
 # IPv6 ranges whose last 32 bits are an IPv4 address (IPv4-mapped ::ffff:0:0/96 and 6to4 and
 # Teredo have their own ipaddress properties).
 _LAST_32_BITS_IPV4 = tuple(
@@ -47,7 +45,6 @@ _LAST_32_BITS_IPV4 = tuple(
         "64:ff9b::/96",  # NAT64
     )
 )
-_LOCAL_NAT64 = ipaddress.ip_network("64:ff9b:1::/48")
 
 
 def private_allowed(ctx: ToolContext) -> bool:
@@ -72,14 +69,14 @@ def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address
 def refusal(address: IPAddress) -> str | None:
     """What kind of non-public address `address` is, or None for a public unicast address.
 
-    An IPv6 address that carries an IPv4 address is judged by the IPv4 address it carries."""
+    Public means: not multicast, not in space IANA keeps reserved, and outside every block of
+    IANA's special-purpose registries that is not globally reachable (special_addresses.py). An
+    IPv6 address that carries an IPv4 address is judged by the IPv4 address it carries."""
     if address.is_loopback:
         return "a loopback address"
     if address.is_unspecified:
         return "the unspecified address"
     if isinstance(address, ipaddress.IPv6Address):
-        if address in _LOCAL_NAT64:
-            return "a local-use NAT64 address"
         inner = _embedded_ipv4(address)
         for ipv4 in inner:
             reason = refusal(ipv4)
@@ -93,12 +90,12 @@ def refusal(address: IPAddress) -> str | None:
         return "a link-local address"
     if address.is_multicast:
         return "a multicast address"
-    if address in _SHARED:
-        return "a shared (carrier-grade NAT) address"
-    if address.is_private:
-        return "a private address"
-    if address.is_reserved or not address.is_global:
-        return "a reserved or special-purpose address"
+    block = special_block(address)
+    if block is not None:
+        reachable = block.globally_reachable
+        return None if reachable else f"a special-purpose address (IANA: {block.network}, {block.name})"
+    if address.is_reserved:
+        return "a reserved address"
     return None
 
 

@@ -31,6 +31,7 @@ from cryptography.x509.oid import NameOID
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.tools.fetcher import refusal
+from a3s_agent.tools.special_addresses import SPECIAL_BLOCKS, SpecialBlock, special_block
 
 from ..conftest import LiveServer, new_session, user
 from ..fake_llm import FakeLLM, text, tool_call
@@ -227,29 +228,47 @@ REFUSED_URLS = [
     ("http://[::127.0.0.1]:{port}/", "::127.0.0.1 is a loopback address (127.0.0.1) inside"),
     ("http://[::ffff:0:127.0.0.1]:{port}/", "::ffff:0:127.0.0.1 is a loopback address (127.0.0.1) inside"),
     ("http://[64:ff9b::127.0.0.1]:{port}/", "64:ff9b::127.0.0.1 is a loopback address (127.0.0.1) inside"),
-    ("http://[64:ff9b::10.0.0.1]/", "64:ff9b::10.0.0.1 is a private address (10.0.0.1) inside"),
-    ("http://[64:ff9b:1::808:808]/", "64:ff9b:1::808:808 is a local-use NAT64 address"),
+    (
+        "http://[64:ff9b::10.0.0.1]/",
+        "64:ff9b::10.0.0.1 is a special-purpose address (IANA: 10.0.0.0/8, Private-Use) (10.0.0.1) inside",
+    ),
+    ("http://[64:ff9b:1::808:808]/", "64:ff9b:1::808:808 is a special-purpose address (IANA: 64:ff9b:1::/48"),
     ("http://[2002:7f00:1::1]/", "2002:7f00:1::1 is a loopback address (127.0.0.1) inside"),
     ("http://[2002:a9fe:a9fe::1]/", "2002:a9fe:a9fe::1 is a link-local address (169.254.169.254) inside"),
     ("http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/", "is a loopback address (127.0.0.1) inside"),
     ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is a link-local address"),
-    ("http://10.1.2.3/", "10.1.2.3 is a private address"),
-    ("http://192.168.1.1/", "192.168.1.1 is a private address"),
-    ("http://172.16.0.1/", "172.16.0.1 is a private address"),
-    ("http://100.64.0.1/", "100.64.0.1 is a shared (carrier-grade NAT) address"),
+    ("http://10.1.2.3/", "10.1.2.3 is a special-purpose address (IANA: 10.0.0.0/8, Private-Use)"),
+    ("http://192.168.1.1/", "192.168.1.1 is a special-purpose address (IANA: 192.168.0.0/16"),
+    ("http://172.16.0.1/", "172.16.0.1 is a special-purpose address (IANA: 172.16.0.0/12"),
+    (
+        "http://100.64.0.1/",
+        "100.64.0.1 is a special-purpose address (IANA: 100.64.0.0/10, Shared Address Space)",
+    ),
     ("http://224.0.0.1/", "224.0.0.1 is a multicast address"),
     ("http://239.255.255.250/", "239.255.255.250 is a multicast address"),
-    ("http://192.0.2.1/", "192.0.2.1 is a private address"),  # documentation (TEST-NET-1)
-    ("http://198.18.0.1/", "198.18.0.1 is a private address"),  # benchmarking
-    ("http://240.0.0.1/", "240.0.0.1 is a private address"),  # reserved
+    ("http://192.0.2.1/", "(IANA: 192.0.2.0/24, Documentation (TEST-NET-1))"),
+    ("http://198.18.0.1/", "(IANA: 198.18.0.0/15, Benchmarking)"),
+    ("http://240.0.0.1/", "(IANA: 240.0.0.0/4, Reserved)"),
     ("http://255.255.255.255/", "255.255.255.255 is a"),
     ("http://[fe80::1]/", "fe80::1 is a link-local address"),
-    ("http://[fc00::1]/", "fc00::1 is a private address"),
-    ("http://[fd12:3456::1]/", "fd12:3456::1 is a private address"),
+    ("http://[fc00::1]/", "fc00::1 is a special-purpose address (IANA: fc00::/7, Unique-Local)"),
+    ("http://[fd12:3456::1]/", "(IANA: fc00::/7, Unique-Local)"),
     ("http://[fec0::1]/", "fec0::1 is a site-local address"),
     ("http://[ff02::1]/", "ff02::1 is a multicast address"),
     ("http://[ff0e::1]/", "ff0e::1 is a multicast address"),
-    ("http://[2001:db8::1]/", "2001:db8::1 is a private address"),  # documentation
+    ("http://[2001:db8::1]/", "(IANA: 2001:db8::/32, Documentation)"),
+    # What Python 3.11's ipaddress tables call global, and IANA's registries do not.
+    ("http://192.0.0.8/", "(IANA: 192.0.0.8/32, IPv4 dummy address)"),
+    ("http://192.0.0.170/", "(IANA: 192.0.0.170/32, NAT64/DNS64 Discovery)"),
+    ("http://192.0.0.200/", "(IANA: 192.0.0.0/24, IETF Protocol Assignments)"),
+    ("http://192.88.99.1/", "(IANA: 192.88.99.0/24, Deprecated (6to4 Relay Anycast))"),
+    ("http://192.88.99.2/", "(IANA: 192.88.99.2/32, 6a44-relay anycast address)"),
+    ("http://[3fff::1]/", "(IANA: 3fff::/20, Documentation)"),
+    ("http://[3fff:fff::1]/", "(IANA: 3fff::/20, Documentation)"),
+    ("http://[5f00::1]/", "(IANA: 5f00::/16, Segment Routing (SRv6) SIDs)"),
+    ("http://[100:0:0:1::1]/", "(IANA: 100:0:0:1::/64, Dummy IPv6 Prefix)"),
+    ("http://[2001:10::1]/", "(IANA: 2001:10::/28, Deprecated (previously ORCHID))"),
+    ("http://[4000::1]/", "4000::1 is a reserved address"),
 ]
 
 
@@ -268,6 +287,32 @@ async def test_web_fetch_refuses_every_form_of_a_non_public_address(
 def test_an_ipv6_address_carrying_a_public_ipv4_address_is_public(address: str) -> None:
     """The other side of the rules above (checked without fetching: there is no internet here)."""
     assert refusal(ipaddress.ip_address(address)) is None
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["8.8.8.8", "192.0.0.9", "192.0.0.10", "192.31.196.1", "192.52.193.255", "192.175.48.1", "2606:4700::1",
+     "2001:1::1", "2001:1::3", "2001:3::1", "2001:4:112::1", "2001:20::1", "2001:30::1", "2620:4f:8000::1"],
+)  # fmt: skip
+def test_blocks_the_registries_call_globally_reachable_are_public(address: str) -> None:
+    assert refusal(ipaddress.ip_address(address)) is None
+
+
+# Rows whose addresses carry an IPv4 address, which decides (above), whatever the row says.
+_CARRIERS = {"::ffff:0:0/96", "64:ff9b::/96", "2001::/32", "2002::/16"}
+
+
+@pytest.mark.parametrize(
+    "block", [b for b in SPECIAL_BLOCKS if str(b.network) not in _CARRIERS], ids=lambda b: str(b.network)
+)
+def test_every_registry_row_decides_its_first_and_last_address(block: SpecialBlock) -> None:
+    """Each row of IANA's two special-purpose registries (tools/special_addresses.py): its
+    addresses are public exactly when the row says globally reachable, except where a more
+    specific row says otherwise."""
+    own = [a for a in (block.network[0], block.network[-1]) if special_block(a) == block]
+    assert own, "neither end of the block is the row's own"
+    for address in own:
+        assert (refusal(address) is None) == (block.globally_reachable is True), address
 
 
 # ---------------------------------------------------------------- the skill http backend

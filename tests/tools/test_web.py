@@ -500,7 +500,7 @@ def test_tools_are_listed_as_web_queries() -> None:
         ("http://127.0.0.1:9/x", "127.0.0.1 is a loopback address"),
         ("http://localhost:9/", "localhost resolves to 127.0.0.1, a loopback address"),
         ("http://169.254.169.254/latest/meta-data", "169.254.169.254 is a link-local address"),
-        ("http://10.1.2.3/", "10.1.2.3 is a private address"),
+        ("http://10.1.2.3/", "10.1.2.3 is a special-purpose address (IANA: 10.0.0.0/8, Private-Use)"),
         ("http://[::1]:9/", "::1 is a loopback address"),
     ],
 )
