@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .config import ConfigError, Settings, check_address, check_serving, settings_from
+from .config import ConfigError, Settings, check_address, check_serving, settings_from, store_holds_password
 
 if TYPE_CHECKING:
     import grpc
@@ -130,9 +130,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--store",
-        help="postgresql://user:password@host:port/database: keep sessions, event logs and leases there,"
-        " so that several replicas serve the same sessions (env A3S_STORE; default the SQLite file in"
-        " the data directory)",
+        help="postgresql://user@host:port/database: keep sessions, event logs and leases there, so that"
+        " several replicas serve the same sessions (env A3S_STORE; default the SQLite file in the data"
+        " directory). A password here is refused (ps shows it): set PGPASSWORD, use ~/.pgpass or"
+        " PGPASSFILE, or put the whole URL in A3S_STORE",
     )
     serve.add_argument(
         "--replica-id",
@@ -477,6 +478,14 @@ def main(argv: list[str] | None = None) -> int:
                 "a3s-agent: --auth-token is refused: every local user can read a command line (ps,"
                 " /proc/<pid>/cmdline). Put the token in a file only you can read and pass"
                 " --auth-token-file FILE, or set A3S_AUTH_TOKEN_FILE=FILE or A3S_AUTH_TOKEN",
+                file=sys.stderr,
+            )
+            return 2
+        if args.store is not None and store_holds_password(args.store):
+            print(
+                "a3s-agent: a password in --store is refused: every local user can read a command line"
+                " (ps, /proc/<pid>/cmdline). Leave it out of the URL and set PGPASSWORD, or keep it in a"
+                " password file (~/.pgpass, or PGPASSFILE=FILE), or give the whole URL in A3S_STORE",
                 file=sys.stderr,
             )
             return 2

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 from .base.models import LLMConfig
 from .base.prices import ModelPrice, load_prices
@@ -300,6 +300,17 @@ def settings_from(
 
 
 _REPLICA_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+
+def store_holds_password(value: str) -> bool:
+    """Whether a --store URL carries a password: in its user part, or as `password=` in its query."""
+    try:
+        parts = urlsplit(value.strip())
+        return bool(parts.password) or any(
+            key == "password" and secret for key, secret in parse_qsl(parts.query, keep_blank_values=True)
+        )
+    except ValueError:  # a malformed URL: _store names the fault
+        return False
 
 
 def _store(value: str, password: str) -> str:

@@ -987,6 +987,7 @@ def test_a_store_url_without_a_password_takes_pgpassword_which_the_server_then_w
 
 
 def test_serve_with_an_unreachable_store_exits_naming_why_and_not_the_password(tmp_path: Path) -> None:
+    import os
     import socket
     import subprocess
     import sys
@@ -994,20 +995,11 @@ def test_serve_with_an_unreachable_store_exits_naming_why_and_not_the_password(t
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    store = f"postgresql://agent:s3cret-pw@127.0.0.1:{port}/a3s"
-    command = [
-        sys.executable,
-        "-m",
-        "a3s_agent",
-        "serve",
-        "--store",
-        store,
-        "--data-dir",
-        str(tmp_path / "d"),
-    ]
+    store = f"postgresql://agent:s3cret-pw@127.0.0.1:{port}/a3s"  # from the environment: not in ps
+    command = [sys.executable, "-m", "a3s_agent", "serve", "--data-dir", str(tmp_path / "d")]
     ended = subprocess.run(
         [*command, "--listen", "127.0.0.1:0", "--http-listen", "off"],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env={**os.environ, "A3S_STORE": store},
     )  # fmt: skip
     assert ended.returncode == 1
     assert "cannot reach the PostgreSQL store (--store)" in ended.stderr and "Traceback" not in ended.stderr

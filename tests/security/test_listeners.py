@@ -45,6 +45,7 @@ OPENAI_KEY = "sk-openai-key-9876543210fedcba"
 LLM_KEY = "sk-a3s-llm-key-1122334455667788"
 MARKED = "marked-secret-value-55aa55aa"
 SEARCH_KEY = "brave-search-key-0099887766"
+DB_PASSWORD = "db-password-4455667788"
 
 
 class GuardedServer(LoggedServer):
@@ -182,6 +183,35 @@ def test_a_token_on_the_command_line_is_refused_without_echoing_it(tmp_path: Pat
     stderr = _refused_to_start(_serve(tmp_path, "--auth-token", TOKEN))
     assert "--auth-token-file" in stderr and "A3S_AUTH_TOKEN" in stderr
     assert TOKEN not in stderr
+
+
+@pytest.mark.parametrize(
+    "store",
+    [
+        f"postgresql://app:{DB_PASSWORD}@127.0.0.1:1/db",
+        f"postgres://app:{DB_PASSWORD}@127.0.0.1:1/db?sslmode=require",
+        f"postgresql://app@127.0.0.1:1/db?sslmode=require&password={DB_PASSWORD}",
+    ],
+)
+def test_a_database_password_on_the_command_line_is_refused_without_echoing_it(
+    tmp_path: Path, store: str
+) -> None:
+    stderr = _refused_to_start(_serve(tmp_path, "--store", store))
+    assert "PGPASSWORD" in stderr and "PGPASSFILE" in stderr and "A3S_STORE" in stderr
+    assert DB_PASSWORD not in stderr
+
+
+def test_a_database_password_from_the_environment_is_taken(tmp_path: Path, postgres_url: str) -> None:
+    """A3S_STORE with the password in it, or --store without one and PGPASSWORD: the server starts
+    on the database (which trusts local connections, so any password is let in)."""
+    with_password = postgres_url.replace("postgres:@", f"postgres:{DB_PASSWORD}@", 1)
+    assert with_password != postgres_url
+    for args, env in (
+        ((), {"A3S_STORE": with_password}),
+        (("--store", postgres_url), {"PGPASSWORD": DB_PASSWORD}),
+    ):
+        server = GuardedServer(tmp_path, *args, env=env).start()  # started: SERVING on the store
+        assert server.stop() == 0, server.log()[-4000:]
 
 
 @pytest.mark.parametrize(
