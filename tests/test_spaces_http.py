@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from a3s_agent.config import DEFAULT_MAX_SPACE_RUNS, Settings
 from a3s_agent.faces.http import start_http
 from a3s_agent.faces.http.spaces import spaces_routes
 
-from .conftest import LiveServer, running
+from .conftest import LiveServer, eventually, running
 
 RISKY = {
     "protocolVersion": "1.0",
@@ -114,6 +115,58 @@ async def test_denial_validation_errors_and_unknown_spaces(workspace: Path, tmp_
             assert reply.status == 400
         async with http.get("/v1/spaces/nowhere") as reply:
             assert reply.status == 404 and (await reply.json())["error"]["code"] == "NOT_FOUND"
+
+
+async def test_a_deleted_space_is_gone_with_its_runs_and_its_own_directory(
+    workspace: Path, tmp_path: Path
+) -> None:
+    # A space in a directory of its own and one over a workspace it was given: deleting either
+    # drops the space and its runs (a run awaiting approval included); only the own directory goes.
+    data = tmp_path / "data"
+    async with serving(workspace, data) as http:
+        async with http.post("/v1/spaces", json={"spaceId": "own"}) as reply:
+            own_dir = Path((await reply.json())["workspace"])
+        async with http.post("/v1/spaces", json={"spaceId": "given", "workspace": str(workspace)}) as reply:
+            assert reply.status == 201
+        async with http.post("/v1/spaces/given/runs", json=RISKY) as reply:
+            paused = await reply.json()
+        assert paused["status"] == "awaiting_approval" and (workspace / "temp" / "x.txt").exists()
+        assert await asyncio.to_thread(own_dir.exists) and own_dir.is_relative_to(data)
+        for space in ("own", "given"):
+            async with http.delete(f"/v1/spaces/{space}") as reply:
+                assert reply.status == 204
+            async with http.get(f"/v1/spaces/{space}") as reply:
+                assert reply.status == 404
+            async with http.delete(f"/v1/spaces/{space}") as reply:
+                assert reply.status == 404 and (await reply.json())["error"]["code"] == "NOT_FOUND"
+        async with http.get(f"/v1/spaces/given/runs/{paused['runId']}") as reply:
+            assert reply.status == 404
+        assert not own_dir.parent.exists()  # data/spaces/own
+        assert (workspace / "temp" / "x.txt").exists()  # a given workspace is never removed
+        async with http.post("/v1/spaces", json={"spaceId": "given"}) as reply:
+            assert reply.status == 201  # the id is free again
+        async with http.delete("/v1/spaces/bad%00id") as reply:
+            assert reply.status == 400 and "spaceId" in (await reply.json())["error"]["message"]
+
+
+async def test_a_space_with_a_run_executing_is_not_deleted(workspace: Path, tmp_path: Path) -> None:
+    started, gate = workspace / "started", workspace / "gate"
+    command = f"touch {started.name}; while [ ! -e {gate.name} ]; do sleep 0.05; done"
+    waits = {"protocolVersion": "1.0", "operations": [{"type": "shell", "id": "w", "command": command}]}
+    async with serving(workspace, tmp_path / "data") as http:
+        async with http.post("/v1/spaces", json={"spaceId": "busy", "workspace": str(workspace)}) as reply:
+            assert reply.status == 201
+        running = asyncio.create_task(http.post("/v1/spaces/busy/runs", json=waits))
+        try:
+            await eventually(started.exists, "the run executes")
+            async with http.delete("/v1/spaces/busy") as reply:
+                assert reply.status == 409 and "cancel it" in (await reply.json())["error"]["message"]
+        finally:
+            gate.touch()
+            async with await running as reply:
+                assert (await reply.json())["status"] == "completed"
+        async with http.delete("/v1/spaces/busy") as reply:
+            assert reply.status == 204
 
 
 def test_the_ops_command_prints_the_events(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import aiohttp
 import psycopg
 import pytest
 
-from a3s_agent.base.errors import AlreadyExists, ResourceExhausted, Unavailable
+from a3s_agent.base.errors import AlreadyExists, NotFound, ResourceExhausted, Unavailable
 from a3s_agent.config import DEFAULT_MAX_SPACES
 from a3s_agent.core import postgres_bounds
 from a3s_agent.spaces.postgres_store import PostgresSpacesStore
@@ -219,6 +219,30 @@ async def test_a_space_made_on_one_replica_is_read_and_run_on_another(
         assert await a.get_run("shared", done["runId"]) == done
         with pytest.raises(AlreadyExists):
             await b.create_space("shared", workspace=workspace)
+
+
+async def test_a_space_deleted_on_one_replica_is_gone_on_another(
+    url: str, tmp_path: Path, workspace: Path
+) -> None:
+    async with replica(url, "A", tmp_path / "a") as a, replica(url, "B", tmp_path / "b") as b:
+        await a.create_space("doomed", workspace=workspace, policy="standard")
+        await b.get_space("doomed")  # B holds it now
+        paused = await b.start_run("doomed", ops({"type": "shell", "id": "s", "command": "rm -rf x"}))
+        assert paused["status"] == "awaiting_approval"
+        await a.delete_space("doomed")
+        with pytest.raises(NotFound):
+            await b.get_space("doomed")
+        with pytest.raises(NotFound):
+            await b.start_run("doomed", ops({"type": "message", "id": "m", "content": "hi"}))
+        with pytest.raises(NotFound):
+            await b.get_run("doomed", paused["runId"])
+    async with raw_store(url, "c") as store:
+        assert await store.delete_space("doomed") == "missing"
+        await store.insert_space(SpaceRecord("held", "/w", {}, NOW), 100)
+        await store.insert_run(RunRecord("r-held", "held", "running", {}, None, 0, NOW, NOW))
+        assert await store.delete_space("held") == "running"
+        with pytest.raises(NotFound):
+            await store.insert_run(RunRecord("r-gone", "doomed", "running", {}, None, 0, NOW, NOW))
 
 
 async def test_replicas_creating_spaces_at_once_keep_to_the_cap(url: str, tmp_path: Path) -> None:

@@ -36,6 +36,10 @@ class Spaces:
     async def get_space(self, space_id: str) -> Space:
         return await self._rt.spaces.get_space(space_id)
 
+    async def delete_space(self, space_id: str) -> None:
+        """Delete the space, its runs and the directory it made for itself (see spaces/service.py)."""
+        await self._rt.spaces.delete_space(space_id)
+
     async def start_run(self, space_id: str, operations_message: Any) -> RunResult:
         """Run an operations message (decoded JSON); its events message (completed,
         awaiting_approval...). MessageInvalid when the message as a whole is malformed."""

@@ -24,10 +24,10 @@ import psycopg
 from psycopg import errors
 from psycopg_pool import AsyncConnectionPool
 
-from ..base.errors import AlreadyExists, Unavailable
+from ..base.errors import AlreadyExists, NotFound, Unavailable
 from ..core.postgres_bounds import bound_waits, pooled
 from ..core.postgres_schema import CONNECT_TIMEOUT_S, NOW_MS, migrate
-from .storage import RunRecord, SpaceRecord
+from .storage import RunRecord, SpaceDeletion, SpaceRecord
 
 # Each entry moves the schema one version up; a3s_spaces_schema records the version (one row).
 _MIGRATIONS: list[str] = [
@@ -119,7 +119,30 @@ class PostgresSpacesStore:
         )
         return None if row is None else SpaceRecord(row[0], row[1], json.loads(row[2]), row[3])
 
+    async def delete_space(self, space_id: str) -> SpaceDeletion:
+        async with self._connection() as conn:
+            # The space's row locked first: a run inserted meanwhile (its foreign key) waits for the
+            # delete, and fails then; its runs' rows locked next: a resume (claim_run) waits too.
+            space = await conn.execute("SELECT 1 FROM spaces_spaces WHERE id = %s FOR UPDATE", (space_id,))
+            if await space.fetchone() is None:
+                return "missing"
+            runs = await conn.execute(
+                "SELECT status FROM spaces_runs WHERE space_id = %s FOR UPDATE", (space_id,)
+            )
+            if any(status == "running" for (status,) in await runs.fetchall()):
+                return "running"
+            await conn.execute(
+                "DELETE FROM spaces_spaces WHERE id = %s", (space_id,)
+            )  # runs, events: cascade
+        return "deleted"
+
     async def insert_run(self, run: RunRecord) -> None:
+        try:
+            await self._insert_run(run)
+        except errors.ForeignKeyViolation as exc:
+            raise NotFound(f"space {run.space_id!r} does not exist") from exc
+
+    async def _insert_run(self, run: RunRecord) -> None:
         running = run.status == "running"
         await self._execute(
             f"INSERT INTO spaces_runs ({_RUN_COLUMNS}, owner, lease_until)"

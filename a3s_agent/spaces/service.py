@@ -29,6 +29,7 @@ import asyncio
 import logging
 import re
 import secrets
+import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -163,8 +164,8 @@ class Spaces:
         record = SpaceRecord(space_id, str(directory), built.spec, timestamp())
         if not await self._store.insert_space(record, self._max_spaces):
             raise ResourceExhausted(
-                f"the store keeps {self._max_spaces} Agent Spaces already, the server's limit (A3S_MAX_SPACES);"
-                " spaces are never deleted, so raise the limit or remove spaces from the store"
+                f"the store keeps {self._max_spaces} Agent Spaces already, the server's limit (A3S_MAX_SPACES):"
+                " delete spaces no longer needed (DELETE /v1/spaces/{spaceId}) or raise the limit"
             )
         directory.mkdir(parents=True, exist_ok=True)
         space = Space(space_id, directory, built, record.created_at)
@@ -172,15 +173,36 @@ class Spaces:
         return space
 
     async def get_space(self, space_id: str) -> Space:
+        """The space, read from the store each time (another replica may have deleted it); its
+        policy is built once."""
         _check_id(space_id, "spaceId")
+        record = await self._store.get_space(space_id)
+        if record is None:
+            self._spaces.pop(space_id, None)
+            raise NotFound(f"space {space_id!r} does not exist")
         space = self._spaces.get(space_id)
         if space is None:
-            record = await self._store.get_space(space_id)
-            if record is None:
-                raise NotFound(f"space {space_id!r} does not exist")
             space = Space(record.id, Path(record.workspace), build_policy(record.policy), record.created_at)
             self._spaces[space_id] = space
         return space
+
+    async def delete_space(self, space_id: str) -> None:
+        """Delete the space with its runs and their events (one awaiting approval is dropped), and
+        the directory the space made for itself; never a workspace it was given. FailedPrecondition
+        while one of its runs executes."""
+        _check_id(space_id, "spaceId")
+        record = await self._store.get_space(space_id)
+        outcome = await self._store.delete_space(space_id)
+        if outcome == "missing" or record is None:
+            raise NotFound(f"space {space_id!r} does not exist")
+        if outcome == "running":
+            raise FailedPrecondition(
+                f"space {space_id!r} has a run executing: cancel it, then delete the space"
+            )
+        self._spaces.pop(space_id, None)
+        own = self._data_dir.resolve() / "spaces" / space_id
+        if Path(record.workspace) == own / "workspace":
+            await asyncio.to_thread(shutil.rmtree, own, ignore_errors=True)
 
     # --- runs -------------------------------------------------------------------------------------
 

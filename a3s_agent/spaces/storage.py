@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,9 @@ class RunRecord:
     updated_at: str
 
 
+SpaceDeletion = Literal["deleted", "missing", "running"]
+
+
 class SpacesStorage(Protocol):
     async def open(self) -> None:
         """Connect, migrating the schema up."""
@@ -48,8 +51,13 @@ class SpacesStorage(Protocol):
 
     async def get_space(self, space_id: str) -> SpaceRecord | None: ...
 
+    async def delete_space(self, space_id: str) -> SpaceDeletion:
+        """Delete the space with its runs and their events at once, unless one of its runs is
+        running ("running": nothing deleted); "missing" when there is no such space."""
+
     async def insert_run(self, run: RunRecord) -> None:
-        """A new run (no events, nothing pending); a `running` one is leased to this process."""
+        """A new run (no events, nothing pending); a `running` one is leased to this process.
+        NotFound when its space is gone (deleted meanwhile, perhaps by another process)."""
 
     async def get_run(self, run_id: str, *, with_events: bool = False) -> tuple[RunRecord, list[Any]] | None:
         """The run and, if asked, its events in order; None when there is no such run."""

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..base.errors import AlreadyExists
+from ..base.errors import AlreadyExists, NotFound
 from ..base.sqlite import Database, Durability, transaction
-from .storage import RunRecord, SpaceRecord
+from .storage import RunRecord, SpaceDeletion, SpaceRecord
 
 # Each entry moves the schema one version up; PRAGMA user_version records where a file is.
 _MIGRATIONS: list[str] = [
@@ -87,14 +87,37 @@ class SpacesStore:
         )
         return None if row is None else SpaceRecord(row[0], row[1], json.loads(row[2]), row[3])
 
+    async def delete_space(self, space_id: str) -> SpaceDeletion:
+        def write(db: sqlite3.Connection) -> SpaceDeletion:
+            with transaction(db):
+                running = "SELECT 1 FROM runs WHERE space_id = ? AND status = 'running' LIMIT 1"
+                if db.execute(running, (space_id,)).fetchone() is not None:
+                    return "running"
+                deleted = db.execute(
+                    "DELETE FROM spaces WHERE id = ?", (space_id,)
+                ).rowcount  # runs, events: cascade
+            return "deleted" if deleted == 1 else "missing"
+
+        return await self._db.run(write)
+
     async def insert_run(self, run: RunRecord) -> None:
-        await self._db.run(
-            lambda db: db.execute(
-                "INSERT INTO runs (id, space_id, status, policy, pending, event_count, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, NULL, 0, ?, ?)",
-                (run.id, run.space_id, run.status, json.dumps(run.policy), run.created_at, run.updated_at),
+        try:
+            await self._db.run(
+                lambda db: db.execute(
+                    "INSERT INTO runs (id, space_id, status, policy, pending, event_count, created_at, updated_at)"
+                    " VALUES (?, ?, ?, ?, NULL, 0, ?, ?)",
+                    (
+                        run.id,
+                        run.space_id,
+                        run.status,
+                        json.dumps(run.policy),
+                        run.created_at,
+                        run.updated_at,
+                    ),
+                )
             )
-        )
+        except sqlite3.IntegrityError as exc:  # the space's foreign key: it was deleted
+            raise NotFound(f"space {run.space_id!r} does not exist") from exc
 
     async def get_run(self, run_id: str, *, with_events: bool = False) -> tuple[RunRecord, list[Any]] | None:
         """The run and, if asked, its events in order; None when there is no such run."""

@@ -3,6 +3,7 @@ application layer's Spaces service (app/spaces.py).
 
 POST /v1/spaces                                   {"spaceId"?, "sessionId"? | "workspace"?, "policy"?} → 201 space
 GET  /v1/spaces/{spaceId}                         the space
+DELETE /v1/spaces/{spaceId}                       204; the space, its runs and its own directory are gone
 POST /v1/spaces/{spaceId}/runs                    an operations message → the events message
 GET  /v1/spaces/{spaceId}/runs/{runId}            the run with all its events so far
 POST /v1/spaces/{spaceId}/runs/{runId}/resume     {"approval": {"operationId", "decision", "reason"?}}
@@ -58,6 +59,12 @@ def spaces_routes(app: Application) -> web.RouteTableDef:
     @_domain
     async def get_space(request: web.Request) -> web.StreamResponse:
         return web.json_response((await spaces.get_space(request.match_info["space"])).to_dict())
+
+    @routes.delete("/v1/spaces/{space}")
+    @_domain
+    async def delete_space(request: web.Request) -> web.StreamResponse:
+        await spaces.delete_space(request.match_info["space"])
+        return web.Response(status=204)
 
     @routes.post("/v1/spaces/{space}/runs")
     @_domain
