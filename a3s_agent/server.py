@@ -151,6 +151,10 @@ async def run(settings: Settings) -> int:
                 " run commands here",
                 listener,
             )
+    if settings.mcp_tools and not settings.mcp_http:
+        log.warning(
+            "--mcp-tools (A3S_MCP_TOOLS) does nothing without --mcp-http: this server offers no MCP tools"
+        )
     runtime = Runtime(settings, registry=builtin_registry())
     app = Application(runtime)
     loop = asyncio.get_running_loop()

@@ -440,6 +440,28 @@ async def test_serve_warns_once_of_every_name_it_will_not_offer(tmp_path: Path, 
     assert warnings[0].endswith("does not offer (now): ask_user, grpe, todo"), warnings
 
 
+def test_serve_says_that_mcp_tools_does_nothing_without_mcp_http(tmp_path: Path) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    server = ServerProcess(workspace, tmp_path / "data")
+    proc = server.proc = subprocess.Popen(
+        [*server.command(), "--mcp-tools", "read_file"],
+        env=server.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_serving(server.address, 20.0, proc)
+        assert server.stop() == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    warnings = [line for line in server.output().splitlines() if "--mcp-tools" in line]
+    assert len(warnings) == 1 and "does nothing without --mcp-http" in warnings[0], warnings
+
+
 def test_the_flags_and_their_environment() -> None:
     settings = settings_from(
         mcp_tools=["read_file"], env={"A3S_MCP_HTTP": "1", "A3S_MCP_TOOLS": "grep, bash"}
