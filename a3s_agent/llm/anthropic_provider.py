@@ -32,6 +32,7 @@ from .http import (
     RETRY_STATUSES,
     Endpoint,
     Retryable,
+    error_text,
     http_failure,
     retrying,
 )
@@ -94,7 +95,7 @@ class AnthropicProvider:
         reader = MessageReader(self.state_key)
         async with self._endpoint.post(body) as response:
             if response.status >= 400:
-                text = await response.text(errors="replace")
+                text = await error_text(response)
                 raise http_failure(response, text, self._endpoint.shown, _RETRY_STATUSES)
             async for ready in by_read(response, partial(_take, reader)):
                 yield ready

@@ -42,6 +42,10 @@ DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_RETRIES = 3
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 MAX_RETRY_AFTER_S = 60.0
+MAX_ERROR_BODY_BYTES = 64 * 1024
+"""What is read of an error reply's body (its message is near the start); the rest is left unread."""
+MAX_WHOLE_REPLY_BYTES = 128 << 20
+"""The longest whole (not streamed) JSON reply taken from a model's server, as sse.py bounds an event."""
 _DRAIN_S = 0.05
 _DRAIN_BYTES = 64 * 1024
 _RETRY_INITIAL_S, _RETRY_MAX_S, _RETRY_JITTER = 0.5, 8.0, 0.25
@@ -127,6 +131,30 @@ async def drain(content: aiohttp.StreamReader) -> None:
         async with asyncio.timeout(_DRAIN_S):
             while not content.at_eof() and read < _DRAIN_BYTES:
                 read += len(await content.readany())
+
+
+async def error_text(response: aiohttp.ClientResponse) -> str:
+    """An error reply's body as text, its first MAX_ERROR_BODY_BYTES at most (a hostile or broken
+    server may send no end)."""
+    body = await _read_at_most(response.content, MAX_ERROR_BODY_BYTES)
+    return body.decode(response.charset or "utf-8", errors="replace")
+
+
+async def whole_body(response: aiohttp.ClientResponse) -> bytes:
+    """A reply's whole body; Unavailable when it is longer than MAX_WHOLE_REPLY_BYTES."""
+    body = await _read_at_most(response.content, MAX_WHOLE_REPLY_BYTES + 1)
+    if len(body) > MAX_WHOLE_REPLY_BYTES:
+        raise Unavailable(
+            f"the LLM provider sent a reply of more than {MAX_WHOLE_REPLY_BYTES >> 20} MiB; gave up reading it"
+        )
+    return body
+
+
+async def _read_at_most(content: aiohttp.StreamReader, limit: int) -> bytes:
+    body = bytearray()
+    while len(body) < limit and (chunk := await content.read(limit - len(body))):
+        body += chunk
+    return bytes(body)
 
 
 def http_failure(

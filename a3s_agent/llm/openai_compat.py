@@ -22,7 +22,7 @@ from ..base.jsontext import model_json
 from ..base.models import LLMConfig
 from .delta_runs import by_read
 from .endpoints import OPENAI_BASE_URL
-from .http import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, Endpoint, http_failure, retrying
+from .http import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, Endpoint, error_text, http_failure, retrying, whole_body
 from .json_body import fixed_json
 from .messages import on_the_wire, tool_images_after_results
 from .openai_stream import TurnReader, whole_reply
@@ -94,14 +94,14 @@ class OpenAICompatibleProvider:
             if response.status >= 400:
                 raise await self._failure(response, with_options)
             if response.content_type == "application/json":  # a server that ignored stream=true
-                for event in whole_reply(_json_reply(await response.read()), self.state_key):
+                for event in whole_reply(_json_reply(await whole_body(response)), self.state_key):
                     yield event
             else:
                 async for event in self._read_stream(response):
                     yield event
 
     async def _failure(self, response: aiohttp.ClientResponse, sent_stream_options: bool) -> Exception:
-        text = await response.text(errors="replace")
+        text = await error_text(response)
         status = response.status
         refused = sent_stream_options and status in (400, 422) and "stream_options" in text
         if refused and not is_context_overflow(text):
