@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     import httpx
 
 SEARCH_TIMEOUT_S = 20.0
+MAX_SEARCH_REPLY_BYTES = 4 << 20
+"""A search backend's reply read beyond this is not read on: its results are the first few KiB."""
 
 # ---------------------------------------------------------------- web_search
 
@@ -107,16 +109,15 @@ def _search_backend(ctx: ToolContext) -> _SearchBackend:
     return _SearchBackend(provider, base_url.rstrip("/") + _SEARCH_PATHS[provider], api_key)
 
 
-async def _send_query(
-    client: httpx.AsyncClient, backend: _SearchBackend, query: str, max_results: int
-) -> httpx.Response:
+def _query(client: httpx.AsyncClient, backend: _SearchBackend, query: str, max_results: int) -> httpx.Request:
     if backend.provider == "tavily":
         body = {"api_key": backend.api_key, "query": query, "max_results": max_results}
-        return await client.post(backend.endpoint, json=body)
+        return client.build_request("POST", backend.endpoint, json=body)
     if backend.provider == "brave":
         headers = {"X-Subscription-Token": backend.api_key, "Accept": "application/json"}
-        return await client.get(backend.endpoint, params={"q": query, "count": max_results}, headers=headers)
-    return await client.get(backend.endpoint, params={"q": query, "format": "json"})
+        params: dict[str, str | int] = {"q": query, "count": max_results}
+        return client.build_request("GET", backend.endpoint, params=params, headers=headers)
+    return client.build_request("GET", backend.endpoint, params={"q": query, "format": "json"})
 
 
 def _plain(text: Any) -> str:
@@ -159,6 +160,8 @@ async def web_search(args: WebSearchArgs, ctx: ToolContext) -> ToolOutput:
     """
     import httpx  # on first use: see tools/checked_fetch.py
 
+    from .checked_fetch import read_capped
+
     backend = _search_backend(ctx)
     proxy = tool_proxy(backend.endpoint)
     try:
@@ -169,7 +172,12 @@ async def web_search(args: WebSearchArgs, ctx: ToolContext) -> ToolOutput:
             trust_env=False,  # proxies as base/proxies.py reads them, not as httpx does
             verify=httpx.create_ssl_context(),  # which still reads SSL_CERT_FILE / SSL_CERT_DIR
         ) as client:
-            response = await _send_query(client, backend, args.query, args.max_results)
+            request = _query(client, backend, args.query, args.max_results)
+            response = await client.send(request, stream=True)
+            try:
+                body, more = await read_capped(response, MAX_SEARCH_REPLY_BYTES)
+            finally:
+                await response.aclose()
     except httpx.TimeoutException as exc:
         raise ToolFailure(
             f"{backend.provider} search at {backend.endpoint} did not answer within {SEARCH_TIMEOUT_S:g} s"
@@ -178,14 +186,19 @@ async def web_search(args: WebSearchArgs, ctx: ToolContext) -> ToolOutput:
         raise ToolFailure(
             f"{backend.provider} search at {backend.endpoint} failed: {connection_problem(exc)}"
         ) from exc
+    text = decode(body, response.charset_encoding)
     if response.is_error:
         raise ToolFailure(
             f"{backend.provider} search answered HTTP {response.status_code} {response.reason_phrase}: "
-            f"{response.text[:300]}",
+            f"{text[:300]}",
             status=response.status_code,
         )
+    if more:
+        raise ToolFailure(
+            f"{backend.provider} search answered more than {MAX_SEARCH_REPLY_BYTES >> 20} MiB; gave up reading it"
+        )
     try:
-        data = model_json(response.text)
+        data = model_json(text)
     except ValueError as exc:
         raise ToolFailure(f"{backend.provider} search answered with something that is not JSON") from exc
     results = _parse_results(backend.provider, data)[: args.max_results]

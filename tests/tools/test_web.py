@@ -143,6 +143,7 @@ def _app() -> web.Application:
     routes.add_post("/search", _tavily)
     routes.add_get("/res/v1/web/search", _brave)
     routes.add_get("/not-json/search", _fixed(lambda: web.Response(text="<html>maintenance</html>")))
+    routes.add_get("/endless/search", _stream_forever(b" " * 65536, 0))
     return app
 
 
@@ -474,6 +475,12 @@ async def test_a_slow_backend_times_out(
     monkeypatch.setattr(web_tools, "SEARCH_TIMEOUT_S", 0.2)
     result = await call("web_search", env={"A3S_SEARCH_URL": url(server, "/slow")}, query="x")
     assert not result.success and "did not answer within 0.2 s" in result.error
+
+
+async def test_a_backend_reply_without_end_is_given_up_at_its_bound(call: Call, server: TestServer) -> None:
+    result = await call("web_search", env={"A3S_SEARCH_URL": url(server, "/endless")}, query="x")
+    assert not result.success
+    assert f"answered more than {web_tools.MAX_SEARCH_REPLY_BYTES >> 20} MiB" in result.error
 
 
 @pytest.mark.parametrize("args", [{"query": ""}, {"query": "x", "max_results": 21}, {"q": "x"}])
