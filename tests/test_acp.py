@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import aiohttp
 import pytest
@@ -60,7 +60,7 @@ from a3s_agent.proto import code_agent_pb2 as pb
 
 from .conftest import eventually, running
 from .fake_anthropic import FakeAnthropic
-from .fake_llm import FakeLLM, text, tool_call
+from .fake_llm import FakeLLM, hang, text, tool_call
 from .test_face_boundaries import runtime_imports, runtime_reaches
 
 PNG = base64.b64decode(
@@ -628,6 +628,103 @@ async def test_the_wire_newline_delimited_json_rpc_and_its_errors(workspace: Pat
             stderr.close()
     logged = (tmp_path / "stderr.log").read_text()
     assert "rpc session/new" in logged and "runtime ready" in logged
+
+
+def _request(request_id: int, method: str, params: dict[str, Any]) -> bytes:
+    return (
+        json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode() + b"\n"
+    )
+
+
+def _requests(workspace: Path) -> bytes:
+    """initialize and session/new, as a client would pipe them in before reading any answer, after
+    lines that are no request (skipped: none ends the connection)."""
+    garbage = b"not json\n[1, 2]\n\n"
+    return (
+        garbage
+        + _request(1, "initialize", {"protocolVersion": 1})
+        + _request(2, "session/new", {"cwd": str(workspace), "mcpServers": []})
+    )
+
+
+def _answers(output: bytes) -> dict[Any, dict[str, Any]]:
+    """The answers among the JSON-RPC messages on the agent's stdout, by id."""
+    messages = [json.loads(line) for line in output.splitlines() if line.strip()]
+    return {m["id"]: m for m in messages if "method" not in m}
+
+
+async def _acp_process(
+    workspace: Path,
+    fake: FakeLLM,
+    tmp_path: Path,
+    stderr: IO[str],
+    stdin: Any = asyncio.subprocess.PIPE,
+    stdout: Any = asyncio.subprocess.PIPE,
+) -> asyncio.subprocess.Process:
+    """`a3s-agent acp` in `workspace` with stdin and stdout as given (pipes unless files are)."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "a3s_agent", "acp",
+        cwd=workspace, env=agent_env(fake, tmp_path / "data"), stdin=stdin, stdout=stdout, stderr=stderr,
+    )  # fmt: skip
+
+
+async def test_requests_piped_in_before_stdin_closes_are_all_answered(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """stdin ends right after the requests: each is answered (session/new too) before the exit."""
+    async with FakeLLM() as fake:
+        with open(tmp_path / "stderr.log", "w") as stderr:
+            proc = await _acp_process(workspace, fake, tmp_path, stderr)
+            output, _ = await asyncio.wait_for(proc.communicate(_requests(workspace)), 60)
+    answers = _answers(output)
+    assert set(answers) == {1, 2}, (output, (tmp_path / "stderr.log").read_text()[-2000:])
+    assert answers[1]["result"]["protocolVersion"] == 1 and answers[2]["result"]["sessionId"]
+    assert proc.returncode == 0
+
+
+async def test_stdin_and_stdout_may_be_regular_files(workspace: Path, tmp_path: Path) -> None:
+    """`a3s-agent acp < requests.jsonl > answers.jsonl`: files, not pipes, on both ends."""
+    (tmp_path / "requests.jsonl").write_bytes(_requests(workspace))
+    async with FakeLLM() as fake:
+        with (
+            open(tmp_path / "requests.jsonl", "rb") as stdin,
+            open(tmp_path / "answers.jsonl", "wb") as stdout,
+            open(tmp_path / "stderr.log", "w") as stderr,
+        ):
+            proc = await _acp_process(workspace, fake, tmp_path, stderr, stdin, stdout)
+            code = await asyncio.wait_for(proc.wait(), 60)
+    logged = (tmp_path / "stderr.log").read_text()
+    assert code == 0, logged[-2000:]
+    answers = _answers((tmp_path / "answers.jsonl").read_bytes())
+    assert set(answers) == {1, 2} and answers[2]["result"]["sessionId"], logged[-2000:]
+
+
+async def test_a_prompt_running_when_stdin_closes_is_answered_cancelled(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """The client went away mid-turn: the turn stops and its request still gets its answer."""
+    async with FakeLLM() as fake:
+        fake.script(hang())
+        with open(tmp_path / "stderr.log", "w") as stderr:
+            proc = await _acp_process(workspace, fake, tmp_path, stderr)
+            assert proc.stdin is not None and proc.stdout is not None
+            await _exchange(
+                proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}
+            )
+            new = {"cwd": str(workspace), "mcpServers": []}
+            created = await _exchange(
+                proc, {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": new}
+            )
+            prompt = [{"type": "text", "text": "hi"}]
+            proc.stdin.write(
+                _request(3, "session/prompt", {"sessionId": created["result"]["sessionId"], "prompt": prompt})
+            )
+            await eventually(lambda: fake.requests, "the model was asked")
+            proc.stdin.close()
+            rest = await asyncio.wait_for(proc.stdout.read(), 60)
+            code = await asyncio.wait_for(proc.wait(), 60)
+    assert _answers(rest)[3]["result"] == {"stopReason": "cancelled"}, rest
+    assert code == 0
 
 
 async def test_the_editors_mcp_servers_serve_the_session(workspace: Path, tmp_path: Path) -> None:

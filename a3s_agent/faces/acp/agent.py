@@ -74,12 +74,21 @@ class EditorAgent:
         self._workspaces: dict[str, Path] = {}  # the sessions this connection set up
         self._untitled: set[str] = set()  # of those, the ones without a name yet
         self._turns: dict[str, set[Turn]] = {}
+        self._ended = False  # the editor sends nothing more (stdin ended)
         editor.show_terminal = self._show_terminal
 
     def on_connect(self, conn: Client) -> None:
         self._client = conn
         self._outbox = Outbox(conn)
         self._asker = Asker(self._app, conn)
+
+    def end(self) -> None:
+        """The editor sends nothing more: the requests it sent are still answered, but a turn, now
+        watched by no one, stops (its prompt answers `cancelled`), and so does one yet to start."""
+        self._ended = True
+        for turns in self._turns.values():
+            for turn in turns:
+                turn.cancel()
 
     async def close(self) -> None:
         for turns in self._turns.values():
@@ -214,6 +223,8 @@ class EditorAgent:
             turn = Turn(self._app, self._require_outbox(), self._asker, session_id, workspace)
             turns = self._turns.setdefault(session_id, set())
             turns.add(turn)
+            if self._ended:
+                turn.cancel()
             try:
                 await self._title(session_id, message)
                 stop = await turn.run(message)

@@ -65,6 +65,8 @@ class Turn:
             self.task.cancel()
 
     async def run(self, message: Message) -> StopReason:
+        if self.cancel_requested:  # before the run started
+            return "cancelled"
         self.task = asyncio.current_task()
         subscription = await self._app.events.subscription(self._session_id, WATCHED_EVENTS)
         follower = asyncio.create_task(self.calls.follow(subscription))
