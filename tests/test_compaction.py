@@ -345,3 +345,40 @@ async def test_max_context_length_takes_real_windows_up_to_the_cap(live: LiveSer
             pb.CreateSessionRequest(config=pb.SessionConfig(max_context_length=3_000_000))
         )
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "2000000" in err.value.details()
+
+
+async def test_compact_context_summarises_all_but_the_recent_turns_whenever_asked(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
+    """Far under the target, automatic compaction leaves a session alone, but a client's
+    CompactContext summarises it: everything but the newest turns, the task and pins kept."""
+    scripted.fallback = summaries(
+        text("Goal: refactor the parser. Next step: run the tests."), lambda _: text("ok")
+    )
+    pinned = pb.Message(
+        role=ROLE.ROLE_USER, content="PINNED: never touch vendor/", metadata={"pinned": "true"}
+    )
+    chat = [
+        pb.Message(role=ROLE.ROLE_ASSISTANT if i % 2 else ROLE.ROLE_USER, content=f"message {i}")
+        for i in range(10)
+    ]
+    session_id = await _session(scripted_agent, auto_compact=True, extra=[pinned, *chat])
+    assert not _compactions(await _stream(scripted_agent, session_id, "go on"))  # under the threshold
+    before = await scripted_agent.runtime.sessions.history(session_id)
+
+    request = pb.CompactContextRequest(session_id=session_id)
+    reply = await scripted_agent.stub.CompactContext(request)
+    assert reply.success and reply.after.total_tokens < reply.before.total_tokens
+    assert (reply.before.message_count, reply.after.message_count) == (len(before), 7)
+    history = await scripted_agent.runtime.sessions.history(session_id)
+    assert [m.content for m in history[:2]] == [TASK, "PINNED: never touch vendor/"]
+    assert history[2].metadata["compaction"] == "summary" and "refactor the parser" in history[2].content
+    assert [m.content for m in history[3:]] == ["message 8", "message 9", "go on", "ok"]  # the recent turns
+    [summarised] = [r.messages[1]["content"] for r in scripted.requests if is_summary_request(r.body)]
+    assert "message 0" in summarised and "message 7" in summarised and "message 8" not in summarised
+
+    # Nothing older than the recent turns but the summary itself: nothing to do, and it says so.
+    again = await scripted_agent.stub.CompactContext(request)
+    assert again.success and again.before == again.after
+    assert len([r for r in scripted.requests if is_summary_request(r.body)]) == 1
+    assert await scripted_agent.runtime.sessions.history(session_id) == history

@@ -19,10 +19,11 @@ class Context:
         return self._rt.context.window(self._rt.sessions.get(session_id))
 
     async def compact(self, session_id: str) -> Compaction:
-        """Compact now, after any running generation of the session (on any replica)."""
+        """Compact now, as a client asks (a session within the target too: all but its recent turns
+        are summarised), after any running generation of the session (on any replica)."""
         await self._rt.sessions.refresh(session_id)
         async with self._rt.sessions.generation_lock(session_id), self._rt.own_run(session_id, "compaction"):
-            return await self._rt.context.compact(session_id)
+            return await self._rt.context.compact(session_id, requested=True)
 
     async def clear(self, session_id: str) -> None:
         """Empty the history, after any running generation of the session (on any replica)."""

@@ -9,6 +9,8 @@ while they fit (an assistant's tool calls stay with their results; a turn too la
 cut with a marker) and the older ones are replaced by a summary the LLM writes. The summary is
 produced first and the new history replaces the old in one store transaction; when the LLM cannot
 summarise, a deterministic fallback (old tool outputs stubbed, oldest turns dropped) takes its place.
+Automatic compaction runs past the threshold only; one a client asks for also summarises a session
+within the budget, all but its newest turns (RECENT_ON_REQUEST).
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ SUMMARY_PROMPT = (
 MAX_SUMMARY_TOKENS = 4_000  # the most a summary may take of the budget
 TRANSCRIPT_MESSAGE_CHARS = 4_000  # each message as the summariser reads it, cut beyond
 SUMMARY_WINDOW_SHARE = 0.6  # of the window, what one summary request (transcript part) may fill
+RECENT_ON_REQUEST = 4
+"""A compaction a client asks for (CompactContext) keeps at most this many newest turns (the last
+two exchanges of a chat, the last four steps of a tool loop) and summarises the rest."""
 PINNED = "pinned"  # message metadata `pinned: "true"` keeps a message through every compaction
 COMPACTION = "compaction"  # message metadata naming what compaction wrote: "summary" or "note"
 _STUB = "[tool output removed to save context]"
@@ -207,10 +212,15 @@ class ContextManager:
             return False
         return (await self.measure(session, history)).total_tokens > limit
 
-    async def compact(self, session_id: str, *, overflowed: bool = False) -> Compaction:
-        """Compact now (CompactContext, before a model call past the threshold, or with `overflowed`
-        after the provider refused a prompt our count thought fitted: then to the target share of
-        what was refused, too). FailedPrecondition when the pinned content alone is over the budget."""
+    async def compact(
+        self, session_id: str, *, requested: bool = False, overflowed: bool = False
+    ) -> Compaction:
+        """Compact now: before a model call past the threshold, with `overflowed` after the provider
+        refused a prompt our count thought fitted (then to the target share of what was refused,
+        too), or `requested` by a client (CompactContext): then also a session within the target,
+        all but its RECENT_ON_REQUEST newest turns summarised; nothing is done when nothing older
+        is left but an earlier summary. FailedPrecondition when the pinned content alone is over
+        the budget."""
         session = self._sessions.get(session_id)
         history = await self._sessions.history(session_id)
         meter = self._meter(session)
@@ -221,13 +231,18 @@ class ContextManager:
         budget = int(share * window)
         if overflowed:
             budget = min(budget, int(share * before.total_tokens))
-        if before.total_tokens <= budget:
+        within = before.total_tokens <= budget
+        if within and not requested:
             return Compaction(before, before, "")
         room = budget - (await asyncio.to_thread(meter, [])).total_tokens - REPLY_PRIMING
         cost = partial(_cost, counter)
         reserve = min(MAX_SUMMARY_TOKENS, max(room // 4, 0))
         plan = await asyncio.to_thread(_plan, history, cost, room, reserve, budget)
+        if requested:
+            plan.start = max(plan.start, len(plan.groups) - RECENT_ON_REQUEST)
         middle = plan.middle()
+        if within and all(COMPACTION in m.metadata for m in middle):  # nothing new to summarise
+            return Compaction(before, before, "")
         if not middle:
             kept, how, summary = plan.kept([]), "cut", ""
         else:
