@@ -1,6 +1,7 @@
 """The official A3S TypeScript SDK's live tests, examples and methods against our server, through
 tools/ts_sdk_check.py. Skipped without npm or the SDK checkout (CI has neither checkout):
-give it with A3S_TS_SDK=<git directory of A3S-Lab/TypeScript-SDK>."""
+give it with A3S_TS_SDK=<git directory of A3S-Lab/TypeScript-SDK>. How the check judges an
+example is tested without either, on stand-in examples against the real server."""
 
 from __future__ import annotations
 
@@ -84,3 +85,47 @@ def test_the_fake_model_answers_structured_requests_with_valid_json_and_calls_on
     assert [c.name for c in asked.tool_calls] == ["list_files"]
     after = [{"role": "user", "content": "hi"}, {"role": "assistant"}, {"role": "tool", "content": "a.txt"}]
     assert tool.answer({"tools": tools, "messages": after}).content
+
+
+CLIENT = """import os, grpc
+from a3s_agent.proto import code_agent_pb2 as pb, code_agent_pb2_grpc as pb_grpc
+stub = pb_grpc.CodeAgentServiceStub(grpc.insecure_channel(os.environ["A3S_ADDRESS"]))
+"""
+EXAMPLES = {
+    # Catches its own error, prints it and exits 0, as most of the SDK's examples do.
+    "caught": CLIENT
+    + "stub.HealthCheck(pb.HealthCheckRequest(), timeout=10)\n"
+    + "import sys; print(\"Error: TypeError: Cannot read properties of undefined (reading 'x')\", file=sys.stderr)\n",
+    # Calls the server, which answers OK.
+    "served": CLIENT + "stub.HealthCheck(pb.HealthCheckRequest(), timeout=10)\n",
+    # Calls the server, swallows the NOT_FOUND and exits 0 with nothing on stderr.
+    "swallowed": CLIENT
+    + "try:\n    stub.GetSession(pb.GetSessionRequest(session_id='no-such-session'), timeout=10)\n"
+    + "except grpc.RpcError:\n    pass\n",
+    # Says it passed and exits 0, but never called the server.
+    "silent": "print('All tests passed!')\n",
+}
+
+
+def test_an_example_passes_only_on_the_servers_evidence(tmp_path: Path) -> None:
+    """Examples run by a stand-in for tsx against the real server, as the check runs the SDK's:
+    exit 0 is not enough; a pass needs no error reported and calls the server answered OK."""
+    tool = _tool()
+    examples = tmp_path / "sdk" / "typescript" / "examples"
+    tsx = examples / "node_modules" / ".bin" / "tsx"
+    tsx.parent.mkdir(parents=True)
+    tsx.write_text(f'#!/bin/sh\nexec {sys.executable} "$1"\n')
+    tsx.chmod(0o755)
+    (examples / "src").mkdir()
+    for name, source in EXAMPLES.items():
+        (examples / "src" / f"{name}.py").write_text(source)
+    with tool.serving(tmp_path) as served:
+        env = tool.node_env(examples.parent, served.address)
+        rows = {
+            name: tool.example(examples / "src" / f"{name}.py", examples.parent, served, env, 60)
+            for name in EXAMPLES
+        }
+    assert [name for name, row in rows.items() if row.ok] == ["served"], rows
+    assert rows["caught"].reason.startswith("Error: TypeError: Cannot read") and not rows["caught"].expected
+    assert rows["swallowed"].reason == "it exited 0, but the server answered GetSession with NOT_FOUND"
+    assert rows["silent"].reason == "the server got no call from it"

@@ -8,6 +8,12 @@ methods (tools/ts_sdk/direct_check.mjs). Prints one row per test, example and ch
 every failure is an RPC group we do not serve or a cause outside our server, 1 otherwise, and 2
 when npm or the checkout is missing (nothing was run).
 
+An example passes on evidence, not on its exit code (most catch their own errors, print them and
+exit 0): it exits 0, reports no error (nothing on stderr but node's own warnings, no gRPC status),
+and the server's log holds at least one call of its, every one answered OK. The server logs one
+line per call; a call the check makes before and after each example (GetSession of a session
+that does not exist, named for the example) marks which lines are the example's.
+
 The SDK's files are not edited. Examples that hard-code the SDK's default "localhost:4088" are
 pointed at our server by tools/ts_sdk/redirect.cjs, preloaded into node; the config directory the
 examples and the live test read (`<sdk>/../../.a3s/config.json`) is written per run, naming the fake
@@ -30,6 +36,7 @@ import sys
 import tarfile
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,7 +46,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import grpc  # noqa: E402
+
 from a3s_agent.faces.grpc.later_only import NOT_SERVED  # noqa: E402
+from a3s_agent.proto import code_agent_pb2 as pb  # noqa: E402
+from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc  # noqa: E402
 from tests.conftest import ServerProcess  # noqa: E402
 from tests.fake_llm import FakeLLM, Reply, text, tool_call  # noqa: E402
 
@@ -81,7 +92,17 @@ NOT_OURS = [
         re.compile(r"'/path/to/project'"),
         "the example initializes with the placeholder workspace /path/to/project",
     ),
+    (
+        "context-management",
+        re.compile(r"reading 'toString'"),
+        "the example reads usage.totalTokens where getContextUsage answers {usage: {totalTokens...}}",
+    ),
 ]
+
+CALL = re.compile(r"a3s_agent\.rpc: rpc (\S+) session=\S+ status=(\w+)")
+"""The server's line for each call it answered (faces/status.py `log_call`)."""
+NODE_WARNING = re.compile(r"^\(node:\d+\) \w*Warning: |^\(Use `node --trace-")
+"""Lines node itself writes to stderr that say nothing about the example's calls."""
 
 STATUS = re.compile(
     r"\b(?:\d+ )?(CANCELLED|UNKNOWN|INVALID_ARGUMENT|DEADLINE_EXCEEDED|NOT_FOUND|ALREADY_EXISTS|"
@@ -226,10 +247,12 @@ def examples(sdk: Path) -> list[Path]:
     return [*sorted((sdk / "examples" / "src").glob("*.ts")), sdk / "examples" / "lsp-example.ts"]
 
 
-def example(path: Path, sdk: Path, env: dict[str, str], timeout_s: float) -> Row:
-    """Run one example with tsx; answer any prompt with "y". Passes on exit 0 with no gRPC error."""
+def example(path: Path, sdk: Path, served: Served, env: dict[str, str], timeout_s: float) -> Row:
+    """Run one example with tsx; answer any prompt with "y". Passes on exit 0 with no error
+    reported and the server's evidence: calls made, each answered OK."""
     name = f"example: {path.relative_to(sdk / 'examples')}"
     tsx = sdk / "examples" / "node_modules" / ".bin" / "tsx"
+    start = served.mark(f"before-{path.stem}") + 1
     try:
         done = subprocess.run(
             [str(tsx), str(path)], cwd=sdk / "examples", env=env, input="y\n" * 50,
@@ -243,10 +266,29 @@ def example(path: Path, sdk: Path, env: dict[str, str], timeout_s: float) -> Row
             reason = f"printed its last line {last[0].strip()[:60]!r} but did not exit"
         return Row(name, False, f"timed out after {timeout_s:g} s; {reason}", expected, output)
     output = done.stdout + done.stderr
-    if done.returncode == 0 and not STATUS.search(output):
+    calls = CALL.findall("".join(served.log[start : served.mark(f"after-{path.stem}")]))
+    if done.returncode != 0 or STATUS.search(output) or reported_error(done.stderr):
+        reason, expected = failure_reason(output, path.stem)
+        return Row(name, False, reason, expected, output)
+    return calls_row(name, calls, output)
+
+
+def reported_error(stderr: str) -> bool:
+    """Whether the example wrote anything to stderr but node's own warnings (the examples print
+    the errors they catch there, then exit 0)."""
+    return any(line.strip() and not NODE_WARNING.match(line) for line in stderr.splitlines())
+
+
+def calls_row(name: str, calls: list[tuple[str, str]], output: str) -> Row:
+    """The row of an example that exited 0 reporting no error, by the calls the server answered."""
+    if not calls:
+        return Row(name, False, "the server got no call from it", False, output)
+    refused = [(rpc, status) for rpc, status in calls if status != "OK"]
+    if not refused:
         return Row(name, True)
-    reason, expected = failure_reason(output, path.stem)
-    return Row(name, False, reason, expected, output)
+    rpc, status = refused[0]
+    expected = status == "UNIMPLEMENTED" and rpc in NOT_SERVED_RPCS
+    return Row(name, False, f"it exited 0, but the server answered {rpc} with {status}", expected, output)
 
 
 def _text(part: str | bytes | None) -> str:
@@ -293,6 +335,21 @@ class Served:
     address: str
     workspace: Path
     log: list[str]  # the server's output, drained so that its pipe never fills
+    stub: pb_grpc.CodeAgentServiceStub
+
+    def mark(self, label: str, timeout_s: float = 15.0) -> int:
+        """Ask for the session `ts-sdk-check-<label>` (none exists) and wait for the call's line in
+        the log; its index. Every call answered before this one is logged above it."""
+        line = f"rpc GetSession session=ts-sdk-check-{label} status=NOT_FOUND"
+        with contextlib.suppress(grpc.RpcError):
+            self.stub.GetSession(pb.GetSessionRequest(session_id=f"ts-sdk-check-{label}"), timeout=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = next((i for i in range(len(self.log) - 1, -1, -1) if line in self.log[i]), None)
+            if found is not None:
+                return found
+            time.sleep(0.05)
+        raise SystemExit(f"the server's log never showed the mark {label!r}: is it logging at INFO?")
 
 
 @contextlib.contextmanager
@@ -304,12 +361,13 @@ def serving(root: Path) -> Iterator[Served]:
         (tmp / "workspace").mkdir()
         write_skill(tmp / "skills")
         env = {"A3S_LLM_PROVIDER": "openai", "A3S_LLM_MODEL": MODEL, "A3S_LLM_BASE_URL": fake.base_url,
-               "A3S_LLM_API_KEY": "sk-fake", "A3S_WORKSPACE_ROOT": "/tmp", "A3S_LOG_LEVEL": "WARNING",
+               "A3S_LLM_API_KEY": "sk-fake", "A3S_WORKSPACE_ROOT": "/tmp", "A3S_LOG_LEVEL": "INFO",
                "A3S_SKILL_DIRS": str(tmp / "skills")}  # fmt: skip
         server = ServerProcess(tmp / "workspace", tmp / "data", env=env).start()
         stack.callback(server.stop)
         assert server.proc is not None and server.proc.stdout is not None
-        served = Served(server.address, tmp / "workspace", [])
+        channel = stack.enter_context(server.channel())
+        served = Served(server.address, tmp / "workspace", [], pb_grpc.CodeAgentServiceStub(channel))
         threading.Thread(target=served.log.extend, args=(server.proc.stdout,), daemon=True).start()
         write_config(root, server.address, fake.base_url)
         yield served
@@ -325,7 +383,9 @@ def check(checkout: Path, timeout_s: float, only: str) -> tuple[list[Row], list[
         with serving(root) as served:
             env = node_env(sdk, served.address)
             rows = live_tests(sdk, env, timeout_s * 5) if only in "live" else []
-            rows += [example(path, sdk, env, timeout_s) for path in examples(sdk) if only in path.name]
+            rows += [
+                example(path, sdk, served, env, timeout_s) for path in examples(sdk) if only in path.name
+            ]
             if only in "direct":
                 rows += direct(sdk, env, served.workspace, timeout_s * 3)  # last: it ends with Shutdown
     return rows, served.log
