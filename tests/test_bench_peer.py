@@ -142,7 +142,7 @@ async def test_our_side_of_the_task_on_a_real_server(tmp_path: Path) -> None:
         peer.make_workspace(workspace, 2)
         server = peer.Ours(workspace, fake.base_url)
         try:
-            await peer.one_run(server, fake, 0, samples)
+            await peer.one_run(server, samples, fake=fake, latency_ms=0)
         finally:
             await server.stop()
         records = fake.read()
@@ -152,6 +152,56 @@ async def test_our_side_of_the_task_on_a_real_server(tmp_path: Path) -> None:
     figures = peer.summarize(samples)
     assert figures["model requests per task"] == 6
     assert figures["tool schemas per request (KB)"] > 0
+
+
+def test_the_code_before_has_a_row_beside_each_start_figure() -> None:
+    """Rows of the code before (MEMORY_BASELINE) follow today's, judged against the same OpenCode."""
+    ours = {
+        "cold start to health (ms)": 700.0,
+        "first session after ready (ms)": 4.0,
+        peer.IDLE_RSS: 70.0,
+        "server CPU per task (ms)": 12.0,
+    }
+    before = {"cold start to health (ms)": 650.0, "first session after ready (ms)": 3.0, peer.IDLE_RSS: 150.0}
+    theirs = {
+        "cold start to health (ms)": 1500.0,
+        "first session after ready (ms)": 200.0,
+        peer.IDLE_RSS: 300.0,
+    }
+    rows = peer.table_rows(ours, theirs, before)
+    assert [row[0] for row in rows] == [
+        "cold start to health (ms)",
+        f"cold start to health (ms), before ({peer.MEMORY_BASELINE})",
+        "first session after ready (ms)",
+        f"first session after ready (ms), before ({peer.MEMORY_BASELINE})",
+        peer.IDLE_RSS,
+        f"{peer.IDLE_RSS}, before ({peer.MEMORY_BASELINE})",
+        "server CPU per task (ms)",
+    ]
+    assert rows[4][1:] == ("70.00", "300", "0.23", "ratio <= 0.25: met")
+    assert rows[5][1:] == ("150", "300", "0.50", "ratio <= 0.25: not met")
+    assert rows[2][4] == "<= 20 ms and ratio <= 0.05: met"
+
+
+async def test_start_figures_of_today_and_of_the_code_before(tmp_path: Path) -> None:
+    """The start phase on real servers: today's code, and the code of MEMORY_BASELINE unpacked
+    beside it, each left idle once (cold start, RSS after ready) and asked for a session once."""
+    sides = {"today": peer.Samples(), "before": peer.Samples()}
+    source = {"today": None, "before": peer._checkout_of(peer.MEMORY_BASELINE, tmp_path)}
+    with peer.FakeProcess(tmp_path / "requests.jsonl", 0) as fake:
+        for name, samples in sides.items():
+            for index, measure in enumerate((peer.idle_run, peer.first_session_run)):
+                workspace = tmp_path / f"{name}-{index}"
+                peer.make_workspace(workspace)
+                server = peer.Ours(workspace, fake.base_url, source[name])
+                try:
+                    await measure(server, samples)
+                finally:
+                    await server.stop()
+    for samples in sides.values():
+        figures = peer.start_figures(samples)
+        assert len(samples.start_s) == 2 and figures["cold start to health (ms)"] > 0
+        assert figures["first session after ready (ms)"] > 0 and figures[peer.IDLE_RSS] > 20
 
 
 @pytest.mark.slow

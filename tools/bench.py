@@ -1644,7 +1644,12 @@ async def main(seconds: float, only: list[str]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each throughput run")
-    parser.add_argument("--only", nargs="*", default=[], help=f"sections to run: {', '.join(SECTIONS)}")
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=[],
+        help=f"sections to run: {', '.join(SECTIONS)} (with --peer: its phases)",
+    )
     parser.add_argument("--bare-server", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--peer", choices=["opencode"], help="compare with a peer (tools/peer_opencode.py)")
     parser.add_argument("--runs", type=int, default=5, help="runs of each side with --peer")
@@ -1654,6 +1659,6 @@ if __name__ == "__main__":
     elif args.peer:
         from peer_opencode import bench_main
 
-        bench_main(args.runs)
+        bench_main(args.runs, args.only)
     else:
         asyncio.run(main(args.seconds, args.only))
