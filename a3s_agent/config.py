@@ -35,6 +35,7 @@ DEFAULT_GRACE_SECONDS = 10.0
 DEFAULT_LLM_TIMEOUT_S = 120.0
 DEFAULT_LLM_RETRIES = 3
 DEFAULT_MAX_HTTP_CONNECTIONS = 512
+DEFAULT_MAX_GRPC_CONNECTIONS = 256  # with the HTTP cap and the reserve (faces/open_files.py): 1,024 files
 DEFAULT_MAX_TOOL_CALLS = 64
 DEFAULT_MAX_SPACE_RUNS = 16
 DEFAULT_MAX_SPACES = 1000  # Agent Spaces kept in the store; the protocol has no way to delete one
@@ -56,6 +57,7 @@ class Settings:
     tls_cert: Path | None = None  # PEM certificate chain for both listeners
     tls_key: Path | None = None  # PEM private key for both listeners
     max_http_connections: int = DEFAULT_MAX_HTTP_CONNECTIONS
+    max_grpc_connections: int = DEFAULT_MAX_GRPC_CONNECTIONS
     secret_env_names: frozenset[str] = frozenset()  # further variables the operator marks secret
     trust_workspace_skills: bool = False  # a workspace skill's allowed-tools may become allow rules
     project_instructions: bool = True  # AGENTS.md, CLAUDE.md, .a3s/instructions.md go into the prompt
@@ -258,6 +260,7 @@ def settings_from(
         tls_cert=Path(cert_value) if cert_value else None,
         tls_key=Path(key_value) if key_value else None,
         max_http_connections=int(_number(env, "A3S_MAX_HTTP_CONNECTIONS", DEFAULT_MAX_HTTP_CONNECTIONS)),
+        max_grpc_connections=int(_number(env, "A3S_MAX_GRPC_CONNECTIONS", DEFAULT_MAX_GRPC_CONNECTIONS)),
         secret_env_names=operator_secret_names(env),
         trust_workspace_skills=trust_workspace_skills or _flag(env, "A3S_TRUST_WORKSPACE_SKILLS"),
         project_instructions=not no_project_instructions and _switch(env, "A3S_PROJECT_INSTRUCTIONS"),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import resource
 import signal
 from typing import TYPE_CHECKING
 
@@ -25,6 +24,13 @@ from .config import Settings, exposed_listeners
 from .faces.grpc.auth import BearerTokenInterceptor
 from .faces.grpc.readiness import ReadinessInterceptor
 from .faces.grpc.service import add_to_server
+from .faces.open_files import (
+    TooFewOpenFiles,
+    fit_connection_caps,
+    listening_addresses,
+    log_accept_errors_sparsely,
+    raise_open_file_limit,
+)
 from .faces.readiness import Readiness
 from .faces.refusals import RefusalLog
 from .proto import code_agent_pb2 as pb
@@ -42,6 +48,9 @@ REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 FLUSH_S = 1.0
 """After the drain: how long grpc may take to send the last statuses before it drops connections."""
+HANDSHAKE_TIMEOUT_S = 5.0
+"""From the accept to the client's HTTP/2 settings, the TLS handshake included (as the HTTP face's
+header timeout): a connection silent for longer is closed."""
 
 
 class BindError(RuntimeError):
@@ -57,7 +66,10 @@ class AgentServer:
         self.app = app
         self.refusals = refusals or RefusalLog()
         self.readiness = Readiness(app.lifecycle)
-        token = app.lifecycle.settings.auth_token
+        settings = app.lifecycle.settings
+        token = settings.auth_token
+        # grpc caps each listening socket on its own: the cap is shared among them.
+        per_address = max(1, settings.max_grpc_connections // listening_addresses(settings.listen))
         self.server = grpc.aio.server(
             interceptors=[  # the token first: only an authenticated caller learns the phase
                 *([BearerTokenInterceptor(token, self.refusals)] if token else []),
@@ -68,6 +80,9 @@ class AgentServer:
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                # A connection over the cap is closed as soon as it is accepted.
+                ("grpc.max_allowed_incoming_connections", per_address),
+                ("grpc.server_handshake_timeout_ms", int(HANDSHAKE_TIMEOUT_S * 1000)),
             ],
         )
         add_to_server(app, self.server)
@@ -128,22 +143,14 @@ class AgentServer:
         await self.server.stop(FLUSH_S)
 
 
-def raise_open_file_limit() -> None:
-    """Every connection, session database and tool pipe is a file descriptor: allow the most we may."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == hard:
-        return
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ValueError, OSError) as exc:
-        log.debug("open files limit stays %d (hard limit %d): %s", soft, hard, exc)
-        return
-    log.debug("open files limit raised from %d to the hard limit %d", soft, hard)
-
-
 async def run(settings: Settings) -> int:
     """Serve until asked to stop; the exit code of `a3s-agent serve`."""
-    raise_open_file_limit()
+    try:
+        settings = fit_connection_caps(settings, raise_open_file_limit())
+    except TooFewOpenFiles as exc:
+        log.error("%s", exc)
+        return 2
+    log_accept_errors_sparsely(asyncio.get_running_loop())
     if not settings.auth_token:
         for listener in exposed_listeners(settings):  # check_serving let it through: the operator opted in
             log.warning(

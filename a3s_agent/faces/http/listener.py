@@ -20,7 +20,10 @@ from .hosts import HostPolicy
 
 IDLE_TIMEOUT_S = 15.0
 """How long a kept-alive connection may wait for its next request (aiohttp's keepalive_timeout)."""
-BACKLOG = 128
+BACKLOG = 32
+"""The listen backlog, which is also how many connections asyncio accepts at a time. Each holds an
+open file until it is served or turned away (over the cap), so a small one keeps what a flood
+holds beyond the cap within the files reserved for the rest (faces/open_files.py)."""
 
 
 class HttpBindError(RuntimeError):
