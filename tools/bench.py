@@ -40,6 +40,7 @@ from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc  # noqa: E402
 from a3s_agent.tools.atomic import write_atomically  # noqa: E402
 from a3s_agent.tools.process import find_binary  # noqa: E402
 from tests.ports import free_port  # noqa: E402
+from tests.security.flood import FLOOD, SERVER_NOFILE, Flood, open_files, raise_own_open_files_limit  # noqa: E402
 from tests.security.stored_sessions import write_sessions  # noqa: E402
 
 CONCURRENCY = 32
@@ -104,12 +105,14 @@ def agent_process(
     source: Path | None = None,
     extra: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
+    prefix: tuple[str, ...] = (),
 ) -> Process:
     """`a3s-agent serve` on free ports, its data beside the workspace (`extra` may give another
-    --data-dir); `source` runs another checkout's code (e.g. an older commit); `env` adds variables."""
+    --data-dir); `source` runs another checkout's code (e.g. an older commit); `env` adds variables;
+    `prefix` is a command that execs the server (e.g. prlimit)."""
     port = free_port()
     http_port = http_port or free_port()
-    argv = [sys.executable, "-m", "a3s_agent", "serve", "--listen", f"127.0.0.1:{port}",
+    argv = [*prefix, sys.executable, "-m", "a3s_agent", "serve", "--listen", f"127.0.0.1:{port}",
             "--workspace", str(workspace), "--log-level", "WARNING", "--max-sessions", "10000000",
             "--http-listen", f"127.0.0.1:{http_port}", "--data-dir", f"{workspace}.data", *extra]  # fmt: skip
     python_path = {"PYTHONPATH": str(source)} if source is not None else {}
@@ -138,6 +141,53 @@ async def _bare_server(port: int) -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
     await server.stop(0)
+
+
+async def _attacker(ports: list[int]) -> None:
+    """`--attacker PORT...`: FLOOD silent connections per port, reopened as the server closes them,
+    in a process of its own (so that its work does not slow the measuring client). Prints
+    `connected` once every one got through (or after 60 s); SIGUSR1 stops the reconnecting (the
+    connections held stay open), SIGTERM ends it."""
+    raise_own_open_files_limit(len(ports) * FLOOD + 256)
+    loop = asyncio.get_running_loop()
+    stop_reconnecting, end = asyncio.Event(), asyncio.Event()
+    loop.add_signal_handler(signal.SIGUSR1, stop_reconnecting.set)
+    loop.add_signal_handler(signal.SIGTERM, end.set)
+    flood = Flood(ports)
+    try:
+        with contextlib.suppress(TimeoutError):  # a server out of files accepts no more
+            await asyncio.wait_for(flood.until_all_connected(), 60)
+        print("connected", flush=True)
+        await stop_reconnecting.wait()
+        await flood.stop_reconnecting()
+        await end.wait()
+    finally:
+        await flood.close()
+
+
+class _AttackerProcess:
+    """tools/bench.py --attacker on `ports`, started at enter, ended at exit."""
+
+    def __init__(self, ports: list[int]) -> None:
+        argv = [sys.executable, __file__, "--attacker", *map(str, ports)]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+
+    async def __aenter__(self) -> _AttackerProcess:
+        assert self.proc.stdout is not None
+        line = await asyncio.to_thread(self.proc.stdout.readline)
+        if line.strip() != "connected":
+            raise RuntimeError(f"the attacker did not start: {line!r}")
+        return self
+
+    def stop_reconnecting(self) -> None:
+        self.proc.send_signal(signal.SIGUSR1)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.to_thread(self.proc.wait, 60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
 
 
 async def calls_per_second(
@@ -816,6 +866,145 @@ async def _requests_per_second(client: aiohttp.ClientSession, path: str, seconds
 
 CLIENT_OPTIONS = [("grpc.max_send_message_length", 128 << 20), ("grpc.max_receive_message_length", 128 << 20)]
 MESSAGE_BYTES = 1_000_000  # the big request is made of messages of this size
+
+
+FLOOD_BASELINE = "341aeed"
+"""The last commit without the gRPC connection cap, handshake timeout and open-files budget."""
+
+
+async def _latencies(call: Callable[[], Awaitable[object]], seconds: float) -> tuple[list[float], int]:
+    """Round trips (seconds) of `call`, one after another for `seconds`, and how many failed."""
+    latencies: list[float] = []
+    failed = 0
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        started = time.perf_counter()
+        try:
+            await call()
+        except (grpc.RpcError, RuntimeError):
+            failed += 1
+        latencies.append(time.perf_counter() - started)
+        await asyncio.sleep(0.01)
+    return latencies, failed
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _sample_open_files(pid: int, samples: list[int]) -> None:
+    """Append the process's count of open files to `samples` every 50 ms, until cancelled."""
+    while True:
+        samples.append(open_files(pid))
+        await asyncio.sleep(0.05)
+
+
+async def _bash_echo(stub: pb_grpc.CodeAgentServiceStub) -> None:
+    request = pb.ExecuteToolRequest(tool_name="bash", arguments=json.dumps({"command": "echo flood"}))
+    reply = await stub.ExecuteTool(request, timeout=30)
+    if not reply.result.success:
+        raise RuntimeError(reply.result.error)
+
+
+async def _first_answer_s(address: str, within_s: float) -> float:
+    """Seconds until a HealthCheck over a new connection answers (nan: not within `within_s`)."""
+    started = time.perf_counter()
+    options = [("grpc.use_local_subchannel_pool", 1), ("grpc.max_reconnect_backoff_ms", 1000)]
+    async with grpc.aio.insecure_channel(address, options=options) as channel:
+        stub = pb_grpc.CodeAgentServiceStub(channel)
+        while time.perf_counter() - started < within_s:
+            try:
+                await stub.HealthCheck(pb.HealthCheckRequest(), timeout=2, wait_for_ready=True)
+                return time.perf_counter() - started
+            except grpc.RpcError:
+                continue
+    return float("nan")
+
+
+async def _under_flood(
+    workspace: Path, seconds: float, source: Path | None, both_ports: bool
+) -> dict[str, float]:
+    """One server with 1,024 open files (soft and hard): HealthCheck and `bash` over a connection
+    made before, without a flood and during one of FLOOD silent connections per port (the gRPC
+    port, or both), then how long a new connection waits once the attacker stops reconnecting."""
+    limit = ("prlimit", f"--nofile={SERVER_NOFILE}:{SERVER_NOFILE}", "--")
+    http_port = free_port()
+    with agent_process(workspace, http_port, source, prefix=limit) as server:
+        server.wait_healthy()
+        options = [("grpc.use_local_subchannel_pool", 1)]
+        async with grpc.aio.insecure_channel(server.address, options=options) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+
+            async def health() -> None:
+                await stub.HealthCheck(pb.HealthCheckRequest(), timeout=30)
+
+            quiet, _ = await _latencies(health, seconds)
+            async with _AttackerProcess([server.port, http_port] if both_ports else [server.port]) as flood:
+                files: list[int] = []
+                sampler = asyncio.create_task(_sample_open_files(server.proc.pid, files))
+                cpu_before, started = _cpu_s(server.proc.pid), time.perf_counter()
+                flooded, health_failed = await _latencies(health, seconds)
+                cpu_share = (_cpu_s(server.proc.pid) - cpu_before) / (time.perf_counter() - started)
+                bash, bash_failed = await _latencies(lambda: _bash_echo(stub), seconds)
+                sampler.cancel()
+                flood.stop_reconnecting()
+                new_connection = await _first_answer_s(server.address, 180)
+    return {
+        "quiet p99": _p99(quiet),
+        "flood p99": _p99(flooded),
+        "health failed": health_failed / len(flooded),
+        "bash median": statistics.median(bash),
+        "bash failed": bash_failed / len(bash),
+        "open files": max(files),
+        "cpu share": cpu_share,
+        "new connection": new_connection,
+    }
+
+
+async def bench_flood(seconds: float, workspace: Path) -> list[Row]:
+    """Silent connections against a server with 1,024 open files: the code before the connection
+    cap and the open-files budget (FLOOD_BASELINE) and today's, on the same machine in one run."""
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as old:
+        before_source = _checkout_of(FLOOD_BASELINE, Path(old))
+        for both_ports in (False, True):
+            ports = "gRPC and HTTP ports" if both_ports else "gRPC port"
+            before = await _under_flood(workspace, seconds, before_source, both_ports)
+            today = await _under_flood(workspace, seconds, None, both_ports)
+            rows += [
+                Row(f"{ports}, {name}: before / today", f"{show(before)} / {show(today)}")
+                for name, show in (
+                    ("HealthCheck p99 without a flood (ms)", lambda v: f"{v['quiet p99'] * 1000:.1f}"),
+                    ("HealthCheck p99 during the flood (ms)", lambda v: f"{v['flood p99'] * 1000:.1f}"),
+                    ("HealthChecks failed during the flood", lambda v: f"{v['health failed']:.0%}"),
+                    (
+                        "bash ExecuteTool median during the flood (ms)",
+                        lambda v: f"{v['bash median'] * 1000:.1f}",
+                    ),
+                    ("bash ExecuteTools failed during the flood", lambda v: f"{v['bash failed']:.0%}"),
+                    ("server's most open files during the flood", lambda v: f"{v['open files']:.0f}"),
+                    ("server's CPU during the flood (cores)", lambda v: f"{v['cpu share']:.2f}"),
+                    (
+                        "new connection's first HealthCheck once the attacker stops (s)",
+                        lambda v: f"{v['new connection']:.1f}",
+                    ),
+                )
+            ]
+            rows += [
+                Row(
+                    f"{ports}: HealthCheck p99 during the flood / without, today",
+                    f"{today['flood p99'] / today['quiet p99']:.2f}",
+                    "<= 2",
+                ),
+                Row(
+                    f"{ports}: new connection's wait, today / before",
+                    f"{today['new connection'] / before['new connection']:.2f}",
+                    "<= 0.2",
+                ),
+            ]
+    return rows
 
 
 def _big_messages(megabytes: int) -> list[pb.Message]:
@@ -1606,6 +1795,7 @@ SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "http": bench_http,
     "security": bench_security,
     "sizes": bench_sizes,
+    "flood": bench_flood,
     "durability": bench_durability,
     "mcp": bench_mcp,
     "acp": bench_acp,
@@ -1651,11 +1841,14 @@ if __name__ == "__main__":
         help=f"sections to run: {', '.join(SECTIONS)} (with --peer: its phases)",
     )
     parser.add_argument("--bare-server", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--attacker", type=int, nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--peer", choices=["opencode"], help="compare with a peer (tools/peer_opencode.py)")
     parser.add_argument("--runs", type=int, default=5, help="runs of each side with --peer")
     args = parser.parse_args()
     if args.bare_server:
         asyncio.run(_bare_server(args.bare_server))
+    elif args.attacker:
+        asyncio.run(_attacker(args.attacker))
     elif args.peer:
         from peer_opencode import bench_main
 

@@ -55,6 +55,9 @@ class Flood:
         """Whether every attacker has got through at least once."""
         return all(connected.is_set() for connected in self._connected)
 
+    async def until_all_connected(self) -> None:
+        await asyncio.gather(*(connected.wait() for connected in self._connected))
+
     async def stop_reconnecting(self) -> None:
         self._stop.set()
         await asyncio.wait_for(asyncio.gather(*self._tasks), 30)
