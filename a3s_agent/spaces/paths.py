@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 
 from ..tools.registry import ToolFailure
-from ..tools.sandbox import relative_to_workspace, resolve_in_workspace
+from ..tools.workspace_paths import relative_to_workspace, resolve_in_workspace
 
 
 def target_name(

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from ..base.errors import AgentError
 from ..tools.process import find_binary, run_process
 from ..tools.registry import ToolContext, ToolFailure, ToolOutput, ToolRegistry
-from ..tools.sandbox import open_in_workspace, resolve_in_workspace
+from ..tools.workspace_paths import open_in_workspace, resolve_in_workspace
 from .paths import hard_links, has_other_links, target_name
 from .policies import SpacePolicy, Verdict, engine_tool
 from .validation import operation_problems

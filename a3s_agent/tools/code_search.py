@@ -13,7 +13,7 @@ from .containment import tool_call
 from .environment import tool_environment
 from .process import WatchedChild, find_binary
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
-from .sandbox import relative_to_workspace, resolve_in_workspace
+from .workspace_paths import relative_to_workspace, resolve_in_workspace
 
 _RG_TIMEOUT_S = 60.0
 _MAX_COLUMNS = 1000

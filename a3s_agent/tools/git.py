@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
 from .safe_git import SafeGit, base_git
-from .sandbox import relative_to_workspace, resolve_in_workspace
+from .workspace_paths import relative_to_workspace, resolve_in_workspace
 
 _Args = TypeVar("_Args", bound=BaseModel)
 _AUTHOR = re.compile(r"^\s*(?P<name>[^<>]*[^<>\s])\s*<(?P<email>[^<>\s]+)>\s*$")

@@ -18,7 +18,7 @@ from .files import rewrite_text_file
 from .process import ProcessResult, find_binary, run_process
 from .quality_config import editorconfig_mirror, prettier_options, ruff_invocation, shellcheck_options
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
-from .sandbox import open_in_workspace, relative_to_workspace, resolve_in_workspace
+from .workspace_paths import open_in_workspace, relative_to_workspace, resolve_in_workspace
 
 _TIMEOUT_S = 120.0
 _MAX_LINT_OUTPUT_BYTES = 64_000_000

@@ -31,7 +31,7 @@ import yaml
 
 from ..base.jsontext import model_json
 from .registry import ToolFailure
-from .sandbox import relative_to_workspace, resolve_in_workspace, workspace_root
+from .workspace_paths import relative_to_workspace, resolve_in_workspace, workspace_root
 
 _RUFF_FILES = (".ruff.toml", "ruff.toml", "pyproject.toml")
 _SHELLCHECK_FILES = (".shellcheckrc", "shellcheckrc")

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .process import ProcessResult, find_binary, run_process
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
-from .sandbox import resolve_in_workspace
+from .workspace_paths import resolve_in_workspace
 
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000

@@ -22,7 +22,7 @@ from tree_sitter import Language, Node, Parser, Query, QueryCursor, Tree
 
 from .process import find_binary, run_process
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
-from .sandbox import relative_to_workspace, resolve_in_workspace
+from .workspace_paths import relative_to_workspace, resolve_in_workspace
 
 LanguageName = Literal["python", "javascript", "typescript", "go", "rust", "java", "c", "cpp"]
 

@@ -21,7 +21,7 @@ from acp.schema import (
 from ...base.jsontext import model_json
 from ...base.models import Message, ToolCall
 from ...tools.registry import Tool, ToolFailure
-from ...tools.sandbox import resolve_in_workspace
+from ...tools.workspace_paths import resolve_in_workspace
 from .content import text_block
 
 ToolContent = ContentToolCallContent | FileEditToolCallContent | TerminalToolCallContent

@@ -32,7 +32,7 @@ from ...tools import files, shell
 from ...tools.images import MAGIC_BYTES, looks_like_image
 from ...tools.process import ProcessResult
 from ...tools.registry import Tool, ToolContext, ToolFailure, ToolOutput
-from ...tools.sandbox import relative_to_workspace, resolve_in_workspace
+from ...tools.workspace_paths import relative_to_workspace, resolve_in_workspace
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Paths beneath the workspace for the file tools, their failures worded for the model.
 
-Every path is resolved beneath the workspace on descriptors (sandbox.py): a file is read from the
+Every path is resolved beneath the workspace on descriptors (workspace_paths.py): a file is read from the
 descriptor that opened it, and written, replaced and deleted by name inside the directory
 descriptor the path led to, so a symlink swapped in meanwhile never leads a call out."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..beneath import Located
 from ..registry import ToolFailure
-from ..sandbox import locate_in_workspace
+from ..workspace_paths import locate_in_workspace
 
 
 def missing(shown: str) -> ToolFailure:

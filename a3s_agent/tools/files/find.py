@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..gitignore import TreeEntry, walk_tree
 from ..registry import ToolContext, ToolFailure, ToolOutput, tool
-from ..sandbox import relative_to_workspace, workspace_root
+from ..workspace_paths import relative_to_workspace, workspace_root
 from .access import locate
 
 _MAX_ENTRIES = 1000

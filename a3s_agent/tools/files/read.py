@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...base.models import Attachment
 from ..images import MAGIC_BYTES, MAX_IMAGE_BYTES, MAX_IMAGE_SIDE, image_of, looks_like_image
 from ..registry import ToolContext, ToolFailure, ToolOutput, tool
-from ..sandbox import open_in_workspace
+from ..workspace_paths import open_in_workspace
 from .access import missing, regular
 
 _SNIFF_BYTES = 8192

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..atomic import write_atomically_at
 from ..beneath import Located
 from ..registry import ToolContext, ToolFailure, ToolOutput, tool
-from ..sandbox import locate_in_workspace
+from ..workspace_paths import locate_in_workspace
 from .access import locate, regular
 
 MAX_WRITE_BYTES = 50_000_000  # one write; a bigger file is a build artefact, not an edit
