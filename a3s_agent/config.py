@@ -44,6 +44,25 @@ DEFAULT_LEASE_TTL_S = 10.0  # a running generation's lease: renewed every third 
 DEFAULT_EVENT_RETENTION_HOURS = 168.0  # event log entries older than this are removed
 DEFAULT_EVENT_RETENTION_COUNT = 10_000  # and all but the newest this many of each session
 BOX_SKILLS_DIR = Path("/a3s/skills")  # A3S Box mounts skills here, read-only
+SANDBOX_MECHANISMS = ("auto", "bwrap", "landlock", "off")
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """The operator's bounds for the OS sandbox every tool process runs in (tools/sandbox/)."""
+
+    mechanism: str = "auto"  # auto (bwrap, else landlock, else refuse), bwrap, landlock or off
+    network: Literal["off", "on", "allow"] = "off"
+    allowed_hosts: tuple[str, ...] = ()  # with network "allow": reached through the server's proxy
+    read: tuple[Path, ...] = ()  # further trees commands may read
+    write: tuple[Path, ...] = ()  # further trees commands may read and write
+    deny: tuple[Path, ...] = ()  # paths commands may not read even inside the trees above
+    memory_bytes: int | None = None  # per call, where a limit can be set (tools/sandbox/__init__.py)
+
+    @property
+    def network_text(self) -> str:
+        """The network setting as written: off, on or allow:host,host."""
+        return f"allow:{','.join(self.allowed_hosts)}" if self.network == "allow" else self.network
 
 
 @dataclass
@@ -51,6 +70,7 @@ class Settings:
     listen: str = DEFAULT_LISTEN
     http_listen: str = DEFAULT_HTTP_LISTEN  # HOST:PORT of the HTTP face, or "off"
     auth_token: str = ""  # when set, callers must send `authorization: Bearer <token>`
+    auth_token_file: Path | None = None  # where the token was read from (commands may not read it)
     allow_unauthenticated: bool = False  # serve a non-loopback address without a token (operator's choice)
     allowed_origins: list[str] = field(default_factory=list)  # browser Origins the HTTP face accepts
     allowed_hosts: list[str] = field(default_factory=list)  # Host names the HTTP face accepts besides its own
@@ -96,6 +116,7 @@ class Settings:
     model_prices: dict[str, ModelPrice] = field(default_factory=dict)  # for cost summaries (base/prices.py)
     release_identity: str = ""  # sha256:<64 hex> harness requests must name ("": any digest)
     a3s_dialect: str = "auto"  # gRPC dialect: auto (per request), box or later (faces/grpc/dialect_choice.py)
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
 
     @property
     def resolved_workspace_root(self) -> Path:
@@ -240,6 +261,11 @@ def settings_from(
     model_prices: str | None = None,
     release_identity: str | None = None,
     a3s_dialect: str | None = None,
+    sandbox: str | None = None,
+    sandbox_network: str | None = None,
+    sandbox_read: list[str] | None = None,
+    sandbox_write: list[str] | None = None,
+    sandbox_deny: list[str] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Settings:
     """Build settings from flag values (None = not given) over the environment."""
@@ -253,6 +279,7 @@ def settings_from(
         listen=listen or env.get("LISTEN_ADDR") or DEFAULT_LISTEN,
         http_listen=http_listen or env.get("A3S_HTTP_LISTEN") or DEFAULT_HTTP_LISTEN,
         auth_token=_auth_token(auth_token_file, env),
+        auth_token_file=_path(auth_token_file or env.get("A3S_AUTH_TOKEN_FILE")),
         coven_gateway=coven_gateway or env.get("A3S_COVEN_GATEWAY", ""),
         allow_unauthenticated=allow_unauthenticated or _flag(env, "A3S_ALLOW_UNAUTHENTICATED"),
         allowed_origins=_list(allowed_origins, env, "A3S_ALLOWED_ORIGINS"),
@@ -277,6 +304,14 @@ def settings_from(
         model_prices=_model_prices(model_prices, env),
         release_identity=_release_identity(release_identity or env.get("A3S_RELEASE_IDENTITY", "")),
         a3s_dialect=_a3s_dialect(a3s_dialect, env),
+        sandbox=sandbox_settings(
+            env,
+            mechanism=sandbox,
+            network=sandbox_network,
+            read=sandbox_read,
+            write=sandbox_write,
+            deny=sandbox_deny,
+        ),
         lease_ttl_s=_number(env, "A3S_LEASE_TTL_S", DEFAULT_LEASE_TTL_S, float),
         event_retention_hours=_number(env, "A3S_EVENT_RETENTION_HOURS", DEFAULT_EVENT_RETENTION_HOURS, float),
         event_retention_count=int(_number(env, "A3S_EVENT_RETENTION_COUNT", DEFAULT_EVENT_RETENTION_COUNT)),
@@ -379,6 +414,96 @@ def _a3s_dialect(flag: str | None, env: Mapping[str, str]) -> str:
             f" not {value[:40]!r}"
         )
     return wanted
+
+
+def sandbox_settings(
+    env: Mapping[str, str],
+    *,
+    mechanism: str | None = None,
+    network: str | None = None,
+    read: list[str] | None = None,
+    write: list[str] | None = None,
+    deny: list[str] | None = None,
+) -> SandboxSettings:
+    """--sandbox, --sandbox-network, --sandbox-read/-write/-deny (repeatable) over A3S_SANDBOX,
+    A3S_SANDBOX_NETWORK, A3S_SANDBOX_READ/WRITE/DENY (`:`-separated) and A3S_SANDBOX_MEMORY."""
+    wanted = (mechanism or env.get("A3S_SANDBOX", "")).strip().lower() or "auto"
+    if wanted not in SANDBOX_MECHANISMS:
+        raise ConfigError(
+            f"--sandbox (A3S_SANDBOX) must be auto, bwrap, landlock or off, not {wanted[:40]!r}"
+        )
+    mode, hosts = parse_sandbox_network(network or env.get("A3S_SANDBOX_NETWORK", ""))
+    return SandboxSettings(
+        mechanism=wanted,
+        network=mode,
+        allowed_hosts=hosts,
+        read=_sandbox_paths(read, env, "read", must_exist=True),
+        write=_sandbox_paths(write, env, "write", must_exist=True),
+        deny=_sandbox_paths(deny, env, "deny", must_exist=False),
+        memory_bytes=_size(env, "A3S_SANDBOX_MEMORY"),
+    )
+
+
+_HOST = re.compile(r"(\*\.)?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
+
+
+def parse_sandbox_network(value: str) -> tuple[Literal["off", "on", "allow"], tuple[str, ...]]:
+    """off (the default), on, or allow:host,host (names, `*.` for a domain's hosts, IP addresses)."""
+    text = value.strip()
+    if text.lower() in ("", "off"):
+        return "off", ()
+    if text.lower() == "on":
+        return "on", ()
+    kind, colon, listed = text.partition(":")
+    hosts = tuple(h.strip().lower() for h in listed.split(",") if h.strip())
+    if kind.strip().lower() != "allow" or not colon or not hosts:
+        raise ConfigError(
+            f"--sandbox-network (A3S_SANDBOX_NETWORK) must be off, on or allow:HOST,HOST, not {text[:80]!r}"
+        )
+    for host in hosts:
+        if not (_HOST.fullmatch(host) or _is_address(host.strip("[]"))):
+            raise ConfigError(f"--sandbox-network (A3S_SANDBOX_NETWORK): {host[:80]!r} is not a host name")
+    return "allow", hosts
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _sandbox_paths(
+    values: list[str] | None, env: Mapping[str, str], kind: str, *, must_exist: bool
+) -> tuple[Path, ...]:
+    """Flag values then the `:`-separated A3S_SANDBOX_<KIND>, absolute and symlink-resolved; a tree
+    to read or write must exist."""
+    variable = f"A3S_SANDBOX_{kind.upper()}"
+    paths = []
+    for value in [*(values or []), *env.get(variable, "").split(os.pathsep)]:
+        if not value.strip():
+            continue
+        path = Path(value).expanduser().resolve()
+        if must_exist and not path.exists():
+            raise ConfigError(f"--sandbox-{kind} ({variable}) {value!r}: no such file or directory")
+        paths.append(path)
+    return tuple(dict.fromkeys(paths))
+
+
+_SIZE = re.compile(r"([0-9]+)\s*([KMGT]?)I?B?", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _size(env: Mapping[str, str], name: str) -> int | None:
+    """A byte size such as 4G, 512M or 1073741824 (units of 1024); None when unset."""
+    value = env.get(name, "").strip()
+    if not value:
+        return None
+    match = _SIZE.fullmatch(value)
+    if match is None or int(match.group(1)) == 0:
+        raise ConfigError(f"{name} must be a size such as 4G, 512M or 1073741824 bytes, not {value[:40]!r}")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
 
 
 def _path(value: str | None) -> Path | None:

@@ -7,6 +7,7 @@ import asyncio
 import inspect
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -21,12 +22,13 @@ import grpc
 import pytest
 
 from a3s_agent.app import Application
-from a3s_agent.config import Settings
+from a3s_agent.config import SandboxSettings, Settings
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.runtime import Runtime
 from a3s_agent.runtime.providers import ProviderFactory
 from a3s_agent.server import AgentServer
+from a3s_agent.tools import sandbox
 from a3s_agent.tools.builtin import builtin_registry
 
 from .fake_llm import FakeLLM
@@ -225,6 +227,12 @@ def wait_serving(address: str, timeout_s: float, proc: subprocess.Popen[str] | N
 
 
 @pytest.fixture
+def unsandboxed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tools called outside a server run their processes unsandboxed, as with --sandbox off."""
+    monkeypatch.setattr(sandbox, "_default", sandbox.Sandbox(SandboxSettings(mechanism="off")))
+
+
+@pytest.fixture
 def server_process(tmp_path: Path) -> Iterator[ServerProcess]:
     workspace = tmp_path / "workspace"
     workspace.mkdir()
@@ -300,3 +308,51 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+def host_pid(pid: int, ancestor: int | None = None) -> int:
+    """The pid on this machine of a running process that a sandboxed command knows as `pid` (its `$$`
+    in the sandbox's PID namespace), looked for among the descendants of `ancestor` (default: this
+    process); `pid` itself when there is none (a command run without a PID namespace)."""
+    ancestor = os.getpid() if ancestor is None else ancestor
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        except OSError:
+            continue
+        ids = fields.get("NSpid", "").split()
+        if len(ids) > 1 and int(ids[-1]) == pid and _descends(int(ids[0]), ancestor):
+            return int(ids[0])
+    return pid
+
+
+def _descends(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+        if pid == ancestor:
+            return True
+    return False
+
+
+def unique_sleep(seconds: int = 30) -> str:
+    """`sleep N.XXXXXX`: a command line no other process has, for `running_with` to find."""
+    return f"sleep {seconds}.{secrets.randbelow(10**6):06d}"
+
+
+def running_with(command: str) -> list[int]:
+    """The processes (not zombies) whose command line is `command`: wherever a tool call's process
+    went, whatever PID namespace it is in."""
+    wanted = command.split()
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if cmdline.read_bytes().split(b"\0")[:-1] == [w.encode() for w in wanted] and alive(
+                int(cmdline.parent.name)
+            ):
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found

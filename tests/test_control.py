@@ -6,15 +6,28 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
 import pytest
 
 from a3s_agent.base.models import Message
+from a3s_agent.config import SandboxSettings
 from a3s_agent.proto import code_agent_pb2 as pb
 
-from .conftest import LiveServer, agent_settings, alive, eventually, new_session, running, subscribed, user
+from .conftest import (
+    LiveServer,
+    agent_settings,
+    alive,
+    eventually,
+    host_pid,
+    initialize,
+    new_session,
+    running,
+    subscribed,
+    user,
+)
 from .fake_llm import Reply, call, text, tool_call, tool_calls
 from .scripted_model import ScriptedProvider, after
 
@@ -162,7 +175,7 @@ async def test_cancel_during_a_long_bash_call_stops_it_and_its_process(
     session_id = await new_session(scripted_agent)
     running_generation = generate(scripted_agent, session_id)
     await eventually(lambda: marker.exists() and marker.read_text().strip() != "")
-    pid = int(marker.read_text())
+    pid = host_pid(int(marker.read_text()))
     started = asyncio.get_running_loop().time()
     reply = await scripted_agent.stub.Cancel(pb.CancelRequest(session_id=session_id))
     assert reply.success
@@ -464,73 +477,78 @@ async def test_permission_policy_rpcs(live: LiveServer) -> None:
 
 
 async def test_an_allow_rule_for_a_program_does_not_cover_where_it_writes(
-    scripted_agent: LiveServer, scripted: ScriptedProvider, tmp_path: Path
+    workspace: Path, scripted: ScriptedProvider, tmp_path: Path
 ) -> None:
     """`Bash(echo:*)` runs echo, but a redirection or tee writing a file asks again (here: the
     timeout action rejects at once) unless a rule covers writing there; outside the workspace only
-    a rule with an absolute path does."""
+    a rule with an absolute path does (and the operator's sandbox must let commands write there)."""
     outside, elsewhere = tmp_path / "pwned", tmp_path / "allowed"
     elsewhere.mkdir()
-    attacks = [
-        f"echo pwned > {outside}",
-        f"echo pwned >> {outside}",
-        f"echo pwned &> {outside}",
-        f"echo pwned | tee -a {outside}",
-        f"nohup echo pwned 2>&1 >| {outside}",
-        "echo pwned > notes.txt",
-        f"echo pwned > {scripted_agent.workspace}/../pwned",
-    ]
-    allowed = [
-        "echo ok",
-        "echo ok >/dev/null 2>&1",
-        "echo ok > out/a.txt",
-        f"echo ok | tee {elsewhere}/b.txt",
-    ]
-    commands = attacks + allowed
-    scripted.script(tool_calls([("bash", {"command": c}) for c in commands]), text("done"))
-    session_id = await new_session(scripted_agent)
-    rules = ["Bash(echo:*)", "Bash(tee:*)", "Write", f"Write({elsewhere}/**)"]
-    policy = pb.PermissionPolicy(
-        enabled=True,
-        allow=[pb.PermissionRule(rule=r) for r in rules[:2]],
-        default_decision=pb.PERMISSION_DECISION_ASK,
+    settings = replace(
+        agent_settings(workspace, tmp_path / "data"), sandbox=SandboxSettings(write=(elsewhere,))
     )
-    await scripted_agent.stub.SetPermissionPolicy(
-        pb.SetPermissionPolicyRequest(session_id=session_id, policy=policy)
-    )
-    (scripted_agent.workspace / "out").mkdir()
-    first = await scripted_agent.stub.Generate(
-        pb.GenerateRequest(session_id=session_id, messages=[user("go")])
-    )
-    results = [call.result for call in first.tool_calls]
-    assert results[0].error.startswith("rejected by user"), results[0]
-    assert not outside.exists() and not (scripted_agent.workspace / "notes.txt").exists()
-    assert "ok" in results[len(attacks)].output and results[len(attacks) + 1].success  # echo itself runs
-    assert [r.error.startswith("rejected by user") for r in results] == [True] * len(attacks) + [
-        False
-    ] * 2 + [True] * 2
+    async with running(settings, connect=scripted.connect) as scripted_agent:
+        await initialize(scripted_agent)
+        attacks = [
+            f"echo pwned > {outside}",
+            f"echo pwned >> {outside}",
+            f"echo pwned &> {outside}",
+            f"echo pwned | tee -a {outside}",
+            f"nohup echo pwned 2>&1 >| {outside}",
+            "echo pwned > notes.txt",
+            f"echo pwned > {scripted_agent.workspace}/../pwned",
+        ]
+        allowed = [
+            "echo ok",
+            "echo ok >/dev/null 2>&1",
+            "echo ok > out/a.txt",
+            f"echo ok | tee {elsewhere}/b.txt",
+        ]
+        commands = attacks + allowed
+        scripted.script(tool_calls([("bash", {"command": c}) for c in commands]), text("done"))
+        session_id = await new_session(scripted_agent)
+        rules = ["Bash(echo:*)", "Bash(tee:*)", "Write", f"Write({elsewhere}/**)"]
+        policy = pb.PermissionPolicy(
+            enabled=True,
+            allow=[pb.PermissionRule(rule=r) for r in rules[:2]],
+            default_decision=pb.PERMISSION_DECISION_ASK,
+        )
+        await scripted_agent.stub.SetPermissionPolicy(
+            pb.SetPermissionPolicyRequest(session_id=session_id, policy=policy)
+        )
+        (scripted_agent.workspace / "out").mkdir()
+        first = await scripted_agent.stub.Generate(
+            pb.GenerateRequest(session_id=session_id, messages=[user("go")])
+        )
+        results = [call.result for call in first.tool_calls]
+        assert results[0].error.startswith("rejected by user"), results[0]
+        assert not outside.exists() and not (scripted_agent.workspace / "notes.txt").exists()
+        assert "ok" in results[len(attacks)].output and results[len(attacks) + 1].success  # echo itself runs
+        assert [r.error.startswith("rejected by user") for r in results] == [True] * len(attacks) + [
+            False
+        ] * 2 + [True] * 2
 
-    # A pattern-less Write covers the workspace, an absolute pattern the place it names.
-    for rule in rules[2:]:
-        await scripted_agent.stub.AddPermissionRule(
-            pb.AddPermissionRuleRequest(session_id=session_id, rule_type="allow", rule=rule)
+        # A pattern-less Write covers the workspace, an absolute pattern the place it names.
+        for rule in rules[2:]:
+            await scripted_agent.stub.AddPermissionRule(
+                pb.AddPermissionRuleRequest(session_id=session_id, rule_type="allow", rule=rule)
+            )
+        scripted.script(tool_calls([("bash", {"command": c}) for c in commands]), text("done"))
+        second = await scripted_agent.stub.Generate(
+            pb.GenerateRequest(session_id=session_id, messages=[user("again")])
         )
-    scripted.script(tool_calls([("bash", {"command": c}) for c in commands]), text("done"))
-    second = await scripted_agent.stub.Generate(
-        pb.GenerateRequest(session_id=session_id, messages=[user("again")])
-    )
-    results = [call.result for call in second.tool_calls]
-    assert [r.success for r in results] == [False] * 5 + [True] + [False] + [True] * 4
-    assert not outside.exists() and not (tmp_path / "pwned").exists()
-    assert (scripted_agent.workspace / "out" / "a.txt").read_text() == "ok\n"
-    assert (elsewhere / "b.txt").read_text() == "ok\n"
-    checked = await scripted_agent.stub.CheckPermission(
-        pb.CheckPermissionRequest(
-            session_id=session_id, tool_name="bash", arguments=json.dumps({"command": "echo x > out/y"})
+        results = [call.result for call in second.tool_calls]
+        assert [r.success for r in results] == [False] * 5 + [True] + [False] + [True] * 4
+        assert not outside.exists() and not (tmp_path / "pwned").exists()
+        assert (scripted_agent.workspace / "out" / "a.txt").read_text() == "ok\n"
+        assert (elsewhere / "b.txt").read_text() == "ok\n"
+        checked = await scripted_agent.stub.CheckPermission(
+            pb.CheckPermissionRequest(
+                session_id=session_id, tool_name="bash", arguments=json.dumps({"command": "echo x > out/y"})
+            )
         )
-    )
-    assert checked.decision == pb.PERMISSION_DECISION_ALLOW
-    assert list(checked.matching_rules) == ["Bash(echo:*)", "Write"]
+        assert checked.decision == pb.PERMISSION_DECISION_ALLOW
+        assert list(checked.matching_rules) == ["Bash(echo:*)", "Write"]
 
 
 # --- lanes, external tasks, client tools, ask_user ------------------------------------------------

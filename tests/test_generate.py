@@ -12,7 +12,17 @@ import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
 
-from .conftest import LiveServer, agent_settings, alive, eventually, initialize, new_session, running, user
+from .conftest import (
+    LiveServer,
+    agent_settings,
+    alive,
+    eventually,
+    host_pid,
+    initialize,
+    new_session,
+    running,
+    user,
+)
 from .fake_llm import FakeLLM, broken_stream, call, error, hang, text, tool_call, tool_calls
 from .scripted_model import ScriptedProvider, after
 
@@ -356,7 +366,7 @@ async def test_a_run_goes_on_when_its_client_disconnects_until_cancel_stops_it(
     async for chunk in stream:
         if chunk.type == pb.GenerateChunk.CHUNK_TYPE_TOOL_CALL:
             break
-    pid = int(await eventually(lambda: marker.exists() and marker.read_text().strip(), "bash runs"))
+    pid = host_pid(int(await eventually(lambda: marker.exists() and marker.read_text().strip(), "bash runs")))
     stream.cancel()
     await eventually(lambda: scripted_agent.runtime.events.subscriber_count == 0, "the stream is gone")
     await asyncio.sleep(0.2)  # what a disconnect would have stopped by now

@@ -396,7 +396,7 @@ async def test_the_run_is_an_ordinary_session_seen_over_grpc(harness: Http, fake
 
 
 async def test_a_cancel_mid_run_and_its_replays(harness: Http, fake: FakeLLM) -> None:
-    marker = harness.server.workspace.parent / "started"
+    marker = harness.server.workspace / ".git" / "started"  # where a command may write, not the work tree
     fake.script(tool_call("bash", {"command": f"touch {marker}; sleep 30"}), text("never"))
     await command(harness, start())
     await eventually(marker.exists, "the tool runs")

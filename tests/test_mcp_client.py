@@ -21,6 +21,7 @@ import grpc
 import pytest
 
 from a3s_agent.base.errors import FailedPrecondition, InvalidArgument
+from a3s_agent.config import SandboxSettings, Settings
 from a3s_agent.core.session import SessionSettings
 from a3s_agent.core.skills import parse_skill
 from a3s_agent.proto import code_agent_pb2 as pb
@@ -34,6 +35,7 @@ from .conftest import (
     alive,
     eventually,
     free_port,
+    host_pid,
     initialize,
     new_session,
     running,
@@ -54,6 +56,13 @@ def stdio_server(log: Path, **extra: Any) -> dict[str, Any]:
     }
 
 
+def fixture_readable(settings: Settings, tmp_path: Path) -> Settings:
+    """As an operator running a server of their own would: the sandbox lets MCP servers read the
+    fixture's script and write its log (in tmp_path, beside the workspace)."""
+    sandbox = SandboxSettings(read=(Path(FIXTURE).parent,), write=(tmp_path.resolve(),))
+    return replace(settings, sandbox=sandbox)
+
+
 def config_file(tmp_path: Path, servers: dict[str, Any]) -> Path:
     path = tmp_path / "mcp.json"
     path.write_text(json.dumps({"mcpServers": servers}))
@@ -64,7 +73,7 @@ def config_file(tmp_path: Path, servers: dict[str, Any]) -> Path:
 async def mcp_agent(
     workspace: Path, tmp_path: Path, fake: FakeLLM, servers: dict[str, Any] | None = None, **settings: Any
 ) -> AsyncIterator[LiveServer]:
-    base = agent_settings(workspace, tmp_path / "data")
+    base = fixture_readable(agent_settings(workspace, tmp_path / "data"), tmp_path)
     mcp_config = config_file(tmp_path, servers) if servers else None
     async with running(replace(base, mcp_config=mcp_config, **settings)) as server:
         await initialize(server, fake)
@@ -180,7 +189,7 @@ async def test_a_streamable_http_server_given_for_one_session(
             if t.name.startswith("mcp__")
         ]
     # After a restart (Initialize's env restored): the servers are stored with the session.
-    async with running(agent_settings(workspace, tmp_path / "data")) as server:
+    async with running(fixture_readable(agent_settings(workspace, tmp_path / "data"), tmp_path)) as server:
         tools = (await server.stub.ListTools(pb.ListToolsRequest(session_id=session_id))).tools
         assert "mcp__web__add" in {t.name for t in tools}
 
@@ -386,11 +395,12 @@ async def test_a_session_cannot_run_a_command_unless_the_operator_allows_it(
         ).session_id
         fake.script(tool_call("mcp__fx__where"), text("ok"))
         reply = await generate(server, session_id)
-        pid, cwd = reply.tool_calls[0].result.output.split()
+        shown_pid, cwd = reply.tool_calls[0].result.output.split()
+        pid = host_pid(int(shown_pid))  # what the sandbox's PID namespace calls it, on this machine
         assert cwd == str(workspace)  # a session's stdio server runs in its workspace
         # It stops with the session: DestroySession ends its process.
         await server.stub.DestroySession(pb.DestroySessionRequest(session_id=session_id))
-        await eventually(lambda: not alive(int(pid)), "the session's MCP server stopped")
+        await eventually(lambda: not alive(pid), "the session's MCP server stopped")
 
 
 async def test_secrets_reach_a_server_only_when_its_config_names_them(
@@ -467,7 +477,7 @@ async def test_server_wide_servers_from_initialize_replace_and_stop(
         where = await server.stub.ExecuteTool(
             pb.ExecuteToolRequest(tool_name="mcp__fx__where", arguments="{}")
         )
-        pid = int(where.result.output.split()[0])
+        pid = host_pid(int(where.result.output.split()[0]))
         stored = await server.runtime.store.load_initialization()
         assert stored is not None and "fx" in stored["mcp_servers"]
         await initialize_with({})  # a new Initialize without them: the server stops
@@ -484,7 +494,7 @@ async def test_the_server_stops_its_mcp_servers_when_it_stops(
         where = await server.stub.ExecuteTool(
             pb.ExecuteToolRequest(tool_name="mcp__fx__where", arguments="{}")
         )
-        pid = int(where.result.output.split()[0])
+        pid = host_pid(int(where.result.output.split()[0]))
     assert not alive(pid)
 
 

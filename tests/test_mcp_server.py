@@ -34,7 +34,7 @@ from a3s_agent.runtime import Runtime
 from a3s_agent.runtime.initialization import InitializeRequest
 from a3s_agent.tools.builtin import builtin_registry
 
-from .conftest import ServerProcess, alive, eventually, wait_serving
+from .conftest import ServerProcess, alive, eventually, host_pid, wait_serving
 from .fake_llm import FakeLLM, text, tool_call
 
 TOKEN = "mcp-test-token"
@@ -201,8 +201,12 @@ async def test_cancelling_agent_task_stops_the_run_and_its_tool(
                     lambda: client.call_tool("agent_task", {"task": "x"}, progress_callback=on_progress)
                 )
                 await running.wait()
-                pid = int(
-                    await eventually(lambda: marker.exists() and marker.read_text().strip(), "the tool runs")
+                pid = host_pid(
+                    int(
+                        await eventually(
+                            lambda: marker.exists() and marker.read_text().strip(), "the tool runs"
+                        )
+                    )
                 )
                 scope.cancel()
         await eventually(lambda: not alive(pid), "the tool's process is gone")
@@ -324,8 +328,12 @@ async def test_stdio_cancellation_stops_the_run(workspace: Path, tmp_path: Path,
                     lambda: client.call_tool("agent_task", {"task": "x"}, progress_callback=on_progress)
                 )
                 await running.wait()
-                pid = int(
-                    await eventually(lambda: marker.exists() and marker.read_text().strip(), "the tool runs")
+                pid = host_pid(
+                    int(
+                        await eventually(
+                            lambda: marker.exists() and marker.read_text().strip(), "the tool runs"
+                        )
+                    )
                 )
                 scope.cancel()
         await eventually(lambda: not alive(pid), "the tool's process is gone")
@@ -351,7 +359,9 @@ async def test_sigterm_stops_the_stdio_server_and_its_runs_and_stdout_is_only_pr
         ):
             proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
         await proc.stdin.drain()
-        pid = int(await eventually(lambda: marker.exists() and marker.read_text().strip(), "the tool runs"))
+        pid = host_pid(
+            int(await eventually(lambda: marker.exists() and marker.read_text().strip(), "the tool runs"))
+        )
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 15) == 0
         assert not alive(pid)
@@ -402,8 +412,8 @@ async def test_serve_offers_mcp_behind_its_token_and_a_stop_ends_a_running_task(
                     await client.call_tool("agent_task", {"task": "x"})
 
             group.start_soon(task)
-            pid = int(
-                await eventually(lambda: marker.exists() and marker.read_text().strip(), "the tool runs")
+            pid = host_pid(
+                int(await eventually(lambda: marker.exists() and marker.read_text().strip(), "the tool runs"))
             )
             assert await anyio.to_thread.run_sync(server.stop) == 0
         assert not alive(pid)

@@ -170,6 +170,9 @@ async def test_a_hostile_repository_configuration_runs_nothing(tmp_path: Path) -
     assert list(markers.iterdir())
 
 
+@pytest.mark.usefixtures(
+    "unsandboxed"
+)  # the slow git on the test's PATH counts its runs outside the workspace
 async def test_a_status_that_does_not_answer_in_time_is_left_out_and_not_tried_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -156,6 +156,10 @@ class SessionManager:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def workspaces(self) -> list[str]:
+        """Every session's workspace (resolved), once each."""
+        return list({s.config.workspace: None for s in self._sessions.values()})
+
     def count(self, state: SessionState) -> int:
         return sum(1 for s in self._sessions.values() if s.state == state)
 

@@ -14,7 +14,7 @@ from typing import Any
 from .. import DESCRIPTION, HOMEPAGE, LICENSE, NAME, __version__
 from ..base.errors import FailedPrecondition, InvalidArgument, NotFound
 from ..base.models import LLMConfig, Message
-from ..config import Settings
+from ..config import BOX_SKILLS_DIR, Settings
 from ..core.agent import Agent
 from ..core.budget import effective_budget
 from ..core.client_tools import ClientTools
@@ -35,9 +35,15 @@ from ..llm.modes import speaks_text_protocol
 from ..llm.provider import Provider
 from ..llm.vision import WithoutImages, takes_images, vision_models
 from ..spaces.service import Spaces
-from ..tools import containment
+from ..tools import containment, sandbox
 from ..tools.registry import Tool, ToolContext, ToolRegistry
-from .initialization import Initialization, InitializeRequest, token_budget, withheld_names
+from .initialization import (
+    SANDBOX_NETWORK_KEY,
+    Initialization,
+    InitializeRequest,
+    token_budget,
+    withheld_names,
+)
 from .mcp import McpServers, initialize_servers
 from .providers import ProviderCache, ProviderFactory
 from .replicas import Replicas
@@ -154,10 +160,19 @@ class Runtime:
         self.shutdown_requested = asyncio.Event()
         self.shutting_down = False
         self.containment: containment.Containment | None = None  # set by start
+        self.sandbox = sandbox.Sandbox(
+            settings.sandbox,
+            data_dir=settings.resolved_data_dir,
+            secret_files=[f for f in (settings.auth_token_file, settings.tls_key, settings.mcp_config) if f],
+            also_read=[*settings.skill_dirs, BOX_SKILLS_DIR],
+            workspaces=self.sessions.workspaces,
+            narrowing=lambda: self.init.sandbox_network,
+        )
         self._data_dir_lock = DataDirLock(settings.resolved_data_dir)
 
     async def start(self) -> None:
         make_data_dir(self.settings.resolved_data_dir)  # with a .gitignore, when it is new
+        sandbox.activate(self.sandbox)  # the mechanism chosen (and logged) before any process starts
         # First: kill what a crashed previous server on this data dir left running.
         self.containment = containment.activate(self.settings.resolved_data_dir)
         lock = self._data_dir_lock
@@ -192,6 +207,7 @@ class Runtime:
         await self.mcp.close()  # MCP servers are asked to stop (their stdin closed) before the kill
         if self.containment is not None:  # every tool process still running ends with the server
             containment.deactivate(self.containment)
+        sandbox.deactivate(self.sandbox)
         await self.events.close()
         await self.replicas.close()
         await self.providers.close()
@@ -223,6 +239,7 @@ class Runtime:
                 token_budget=token_budget(request.custom),
                 vision_models=vision_models(request.custom),
                 mcp_servers=self.mcp.from_api(initialize_servers(request.custom)),
+                sandbox_network=self._sandbox_network(request.custom.get(SANDBOX_NETWORK_KEY, "")),
             )
             self.registry.configure(init.enabled_tools, init.disabled_tools)  # raises on unknown names
             try:
@@ -237,6 +254,15 @@ class Runtime:
         if request.log_level:
             logging.getLogger("a3s_agent").setLevel(request.log_level)
 
+    def _sandbox_network(self, wanted: str) -> str:
+        """An Initialize's network for commands: InvalidArgument unless within the operator's."""
+        if not wanted.strip():
+            return ""
+        try:
+            return sandbox.narrowed(self.settings.sandbox, wanted)
+        except ValueError as exc:
+            raise InvalidArgument(f"config.custom.{SANDBOX_NETWORK_KEY}: {exc}") from None
+
     async def _restore_initialization(self) -> None:
         """Apply the stored Initialize (if any) as the last one left it, but for what was withheld
         and what no longer fits this server: a workspace gone, tools no longer built in."""
@@ -246,6 +272,7 @@ class Runtime:
         init = Initialization.from_storable(data)
         self._restore_workspace(init)
         self._restore_tools(init)
+        self._restore_sandbox_network(init)
         if init.log_level:
             logging.getLogger("a3s_agent").setLevel(init.log_level)
         self.init = init
@@ -271,6 +298,17 @@ class Runtime:
             init.workspace = ""
         if init.workspace:
             self.workspace = Path(init.workspace)
+
+    def _restore_sandbox_network(self, init: Initialization) -> None:
+        try:
+            init.sandbox_network = self._sandbox_network(init.sandbox_network)
+        except InvalidArgument:
+            log.warning(
+                "stored Initialize's sandbox network %r is wider than --sandbox-network %s; using that",
+                init.sandbox_network,
+                self.settings.sandbox.network_text,
+            )
+            init.sandbox_network = ""
 
     def _restore_tools(self, init: Initialization) -> None:
         """The stored tool lists, without names this server no longer has. An enabled list left

@@ -21,6 +21,9 @@ from ..tools.mcp.config import storable
 STORED_VERSION = 1
 TOKEN_BUDGET_KEY = "token_budget"
 """The `config.custom` key of the server-wide token budget (core/budget.py); other keys are ignored."""
+SANDBOX_NETWORK_KEY = "sandbox_network"
+"""The `config.custom` key narrowing the network commands get (off, on, allow:host,...): within the
+operator's --sandbox-network only (tools/sandbox/)."""
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,8 @@ class InitializeRequest:
     log_level: str = ""
     env: dict[str, str] = field(default_factory=dict)
     custom: dict[str, str] = field(default_factory=dict)
-    """`config.custom`: of its keys only TOKEN_BUDGET_KEY, VISION_MODELS_KEY (llm/vision.py) and
-    MCP_SERVERS_KEY (runtime/mcp.py) mean something here."""
+    """`config.custom`: of its keys only TOKEN_BUDGET_KEY, SANDBOX_NETWORK_KEY, VISION_MODELS_KEY
+    (llm/vision.py) and MCP_SERVERS_KEY (runtime/mcp.py) mean something here."""
 
 
 def token_budget(custom: Mapping[str, str]) -> int:
@@ -61,6 +64,7 @@ class Initialization:
     token_budget: int = 0  # the cap on each session's total tokens, unless its own; 0: none
     vision_models: str = ""  # which models take images, besides their families' defaults (llm/vision.py)
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # config.custom's (runtime/mcp.py)
+    sandbox_network: str = ""  # the network commands get, narrowed from the operator's ("": as it is)
 
     def to_storable(self, marked: frozenset[str]) -> dict[str, Any]:
         """The JSON-ready stored form; `marked` are the names the operator marks secret."""
@@ -84,6 +88,7 @@ class Initialization:
             "vision_models": self.vision_models,
             "mcp_servers": servers,
             "mcp_servers_withheld": servers_withheld,
+            "sandbox_network": self.sandbox_network,
         }
 
     @classmethod
@@ -103,6 +108,7 @@ class Initialization:
             token_budget=data.get("token_budget", 0),
             vision_models=data.get("vision_models", ""),
             mcp_servers=dict(data.get("mcp_servers", {})),
+            sandbox_network=data.get("sandbox_network", ""),
         )
 
 

@@ -147,7 +147,7 @@ class McpServers:
                 chosen[name] = (session.id, spec, True)
         allow_private = private_allowed(context)
         return [
-            (owner, Endpoint(name, spec, context.workspace, guarded, allow_private))
+            (owner, Endpoint(name, spec, context.workspace, guarded, allow_private, owner or None))
             for name, (owner, spec, guarded) in chosen.items()
         ]
 

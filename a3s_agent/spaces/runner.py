@@ -236,6 +236,7 @@ class BatchRunner:
             run_process(
                 [_shell_binary(), "-c", operation["command"]],
                 cwd=cwd,
+                place=self._ctx.place,
                 extra_env={**self._ctx.env, **operation.get("env", {})},
                 timeout_s=timeout_ms / 1000,
                 max_output_bytes=MAX_STREAM_BYTES,

@@ -53,12 +53,40 @@ def create(path: Path) -> bool:
     return (path / "cgroup.procs").exists()
 
 
-def command_joining(path: Path, argv: Sequence[str]) -> list[str]:
-    """argv, run so that it first moves itself into the cgroup `path`: a shell writes "0" (itself) to
-    cgroup.procs, then execs the command under the same pid. No Python runs between fork and exec
-    (a preexec_fn would force a fork of the multi-threaded server, which crashes gRPC's fork
-    handlers). If the move is refused, the command runs where it is: the other containment holds."""
-    return [SHELL, "-c", _JOIN, str(path / "cgroup.procs"), *argv]
+def command_joining(
+    path: Path | None, argv: Sequence[str], *, address_space_bytes: int | None = None
+) -> list[str]:
+    """argv, run so that it first moves itself into the cgroup `path` (if any) and limits its address
+    space (RLIMIT_AS, inherited by all it starts) to `address_space_bytes` (if given): a shell writes
+    "0" (itself) to cgroup.procs and runs `ulimit -v`, then execs the command under the same pid. No
+    Python runs between fork and exec (a preexec_fn would force a fork of the multi-threaded
+    server, which crashes gRPC's fork handlers). If the move is refused, the command runs where it
+    is: the other containment holds. If the limit is refused, the command does not run."""
+    script = ""
+    if address_space_bytes is not None:
+        script += f"ulimit -v {max(address_space_bytes // 1024, 1)} || exit 126; "
+    if path is not None:
+        script += _JOIN
+    else:
+        script += 'exec "$@"'
+    procs = str(path / "cgroup.procs") if path is not None else SHELL
+    return [SHELL, "-c", script, procs, *argv]
+
+
+def limit_memory(path: Path, limit_bytes: int) -> bool:
+    """Set the cgroup's memory.max; False where the memory controller is not enabled for it."""
+    try:
+        (path / "memory.max").write_text(str(limit_bytes))
+    except OSError:
+        return False
+    return True
+
+
+def enable_memory(path: Path) -> None:
+    """Let the cgroups below `path` have a memory limit, where the hierarchy allows it (the
+    memory controller enabled above it, no process in `path` itself)."""
+    with contextlib.suppress(OSError):
+        (path / "cgroup.subtree_control").write_text("+memory")
 
 
 def populated(path: Path) -> bool | None:

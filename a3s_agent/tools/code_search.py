@@ -99,7 +99,7 @@ class _Lines:
 async def _run_rg(argv: list[str], ctx: ToolContext, collector: _Collector) -> tuple[int, str, bool]:
     """Run rg, streaming its output into the collector; returns (exit code, stderr, timed out)."""
     stderr = bytearray()
-    with tool_call() as scope:
+    with tool_call(ctx.place) as scope:
         # Spawned without an await: rg must be the scope's to kill before anything can cancel us.
         cwd, env = ctx.workspace.resolve(), scope.environment(tool_environment(ctx.env))
         proc = subprocess.Popen(  # noqa: ASYNC220
@@ -107,6 +107,7 @@ async def _run_rg(argv: list[str], ctx: ToolContext, collector: _Collector) -> t
             bufsize=0,
             cwd=cwd,
             env=env,
+            pass_fds=scope.pass_fds,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

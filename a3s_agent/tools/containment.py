@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import cgroups, procfs
+from . import cgroups, procfs, sandbox
 
 MARKER = "A3S_AGENT_SCOPE"
 CGROUPS_VARIABLE = "A3S_TOOL_CGROUPS"
@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 class CallScope:
     """The processes of one tool call: what to add to its environment and its spawn, and its kill."""
 
-    def __init__(self, owner: Containment, number: int) -> None:
+    def __init__(self, owner: Containment, number: int, place: sandbox.Place) -> None:
         self.owner = owner
         self.marker = f"{owner.key}:{owner.server}:{number}"
         self.cgroup: Path | None = None
@@ -71,34 +71,42 @@ class CallScope:
         self.spawning = True
         self.emptied = False  # its cgroup held no process when the call was killed
         self._killed = False
+        self.sandbox = sandbox.current().open(place)
         self.cgroup = owner.call_cgroup(number)
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
-        """`env` with this call's marker (which no caller's value may replace)."""
-        return {**env, MARKER: self.marker}
+        """`env` with the call's sandbox HOME and TMPDIR, and its marker (which no caller's value may
+        replace)."""
+        return {**self.sandbox.environment(env), MARKER: self.marker}
 
     def command(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> list[str]:
-        """argv as it must be spawned: entering the call's cgroup first, if it has one. Raises what
-        Popen would for a program that cannot be run (the shell entering the cgroup execs it)."""
-        if self.cgroup is None:
-            return list(argv)
-        program = argv[0]
-        if "/" in program:
-            path = os.path.join(cwd, program)
-            try:
-                is_dir = stat.S_ISDIR(os.stat(path).st_mode)
-            except OSError:
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program) from None
-            if is_dir or not os.access(path, os.X_OK):
-                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
-        elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
-            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
-        return cgroups.command_joining(self.cgroup, argv)
+        """argv as it must be spawned (with `pass_fds`): in the call's sandbox, entering the call's
+        cgroup first where it has one, within its memory limit. Raises what Popen would for a
+        program that cannot be run (the shell entering the cgroup and the sandbox exec it), and
+        SandboxUnavailable when no sandbox works here."""
+        memory = self.sandbox.memory_bytes
+        if self.cgroup is not None or self.sandbox.active or memory is not None:
+            _check_program(argv[0], cwd, env)
+        launch = self.sandbox.command(argv)
+        by_cgroup = (
+            memory is not None and self.cgroup is not None and cgroups.limit_memory(self.cgroup, memory)
+        )
+        # Landlock's launcher sets RLIMIT_AS itself; for bwrap (which cannot) the shell in front does.
+        address_space = None if by_cgroup or self.sandbox.mechanism == "landlock" else memory
+        if self.cgroup is None and address_space is None:
+            return launch.argv
+        return cgroups.command_joining(self.cgroup, launch.argv, address_space_bytes=address_space)
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        """The descriptors the spawned process must inherit (its sandbox's instructions)."""
+        return tuple(fd for launch in self.sandbox.launches for fd in launch.pass_fds)
 
     def started(self, pid: int) -> None:
         """The call's first process is running (call right after the spawn returns)."""
         self.root = procfs.read(pid)
         self.spawning = False
+        self.sandbox.spawned()
         self.owner.save()
 
     def kill(self) -> None:
@@ -120,6 +128,7 @@ class CallScope:
         self.spawning = False
         if not self._killed:
             self.kill()
+        self.sandbox.close()
         self.owner.forget(self)
 
 
@@ -136,6 +145,8 @@ class Containment:
         self.cgroup_dir: Path | None = None
         if self.own_cgroup is not None and cgroups.create(self.own_cgroup / self._run_name(self.server)):
             self.cgroup_dir = self.own_cgroup / self._run_name(self.server)
+            if sandbox.current().settings.memory_bytes is not None:
+                cgroups.enable_memory(self.cgroup_dir)
         self.subreaper = False
         self.closed = False
         self._calls: dict[int, CallScope] = {}
@@ -152,8 +163,8 @@ class Containment:
 
     # --- calls -----------------------------------------------------------------------------
 
-    def open_call(self) -> CallScope:
-        scope = CallScope(self, next(self._numbers))
+    def open_call(self, place: sandbox.Place) -> CallScope:
+        scope = CallScope(self, next(self._numbers), place)
         with self._lock:
             self._calls[id(scope)] = scope
         return scope
@@ -454,6 +465,20 @@ class Containment:
             self.record_path.unlink(missing_ok=True)
 
 
+def _check_program(program: str, cwd: Path, env: Mapping[str, str]) -> None:
+    """What Popen would raise for `program` (a wrapper in front of it would only fail later, inside)."""
+    if "/" in program:
+        path = os.path.join(cwd, program)
+        try:
+            is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+        except OSError:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program) from None
+        if is_dir or not os.access(path, os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+
+
 def _server_alive(server: str) -> bool:
     pid, _, start = server.partition("-")
     return pid.isdigit() and start.isdigit() and procfs.is_alive(int(pid), int(start))
@@ -514,9 +539,10 @@ def current() -> Containment:
 
 
 @contextlib.contextmanager
-def tool_call() -> Iterator[CallScope]:
-    """The scope of one tool call's processes; everything in it is killed when it ends."""
-    scope = current().open_call()
+def tool_call(place: sandbox.Place) -> Iterator[CallScope]:
+    """The scope of one tool call's processes, sandboxed for `place`; everything in it is killed
+    when it ends."""
+    scope = current().open_call(place)
     try:
         yield scope
     finally:

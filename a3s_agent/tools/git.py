@@ -89,7 +89,7 @@ class _Checkout:
 async def _checkout(ctx: ToolContext) -> _Checkout:
     """The repository holding the workspace, with git set up for its configuration."""
     workspace = ctx.workspace.resolve()
-    git = await base_git(workspace, ctx.env).for_repository()
+    git = await base_git(workspace, ctx.env, ctx.place).for_repository()
     status, out, err = await git.execute("rev-parse", "--show-toplevel")
     if status != 0:
         if "not a git repository" in err:

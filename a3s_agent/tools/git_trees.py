@@ -54,8 +54,8 @@ async def _run(git: SafeGit, *args: str, env: dict[str, str] | None = None) -> s
 
 async def capture_tree(workspace: Path) -> str:
     """The id of a tree holding the work tree's files as they are now (relative to HEAD's)."""
-    git = await _git(workspace)
     with tempfile.TemporaryDirectory(prefix="a3s-tree-") as scratch:
+        git = (await _git(workspace)).writing(Path(scratch))
         env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
         await _run(git, "read-tree", "HEAD", env=env)
         await _run(git, "add", "-A", "--", ".", env=env)
@@ -68,8 +68,8 @@ async def capture_tree(workspace: Path) -> str:
 async def tree_patch(workspace: Path, base: str, result: str) -> bytes:
     """The raw `git diff --binary --full-index` from `base` to `result`; TreeUnavailable when it
     is longer than MAX_PATCH_BYTES. Written to a file by git, so its bytes stay exact."""
-    git = await _git(workspace)
     with tempfile.TemporaryDirectory(prefix="a3s-patch-") as scratch:
+        git = (await _git(workspace)).writing(Path(scratch))
         out = Path(scratch) / "patch"
         await _run(git, *_DIFF, f"--output={out}", base, result, "--")
         if out.stat().st_size > MAX_PATCH_BYTES:

@@ -17,6 +17,7 @@ from typing import IO
 
 from . import containment
 from .environment import tool_environment
+from .sandbox import Place
 
 DEFAULT_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 600.0
@@ -34,6 +35,8 @@ class ProcessResult:
     timed_out: bool
     duration_ms: float
     truncated: bool
+    sandbox: str = "off"  # the mechanism it ran under (tools/sandbox/)
+    sandbox_network: str = "on"  # the network it had there
 
 
 def find_binary(name: str) -> str | None:
@@ -78,19 +81,21 @@ async def run_process(
     argv: Sequence[str],
     *,
     cwd: Path,
+    place: Place,
     extra_env: Mapping[str, str] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     stdin: bytes | None = None,
     max_output_bytes: int = 1_000_000,
 ) -> ProcessResult:
-    """Run argv contained (its own session, and cgroup where available); when it ends, times out or
-    is cancelled, every process it started is killed, including any that left its process group.
+    """Run argv sandboxed for `place` (tools/sandbox/) and contained (its own session, and cgroup where
+    available); when it ends, times out or is cancelled, every process it started is killed,
+    including any that left its process group.
 
     Output beyond max_output_bytes keeps its first and last halves (the child never blocks
     on a full pipe) and `truncated` is set. A timeout gives exit code 124.
     """
     timeout_s = min(max(timeout_s, 0.001), MAX_TIMEOUT_S)
-    with containment.tool_call() as scope:
+    with containment.tool_call(place) as scope:
         return await _run_contained(argv, scope, cwd, extra_env, timeout_s, stdin, max_output_bytes)
 
 
@@ -111,6 +116,7 @@ async def _run_contained(
         bufsize=0,
         cwd=cwd,
         env=env,
+        pass_fds=scope.pass_fds,
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -135,6 +141,8 @@ async def _run_contained(
         timed_out=timed_out,
         duration_ms=round((time.perf_counter() - started) * 1000, 3),
         truncated=bool(child.merged.dropped),
+        sandbox=scope.sandbox.mechanism,
+        sandbox_network=scope.sandbox.network,
     )
 
 

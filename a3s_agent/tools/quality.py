@@ -7,7 +7,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -181,7 +181,12 @@ async def _run_formatter(formatter: _Formatter, rel: str, source: str, ctx: Tool
     with tempfile.TemporaryDirectory(prefix="a3s-format-") as scratch:
         argv, cwd = formatter.call(exe, workspace, (workspace / rel).parent, rel, Path(scratch))
         result = await _run_checked(
-            argv, ctx, cwd=cwd, stdin=encoded, max_output_bytes=2 * len(encoded) + 1_000_000
+            argv,
+            ctx,
+            cwd=cwd,
+            stdin=encoded,
+            max_output_bytes=2 * len(encoded) + 1_000_000,
+            readable=(Path(scratch),),  # shfmt runs in a mirror of the .editorconfig files there
         )
     return result.stdout
 
@@ -347,6 +352,7 @@ async def _run_checked(
     cwd: Path | None = None,
     ok_codes: tuple[int, ...] = (0,),
     stdin: bytes | None = None,
+    readable: tuple[Path, ...] = (),
 ) -> ProcessResult:
     """Run a formatter or linter (in the workspace unless `cwd` says where); timeouts, errors and
     overflow become ToolFailure."""
@@ -355,6 +361,7 @@ async def _run_checked(
     result = await run_process(
         argv,
         cwd=cwd or workspace,
+        place=replace(ctx.place, readable=readable),
         extra_env=ctx.env,
         timeout_s=_TIMEOUT_S,
         stdin=stdin,

@@ -20,7 +20,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..base.errors import InvalidArgument, NotFound
 from ..base.jsontext import parse_json
 from ..base.models import Attachment, Todo
+from . import sandbox
 from .aliases import our_arguments, our_tool_name
+from .sandbox import Place
 
 DEFAULT_MAX_OUTPUT_BYTES = 100_000
 
@@ -78,6 +80,11 @@ class ToolContext:
     session_id: str | None = None
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     todos: TodoStore | None = None
+
+    @property
+    def place(self) -> Place:
+        """Where the call's processes work: its workspace, its session's HOME (tools/sandbox/)."""
+        return Place(self.workspace, self.session_id)
 
 
 ToolFunction = Callable[[Any, ToolContext], Awaitable[ToolOutput | str]]
@@ -138,15 +145,19 @@ class Tool:
     async def execute(self, args: BaseModel, ctx: ToolContext) -> ToolOutput:
         """Run with validated arguments: failures become results, output is capped."""
         started = time.perf_counter()
-        try:
-            result = await self.run(args, ctx)
-        except ToolFailure as exc:
-            result = ToolOutput(success=False, error=str(exc), metadata=dict(exc.metadata))
-        except OSError as exc:  # what the system refused (a name too long...) is the call's failure
-            result = ToolOutput(success=False, error=f"{self.name} failed: {exc.strerror or exc}")
+        with sandbox.recording() as spawned:
+            try:
+                result = await self.run(args, ctx)
+            except ToolFailure as exc:
+                result = ToolOutput(success=False, error=str(exc), metadata=dict(exc.metadata))
+            except OSError as exc:  # what the system refused (a name too long...) is the call's failure
+                result = ToolOutput(success=False, error=f"{self.name} failed: {exc.strerror or exc}")
         if isinstance(result, str):
             result = ToolOutput(output=result)
         result.metadata.setdefault("duration_ms", round((time.perf_counter() - started) * 1000, 3))
+        if spawned:  # which sandbox ran its processes (the last one's, should they differ)
+            result.metadata.setdefault("sandbox", spawned[-1][0])
+            result.metadata.setdefault("sandbox_network", spawned[-1][1])
         return _capped(result, ctx.max_output_bytes, self.truncation_hint)
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .process import find_binary, run_process
 from .registry import ToolFailure
+from .sandbox import Place
 
 GIT_TIMEOUT_S = 120.0
 _MAX_OUTPUT_BYTES = 64_000_000
@@ -138,6 +139,7 @@ class SafeGit:
     executable: str
     cwd: Path
     session_env: Mapping[str, str]
+    place: Place
     settings: tuple[str, ...] = FIXED_SETTINGS
 
     async def execute(
@@ -156,9 +158,15 @@ class SafeGit:
             **_QUIET_ENV,
             **({} if operator_config else _SKIP_OPERATOR_CONFIG),
         }
+        place = self.place
+        operator_global = _operator_global_config() if operator_config else None
+        if operator_global is not None:  # commands get a HOME of their own: name the operator's file
+            extra["GIT_CONFIG_GLOBAL"] = str(operator_global)
+            place = replace(place, readable=(*place.readable, operator_global))
         result = await run_process(
             [*argv, *args],
             cwd=self.cwd,
+            place=place,
             extra_env=extra,
             timeout_s=GIT_TIMEOUT_S,
             max_output_bytes=_MAX_OUTPUT_BYTES,
@@ -188,9 +196,66 @@ class SafeGit:
     def at(self, cwd: Path) -> SafeGit:
         return replace(self, cwd=cwd)
 
+    def writing(self, directory: Path) -> SafeGit:
+        """This git, its sandbox letting it write `directory` too (a temporary index, a patch file)."""
+        return replace(self, place=replace(self.place, writable=(*self.place.writable, directory)))
 
-def base_git(cwd: Path, session_env: Mapping[str, str]) -> SafeGit:
+
+def base_git(cwd: Path, session_env: Mapping[str, str], place: Place | None = None) -> SafeGit:
+    """git in `cwd`, sandboxed for `place` (default: `cwd` is the workspace) widened by what the
+    repository holding `cwd` needs (repository_trees)."""
     executable = find_binary("git")
     if executable is None:
         raise ToolFailure("git is not installed on this server")
-    return SafeGit(executable, cwd, session_env)
+    place = place or Place(cwd)
+    readable, writable = repository_trees(cwd)
+    place = replace(place, readable=(*place.readable, *readable), writable=(*place.writable, *writable))
+    return SafeGit(executable, cwd, session_env, place)
+
+
+_GITDIR_FILE_BYTES = 4096
+
+
+def _operator_global_config() -> Path | None:
+    """The global git configuration of the user running the server: ~/.gitconfig, else
+    $XDG_CONFIG_HOME/git/config (None when neither exists)."""
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    for path in (Path(os.path.expanduser("~/.gitconfig")), Path(xdg) / "git" / "config"):
+        if path.is_file():
+            return path.resolve()
+    return None
+
+
+def repository_trees(directory: Path) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """What git needs to see besides `directory`, for the repository holding it (the first `.git`
+    on the way up): its work tree when that lies above (readable), and its git directory, with the
+    common one of a linked worktree or submodule (writable: commits go there). Only git itself
+    (this module: no hooks, filters or other programs of the repository) gets these; the hidden
+    paths of the sandbox stay hidden inside them."""
+    for top in (directory, *directory.parents):
+        dot_git = top / ".git"
+        if dot_git.is_dir():
+            return ((top,) if top != directory else ()), (dot_git,)
+        if os.path.isfile(dot_git):
+            git_dir = _linked_git_dir(dot_git)
+            if git_dir is None:
+                return (), ()
+            common = _linked_git_dir(git_dir / "commondir", prefix="")
+            return ((top,) if top != directory else ()), tuple(d for d in (git_dir, common) if d is not None)
+        if os.path.lexists(dot_git):
+            return (), ()
+    return (), ()
+
+
+def _linked_git_dir(pointer: Path, prefix: str = "gitdir:") -> Path | None:
+    """The directory a `.git` file (`gitdir: PATH`) or a `commondir` file (`PATH`) names, relative
+    to the file's directory; None when unreadable or not a directory."""
+    try:
+        with open(pointer, "rb") as file:
+            text = file.read(_GITDIR_FILE_BYTES).decode("utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    if not text.startswith(prefix):
+        return None
+    named = (pointer.parent / text[len(prefix) :].strip()).resolve()
+    return named if named.is_dir() else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -11,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .process import ProcessResult, find_binary, run_process
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+from .sandbox import Place, denial_hint
 from .workspace_paths import resolve_in_workspace
 
 DEFAULT_TIMEOUT_MS = 120_000
@@ -62,7 +64,7 @@ async def bash(args: BashArgs, ctx: ToolContext) -> ToolOutput:
     cwd = resolve_in_workspace(ctx.workspace, args.cwd, field="cwd")
     if not cwd.is_dir():
         raise ToolFailure(f"cwd {args.cwd!r} is not a directory in the workspace")
-    result = await _run(ctx, [_interpreter("bash"), "-c", args.command], cwd, args.timeout_ms)
+    result = await _run(ctx, [_interpreter("bash"), "-c", args.command], cwd, args.timeout_ms, ctx.place)
     return command_output(result, args.timeout_ms)
 
 
@@ -77,13 +79,18 @@ async def run_script(args: RunScriptArgs, ctx: ToolContext) -> ToolOutput:
         script = resolve_in_workspace(ctx.workspace, args.path)
         if not script.is_file():
             raise ToolFailure(f"{args.path} is not a file in the workspace")
-        result = await _run(ctx, [interpreter, str(script), *args.args], workspace, args.timeout_ms)
+        result = await _run(
+            ctx, [interpreter, str(script), *args.args], workspace, args.timeout_ms, ctx.place
+        )
     else:
         assert args.code is not None  # guaranteed by the model
         with tempfile.TemporaryDirectory(prefix="a3s-script-") as temp:
             script = Path(temp) / f"script{_SCRIPT_SUFFIX[args.language]}"
             script.write_text(args.code, encoding="utf-8")
-            result = await _run(ctx, [interpreter, str(script), *args.args], workspace, args.timeout_ms)
+            place = replace(ctx.place, readable=(Path(temp),))  # the script, outside the workspace
+            result = await _run(
+                ctx, [interpreter, str(script), *args.args], workspace, args.timeout_ms, place
+            )
     output = command_output(result, args.timeout_ms)
     output.metadata["language"] = args.language
     return output
@@ -103,10 +110,11 @@ def output_cap(ctx: ToolContext) -> int:
     return max(ctx.max_output_bytes - _NOTE_RESERVE_BYTES, 1)
 
 
-async def _run(ctx: ToolContext, argv: list[str], cwd: Path, timeout_ms: int) -> ProcessResult:
+async def _run(ctx: ToolContext, argv: list[str], cwd: Path, timeout_ms: int, place: Place) -> ProcessResult:
     return await run_process(
         argv,
         cwd=cwd,
+        place=place,
         extra_env=ctx.env,
         timeout_s=timeout_ms / 1000,
         max_output_bytes=output_cap(ctx),
@@ -126,6 +134,9 @@ def command_output(result: ProcessResult, timeout_ms: int) -> ToolOutput:
         error = f"exited with code {result.exit_code}"
     else:
         error = ""
+    if error and not result.timed_out:
+        hint = denial_hint(result.output, result.sandbox, result.sandbox_network)
+        error += f"; {hint}" if hint else ""
     metadata = {
         "exit_code": result.exit_code,
         "timed_out": result.timed_out,

@@ -30,7 +30,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
@@ -41,6 +41,7 @@ from pydantic import BaseModel
 from .fetcher import connection_problem, decode, private_allowed
 from .process import ProcessResult, find_binary, run_process
 from .registry import Family, JsonArguments, Tool, ToolContext, ToolFailure, ToolOutput
+from .sandbox import Place
 
 TEMPLATE = re.compile(r"\$\{([^{}]*)\}")
 # A JSON string (kept whole, placeholders and all) or a placeholder outside one.
@@ -187,13 +188,17 @@ def _program(name: str, cwd: Path) -> str:
     return found
 
 
-async def _run(argv: list[str], ctx: ToolContext, env: Mapping[str, str], timeout_s: float) -> ToolOutput:
+async def _run(
+    argv: list[str], ctx: ToolContext, env: Mapping[str, str], timeout_s: float, place: Place | None = None
+) -> ToolOutput:
     """Run argv with the tool environment plus the session's env and `env` (declared variables,
-    arguments): never the rest of the server's environment."""
+    arguments): never the rest of the server's environment. Sandboxed for `place` (default the
+    call's)."""
     try:
         result = await run_process(
             argv,
             cwd=ctx.workspace.resolve(),
+            place=place or ctx.place,
             extra_env={**ctx.env, **env},
             timeout_s=timeout_s,
             max_output_bytes=max(ctx.max_output_bytes - _NOTE_RESERVE_BYTES, 1),
@@ -244,7 +249,8 @@ class ScriptBackend:
             script = Path(temp) / "script"
             script.write_text(self.source, encoding="utf-8")
             env = {**variables, **_argument_env(arguments)}
-            return await _run([*argv, str(script)], ctx, env, timeout_s)
+            place = replace(ctx.place, readable=(Path(temp),))  # the script, outside the workspace
+            return await _run([*argv, str(script)], ctx, env, timeout_s, place)
 
 
 @dataclass(frozen=True)

@@ -337,6 +337,7 @@ async def _candidate_files(
     result = await run_process(
         argv,
         cwd=ctx.workspace.resolve(),
+        place=ctx.place,
         extra_env=ctx.env,
         timeout_s=_RG_TIMEOUT_S,
         max_output_bytes=_RG_MAX_OUTPUT_BYTES,

@@ -33,6 +33,7 @@ from ..fault.conftest import LoggedServer, zombie_children
 from ..test_control import eventually
 
 pytestmark = pytest.mark.security
+SANDBOX_VARIABLE = "A3S_SANDBOX"
 
 # The escaped process touches its flag (so the test knows it ran), then becomes `sleep <tag>`.
 PAYLOAD = 'touch "$1"; exec sleep "$2"'
@@ -135,16 +136,16 @@ async def _bash(stub: pb_grpc.CodeAgentServiceStub, command: str, **extra: objec
 ALL = list(ESCAPES)
 
 
-async def test_escapes_end_with_a_call_that_ends_normally(server: LiveServer, tmp_path: Path) -> None:
-    escapes = Escapes(tmp_path, ALL)
+async def test_escapes_end_with_a_call_that_ends_normally(server: LiveServer) -> None:
+    escapes = Escapes(server.workspace, ALL)
     result = await _bash(server.stub, escapes.command)
     assert result.success, result.error
     assert escapes.all_escaped()
     await escapes.wait_gone()
 
 
-async def test_escapes_end_with_a_call_that_times_out(server: LiveServer, tmp_path: Path) -> None:
-    escapes = Escapes(tmp_path, ALL)
+async def test_escapes_end_with_a_call_that_times_out(server: LiveServer) -> None:
+    escapes = Escapes(server.workspace, ALL)
     result = await _bash(server.stub, escapes.command + "\nsleep 60", timeout_ms=2000)
     assert not result.success and "timed out" in result.error
     assert escapes.all_escaped()
@@ -152,9 +153,9 @@ async def test_escapes_end_with_a_call_that_times_out(server: LiveServer, tmp_pa
 
 
 async def test_escapes_end_with_a_generation_cancelled_during_the_call(
-    server: LiveServer, fake: FakeLLM, tmp_path: Path
+    server: LiveServer, fake: FakeLLM
 ) -> None:
-    escapes = Escapes(tmp_path, ALL)
+    escapes = Escapes(server.workspace, ALL)
     fake.script(tool_call("bash", {"command": escapes.command + "\nsleep 60"}), text("never reached"))
     session_id = await new_session(server)
     generation = asyncio.ensure_future(
@@ -169,10 +170,8 @@ async def test_escapes_end_with_a_generation_cancelled_during_the_call(
     await escapes.wait_gone()
 
 
-async def test_escapes_end_when_the_client_hangs_up_during_the_call(
-    server: LiveServer, tmp_path: Path
-) -> None:
-    escapes = Escapes(tmp_path, ALL)
+async def test_escapes_end_when_the_client_hangs_up_during_the_call(server: LiveServer) -> None:
+    escapes = Escapes(server.workspace, ALL)
     arguments = json.dumps({"command": escapes.command + "\nsleep 60"})
     call = server.stub.ExecuteTool(pb.ExecuteToolRequest(tool_name="bash", arguments=arguments))
     await eventually(escapes.all_escaped)
@@ -181,16 +180,15 @@ async def test_escapes_end_when_the_client_hangs_up_during_the_call(
     await escapes.wait_gone()
 
 
-async def test_a_call_ending_does_not_kill_what_a_concurrent_call_runs(
-    server: LiveServer, tmp_path: Path
-) -> None:
+async def test_a_call_ending_does_not_kill_what_a_concurrent_call_runs(server: LiveServer) -> None:
     # Marked escapes only: without cgroups an orphan that dropped the marker cannot be told apart
     # from another call's, so it waits for the last running call to end (see the README).
     kinds = ["setsid", "subshell", "python"]
-    first, second = Escapes(tmp_path / "first", kinds), Escapes(tmp_path / "second", kinds)
-    (tmp_path / "first").mkdir()
-    (tmp_path / "second").mkdir()
-    go = tmp_path / "go"
+    workspace = server.workspace
+    first, second = Escapes(workspace / "first", kinds), Escapes(workspace / "second", kinds)
+    (workspace / "first").mkdir()
+    (workspace / "second").mkdir()
+    go = workspace / "go"
     running_first = asyncio.ensure_future(
         _bash(server.stub, f"{first.command}\nwhile [ ! -e {shlex.quote(str(go))} ]; do sleep 0.02; done")
     )
@@ -205,7 +203,7 @@ async def test_a_call_ending_does_not_kill_what_a_concurrent_call_runs(
 
 
 async def test_what_a_call_left_running_being_slow_to_exit_does_not_stall_the_server(
-    server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A process killed at the end of its call may take its time to exit (a big one tearing down
     its memory, one in uninterruptible sleep): the event loop, serving every other session, keeps
@@ -217,7 +215,7 @@ async def test_what_a_call_left_running_being_slow_to_exit_does_not_stall_the_se
         real_wait(handles, wait_s)
 
     monkeypatch.setattr(procfs, "_wait_exited", slow_exits)
-    escapes = Escapes(tmp_path, ["subshell"])
+    escapes = Escapes(server.workspace, ["subshell"])
     turns = [time.monotonic()]
 
     async def tick() -> None:
@@ -244,16 +242,14 @@ def logged(mode: str, tmp_path: Path) -> LoggedServer:
     return LoggedServer(workspace, tmp_path / "data", tmp_path / "server.log", env=env)
 
 
-async def test_escapes_of_a_served_call_end_and_leave_no_zombies(
-    logged: LoggedServer, tmp_path: Path
-) -> None:
+async def test_escapes_of_a_served_call_end_and_leave_no_zombies(logged: LoggedServer) -> None:
     logged.start()
     try:
         async with grpc.aio.insecure_channel(logged.address) as channel:
             stub = pb_grpc.CodeAgentServiceStub(channel)
             for round_ in range(2):  # a normal end, then a timeout
-                escapes = Escapes(tmp_path / f"round-{round_}", ALL)
-                (tmp_path / f"round-{round_}").mkdir()
+                escapes = Escapes(logged.workspace / f"round-{round_}", ALL)
+                (logged.workspace / f"round-{round_}").mkdir()
                 result = await _bash(
                     stub, escapes.command + ("\nsleep 60" if round_ else ""), timeout_ms=2000
                 )
@@ -267,13 +263,13 @@ async def test_escapes_of_a_served_call_end_and_leave_no_zombies(
 
 
 async def test_a_call_ending_leaves_alone_what_the_server_did_not_start_even_with_its_marker(
-    logged: LoggedServer, tmp_path: Path
+    logged: LoggedServer,
 ) -> None:
     # A process outside the server's tree, started while the call runs and carrying the call's very
     # marker, is not the call's: its kill looks only below the server (everything a call starts
     # stays there, the server being a subreaper), while the call's own escapes still end.
-    escapes = Escapes(tmp_path, ["scrubbed", "nested"])
-    marker_file, go = tmp_path / "marker", tmp_path / "go"
+    escapes = Escapes(logged.workspace, ["scrubbed", "nested"])
+    marker_file, go = logged.workspace / "marker", logged.workspace / "go"
     logged.start()
     outsider = None
     try:
@@ -314,6 +310,8 @@ async def test_what_a_killed_server_left_running_is_killed_at_its_restart(
 ) -> None:
     # Without cgroups, a process that dropped the marker and left the session cannot be found once
     # its server is gone (the README's limits); with them it is in the crashed call's cgroup.
+    # Unsandboxed: under the sandbox nothing outlives the crash to be found (the test after this one).
+    logged.env[SANDBOX_VARIABLE] = "off"
     kinds = ALL if mode == "cgroups" else ["setsid", "subshell", "python"]
     escapes = Escapes(tmp_path, kinds)
     root_flag = tmp_path / "root-pid"
@@ -347,6 +345,26 @@ async def test_what_a_killed_server_left_running_is_killed_at_its_restart(
         logged.kill()
 
 
+async def test_a_sandboxed_call_does_not_outlive_a_killed_server(logged: LoggedServer) -> None:
+    """bwrap dies with the server (kill -9 too) and its PID namespace with it: nothing is left for a
+    restart to find."""
+    escapes = Escapes(logged.workspace, ALL)
+    logged.start()
+    channel = grpc.aio.insecure_channel(logged.address)
+    call = asyncio.ensure_future(_bash(pb_grpc.CodeAgentServiceStub(channel), escapes.command + "\nsleep 60"))
+    try:
+        await eventually(escapes.all_escaped)
+        assert escapes.running().keys() == set(ALL)
+        logged.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+        logged.proc.wait(10)  # type: ignore[union-attr]
+        with pytest.raises(grpc.aio.AioRpcError):
+            await call
+        await escapes.wait_gone()
+    finally:
+        await channel.close()
+        logged.kill()
+
+
 async def test_the_record_rewritten_in_place_still_names_the_running_call_after_a_crash(
     tmp_path: Path,
 ) -> None:
@@ -354,7 +372,8 @@ async def test_the_record_rewritten_in_place_still_names_the_running_call_after_
     # after a crash only through processes.json. The record is rewritten in place: here the last
     # write (one call) is shorter than the one before it (two calls at once).
     (tmp_path / "workspace").mkdir()
-    env = {CGROUPS_VARIABLE: "0"}
+    # Unsandboxed: this is the recovery of what a crash left, and under the sandbox nothing is left.
+    env = {CGROUPS_VARIABLE: "0", SANDBOX_VARIABLE: "off"}
     logged = LoggedServer(tmp_path / "workspace", tmp_path / "data", tmp_path / "server.log", env=env)
     root_file, background_file, go = tmp_path / "root", tmp_path / "background", tmp_path / "go"
     tag = f"300.{secrets.randbelow(10**9)}"
@@ -404,8 +423,8 @@ async def test_the_record_rewritten_in_place_still_names_the_running_call_after_
 
 async def test_a_server_stopping_kills_the_tool_processes_still_running(tmp_path: Path) -> None:
     # One mode only: the stop waits for the server's grace period (1 s here) before it cancels the call.
-    escapes = Escapes(tmp_path, ALL)
     (tmp_path / "workspace").mkdir()
+    escapes = Escapes(tmp_path / "workspace", ALL)
     logged = LoggedServer(
         tmp_path / "workspace", tmp_path / "data", tmp_path / "server.log", ("--grace-seconds", "1")
     ).start()
@@ -460,7 +479,8 @@ def cgroup_server(tmp_path: Path) -> LoggedServer:
     if cgroups.own_directory() is None:
         pytest.skip("no writable cgroup v2 here")
     (tmp_path / "workspace").mkdir()
-    env = {CGROUPS_VARIABLE: "1"}
+    # Unsandboxed: the command reads its own cgroup, which the sandbox's cgroup namespace hides.
+    env = {CGROUPS_VARIABLE: "1", SANDBOX_VARIABLE: "off"}
     return LoggedServer(tmp_path / "workspace", tmp_path / "data", tmp_path / "server.log", env=env)
 
 

@@ -211,7 +211,12 @@ async def test_lint_clean_file_has_no_diagnostics(tmp_path: Path) -> None:
     assert "found 0 problem(s)" in result.output
 
 
-async def test_lint_fix_refuses_files_reached_through_symlink_out_of_workspace(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "unsandboxed"])
+async def test_lint_fix_never_changes_files_reached_through_symlink_out_of_workspace(
+    tmp_path: Path, sandboxed: bool, request: pytest.FixtureRequest
+) -> None:
+    if not sandboxed:  # with --sandbox off, the tool's own check of ruff's report is the barrier
+        request.getfixturevalue("unsandboxed")
     workspace = tmp_path / "ws"
     outside = write(tmp_path / "elsewhere" / "lib.py", "import os\n")
     write(workspace / "pyproject.toml", ONLY_PYFLAKES)
@@ -220,7 +225,10 @@ async def test_lint_fix_refuses_files_reached_through_symlink_out_of_workspace(t
     listed = await call(workspace, "lint_code")
     assert [d["file"] for d in listed.metadata["diagnostics"]] == ["own.py"]
     fixed = await call(workspace, "lint_code", fix=True)
-    assert not fixed.success and "outside the workspace" in fixed.error
+    if sandboxed:  # ruff does not even see the file outside: only the workspace's are fixed
+        assert fixed.success and (workspace / "own.py").read_text() == ""
+    else:
+        assert not fixed.success and "outside the workspace" in fixed.error
     assert outside.read_text() == "import os\n"
 
 

@@ -16,29 +16,16 @@ from a3s_agent.base.errors import InvalidArgument
 from a3s_agent.tools.environment import tool_environment
 from a3s_agent.tools.process import TIMEOUT_EXIT_CODE, find_binary, run_process
 from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry
+from a3s_agent.tools.sandbox import Place
 from a3s_agent.tools.shell import TOOLS
 
-from ..conftest import alive
+from ..conftest import running_with, unique_sleep
 from ..fault.conftest import zombie_children
 
 
 async def call(workspace: Path, name: str, ctx: ToolContext | None = None, **arguments: Any) -> ToolOutput:
     context = ctx or ToolContext(workspace=workspace)
     return await ToolRegistry(TOOLS).run(name, json.dumps(arguments), context)
-
-
-def _alive_in_group(pgid: int) -> list[int]:
-    """Processes of a process group that are still running (zombies count as gone)."""
-    alive = []
-    for stat_file in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat_file.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        state, group = fields[0], int(fields[2])
-        if group == pgid and state != "Z":
-            alive.append(int(stat_file.parent.name))
-    return alive
 
 
 def _entries(path: Path) -> list[str]:
@@ -53,11 +40,12 @@ def _real(path: Path) -> str:
     return str(path.resolve())
 
 
-def _wait_until_gone(pgid: int, within_s: float = 2.0) -> list[int]:
+def _wait_until_none(command: str, within_s: float = 2.0) -> list[int]:
+    """The processes running `command` still there after `within_s` (none, if they were killed)."""
     deadline = time.monotonic() + within_s
-    while (alive := _alive_in_group(pgid)) and time.monotonic() < deadline:
+    while (found := running_with(command)) and time.monotonic() < deadline:
         time.sleep(0.02)
-    return alive
+    return found
 
 
 # --- bash ----------------------------------------------------------------------------------
@@ -135,36 +123,47 @@ def test_the_tool_environment_handed_out_is_the_callers_own(monkeypatch: pytest.
     assert tool_environment() == {"TZ": "Asia/Tokyo", "PATH": os.defpath}
 
 
-async def test_bash_timeout_kills_command_and_children(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "unsandboxed"])
+async def test_bash_timeout_kills_command_and_children(
+    tmp_path: Path, sandboxed: bool, request: pytest.FixtureRequest
+) -> None:
+    if not sandboxed:  # without the sandbox's PID namespace, the kill of the process group does it
+        request.getfixturevalue("unsandboxed")
+    sleep = unique_sleep()
     started = time.monotonic()
-    result = await call(tmp_path, "bash", command="echo $$; sleep 30 & sleep 30", timeout_ms=300)
+    result = await call(tmp_path, "bash", command=f"{sleep} & {sleep}", timeout_ms=300)
     assert time.monotonic() - started < 5
     assert not result.success
     assert result.metadata["exit_code"] == 124 and result.metadata["timed_out"] is True
     assert "timed out after 300 ms" in result.error
-    pgid = int(result.output.split()[0])
-    assert _wait_until_gone(pgid) == []
+    assert _wait_until_none(sleep) == []
 
 
-async def test_bash_background_process_does_not_outlive_call(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "unsandboxed"])
+async def test_bash_background_process_does_not_outlive_call(
+    tmp_path: Path, sandboxed: bool, request: pytest.FixtureRequest
+) -> None:
+    if not sandboxed:
+        request.getfixturevalue("unsandboxed")
+    sleep = unique_sleep()
     started = time.monotonic()
-    result = await call(tmp_path, "bash", command="sleep 30 >/dev/null 2>&1 & echo $$")
+    result = await call(tmp_path, "bash", command=f"{sleep} >/dev/null 2>&1 & echo started")
     assert result.success and time.monotonic() - started < 5
-    assert _wait_until_gone(int(result.output.split()[0])) == []
+    assert _wait_until_none(sleep) == []
 
 
-async def test_bash_process_that_leaves_its_session_does_not_outlive_call(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "unsandboxed"])
+async def test_bash_process_that_leaves_its_session_does_not_outlive_call(
+    tmp_path: Path, sandboxed: bool, request: pytest.FixtureRequest
+) -> None:
     # Outside a server (no cgroup, no subreaper): the call's environment marker still finds it.
-    command = (
-        "setsid -f sh -c 'echo $$ > pid.tmp; mv pid.tmp pid; exec sleep 30'; until [ -e pid ]; do :; done"
-    )
+    if not sandboxed:
+        request.getfixturevalue("unsandboxed")
+    sleep = unique_sleep()
+    command = f"setsid -f sh -c 'touch started; exec {sleep}'; until [ -e started ]; do :; done"
     result = await call(tmp_path, "bash", command=command)
     assert result.success
-    escaped = int((tmp_path / "pid").read_text())
-    deadline = time.monotonic() + 2
-    while alive(escaped) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not alive(escaped)
+    assert _wait_until_none(sleep) == []
 
 
 async def test_bash_caps_huge_output_with_hint(tmp_path: Path) -> None:
@@ -282,9 +281,11 @@ async def test_run_process_feeds_stdin_larger_than_a_pipe_and_survives_a_process
     tmp_path: Path,
 ) -> None:
     data = bytes(range(256)) * 4096  # 1 MiB: sixteen times what a pipe holds
-    counted = await run_process(["wc", "-c"], cwd=tmp_path, stdin=data)
+    counted = await run_process(["wc", "-c"], cwd=tmp_path, place=Place(tmp_path), stdin=data)
     assert counted.exit_code == 0 and counted.stdout.strip() == str(len(data))
-    ignored = await run_process(["sh", "-c", "exec 0<&-; echo done"], cwd=tmp_path, stdin=data, timeout_s=10)
+    ignored = await run_process(
+        ["sh", "-c", "exec 0<&-; echo done"], cwd=tmp_path, place=Place(tmp_path), stdin=data, timeout_s=10
+    )
     assert ignored.exit_code == 0 and ignored.stdout == "done\n" and not ignored.timed_out
 
 
@@ -295,9 +296,11 @@ async def test_run_process_without_pidfds_waits_for_the_exit_in_a_thread(
         raise OSError(errno.ENOSYS, "pidfd_open refused")  # as a seccomp filter or Linux < 5.3 would
 
     monkeypatch.setattr(os, "pidfd_open", refused)
-    result = await run_process(["sh", "-c", "echo out; echo err >&2; exit 3"], cwd=tmp_path)
+    result = await run_process(
+        ["sh", "-c", "echo out; echo err >&2; exit 3"], cwd=tmp_path, place=Place(tmp_path)
+    )
     assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
-    timed_out = await run_process(["sleep", "30"], cwd=tmp_path, timeout_s=0.2)
+    timed_out = await run_process(["sleep", "30"], cwd=tmp_path, place=Place(tmp_path), timeout_s=0.2)
     assert timed_out.timed_out and timed_out.exit_code == 124
 
 
@@ -306,11 +309,12 @@ async def test_run_process_leaves_no_descriptor_or_zombie_behind(tmp_path: Path)
     earlier = zombie_children(os.getpid())  # left by other tests of this process, whatever they ran
     for argv, timeout_s in [
         (["sh", "-c", "echo ok"], 10.0),
-        (["sh", "-c", "kill -9 $$"], 10.0),  # killed by a signal: a negative exit code
+        (["sh", "-c", "kill -9 $$"], 10.0),
         (["sh", "-c", "sleep 30 & echo started"], 10.0),  # a background child holding the pipes
         (["sleep", "30"], 0.2),  # timed out
     ]:
-        result = await run_process(argv, cwd=tmp_path, timeout_s=timeout_s)
-        assert result.exit_code in (0, -signal.SIGKILL, TIMEOUT_EXIT_CODE), result
+        result = await run_process(argv, cwd=tmp_path, place=Place(tmp_path), timeout_s=timeout_s)
+        # killed by a signal: a negative exit code, or bwrap's 128 + the signal's number
+        assert result.exit_code in (0, -signal.SIGKILL, 128 + signal.SIGKILL, TIMEOUT_EXIT_CODE), result
     assert set(os.listdir("/proc/self/fd")) <= descriptors
     assert zombie_children(os.getpid()) - earlier == set()

@@ -106,14 +106,16 @@ ServerSpec = StdioServer | HttpServer
 @dataclass(frozen=True)
 class Endpoint:
     """A configured server and where it runs: `workspace` is a stdio server's default working
-    directory; `guarded` sends an http server's requests through the request guard (public
-    addresses only, unless `allow_private`)."""
+    directory (and the tree its sandbox lets it write), `session_id` the session whose HOME it gets
+    (None: a server-wide one); `guarded` sends an http server's requests through the request guard
+    (public addresses only, unless `allow_private`)."""
 
     name: str
     spec: ServerSpec
     workspace: Path
     guarded: bool = False
     allow_private: bool = False
+    session_id: str | None = None
 
 
 def parse_servers(

@@ -29,6 +29,7 @@ from ... import NAME, __version__
 from ...base.backoff import Backoff
 from ..fetcher import connection_problem
 from ..registry import ToolFailure
+from ..sandbox import Place
 from .config import Endpoint, HttpServer, StdioServer
 from .http import http_transport
 from .stdio import ServerProcess, stdio_transport
@@ -160,7 +161,8 @@ class Connection:
         spec = self.endpoint.spec
         if isinstance(spec, StdioServer):
             cwd = self.endpoint.workspace / spec.cwd if spec.cwd else self.endpoint.workspace
-            return stdio_transport(spec.command, spec.args, spec.env, cwd, self._processes)
+            place = Place(self.endpoint.workspace, self.endpoint.session_id)
+            return stdio_transport(spec.command, spec.args, spec.env, cwd, self._processes, place)
         assert isinstance(spec, HttpServer)
         guard = self.endpoint.allow_private if self.endpoint.guarded else None
         return http_transport(spec.url, spec.headers, guard=guard, timeout_s=self.timeout_s)

@@ -30,6 +30,7 @@ from mcp.shared.message import SessionMessage
 
 from .. import containment
 from ..environment import tool_environment
+from ..sandbox import Place
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +92,16 @@ def resolve_command(command: str, cwd: Path, env: Mapping[str, str]) -> str:
 
 @asynccontextmanager
 async def stdio_transport(
-    command: str, args: list[str], env: Mapping[str, str], cwd: Path, started: list[ServerProcess]
+    command: str,
+    args: list[str],
+    env: Mapping[str, str],
+    cwd: Path,
+    started: list[ServerProcess],
+    place: Place,
 ) -> AsyncIterator[TransportStreams]:
-    """Run the server; yield the SDK's (read, write) streams. `started` gets the ServerProcess
-    once it runs (the connection reads its state from there)."""
-    with containment.tool_call() as scope:
+    """Run the server, sandboxed for `place`; yield the SDK's (read, write) streams. `started` gets
+    the ServerProcess once it runs (the connection reads its state from there)."""
+    with containment.tool_call(place) as scope:
         environment = scope.environment(tool_environment(env))
         program = resolve_command(command, cwd, environment)
         process = await anyio.open_process(
@@ -105,6 +111,7 @@ async def stdio_transport(
             stderr=PIPE,
             cwd=cwd,
             env=environment,
+            pass_fds=scope.pass_fds,
             start_new_session=True,
         )
         scope.started(process.pid)
