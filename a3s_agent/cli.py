@@ -156,6 +156,15 @@ def _parser() -> argparse.ArgumentParser:
         help="the A3S gRPC dialect: auto (each request's own, told from its bytes), box (the Box-era"
         " proto) or later (the string dialect of the TypeScript SDK) (env A3S_DIALECT; default auto)",
     )
+    _sandbox_flags(serve)
+    sandbox = commands.add_parser("sandbox", help="the OS sandbox tool processes run in")
+    sandbox_commands = sandbox.add_subparsers(dest="sandbox_command", required=True)
+    check = sandbox_commands.add_parser(
+        "check",
+        help="print the sandbox mechanism this machine gives and try its policy: a planted secret read,"
+        " a write outside the workspace, a connection (exit 0 only when every check passes)",
+    )
+    _sandbox_flags(check)
     mcp = commands.add_parser(
         "mcp", help="serve the tools and the agent (agent_task) as an MCP server over stdin and stdout"
     )
@@ -242,6 +251,54 @@ def _mcp_tools_flag(parser: argparse.ArgumentParser) -> None:
         help="the tools the MCP server face offers, comma-separated, e.g. read_file,grep,agent_task;"
         " repeatable (env A3S_MCP_TOOLS; default: every tool the server has, and agent_task)",
     )
+
+
+def _sandbox_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sandbox",
+        help="the OS sandbox every process a tool starts runs in: auto (bwrap, else Landlock; if neither"
+        " works, tools that start processes refuse), bwrap, landlock, or off (unsandboxed) (env A3S_SANDBOX;"
+        " default auto)",
+    )
+    parser.add_argument(
+        "--sandbox-network",
+        help="what those processes may reach: off, on, or allow:HOST,HOST through the server's proxy"
+        " (env A3S_SANDBOX_NETWORK; default off)",
+    )
+    for kind, what in (
+        ("read", "a further tree they may read"),
+        ("write", "a further tree they may read and write"),
+        ("deny", "a path they may not read even inside those trees"),
+    ):
+        parser.add_argument(
+            f"--sandbox-{kind}",
+            action="append",
+            default=[],
+            metavar="PATH",
+            help=f"{what}; repeatable (env A3S_SANDBOX_{kind.upper()}, ':'-separated)",
+        )
+
+
+def _sandbox_check(args: argparse.Namespace) -> int:
+    """Print the mechanism and the self-test's lines; 0 when everything passed."""
+    from .config import sandbox_settings
+    from .tools.sandbox.selftest import report
+
+    try:
+        settings = sandbox_settings(
+            os.environ,
+            mechanism=args.sandbox,
+            network=args.sandbox_network,
+            read=args.sandbox_read,
+            write=args.sandbox_write,
+            deny=args.sandbox_deny,
+        )
+    except ConfigError as exc:
+        print(f"a3s-agent: {exc}", file=sys.stderr)
+        return 2
+    lines, passed = report(settings)
+    print("\n".join(lines))
+    return 0 if passed else 1
 
 
 def _names(values: list[str]) -> list[str]:
@@ -464,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
         return _health(args.address, args.timeout, ca_file, server_name)
     if args.command == "relay":
         return _relay(args)
+    if args.command == "sandbox":
+        return _sandbox_check(args)
     if args.command == "coven":
         return _coven(args)
     if args.command == "acp":
@@ -518,6 +577,11 @@ def main(argv: list[str] | None = None) -> int:
                 model_prices=args.model_prices,
                 release_identity=args.release_identity,
                 a3s_dialect=args.a3s_dialect,
+                sandbox=args.sandbox,
+                sandbox_network=args.sandbox_network,
+                sandbox_read=args.sandbox_read,
+                sandbox_write=args.sandbox_write,
+                sandbox_deny=args.sandbox_deny,
             )
             check_serving(settings)
             _check_mcp_config(settings)

@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -308,6 +308,16 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+MCP_FIXTURE = Path(__file__).with_name("mcp_fixture.py")
+
+
+def fixture_readable(settings: Settings, tmp_path: Path) -> Settings:
+    """As an operator running MCP servers of their own would: the sandbox lets them read the MCP
+    fixture's script (tests/mcp_fixture.py) and write its log (in tmp_path, beside the workspace)."""
+    sandbox = SandboxSettings(read=(MCP_FIXTURE.parent,), write=(tmp_path.resolve(),))
+    return replace(settings, sandbox=sandbox)
 
 
 def host_pid(pid: int, ancestor: int | None = None) -> int:

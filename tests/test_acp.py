@@ -58,7 +58,7 @@ from a3s_agent.faces.acp.permissions import always_rule, options
 from a3s_agent.faces.http import start_http
 from a3s_agent.proto import code_agent_pb2 as pb
 
-from .conftest import eventually, running
+from .conftest import MCP_FIXTURE, eventually, running
 from .fake_anthropic import FakeAnthropic
 from .fake_llm import FakeLLM, hang, text, tool_call
 from .test_face_boundaries import runtime_imports, runtime_reaches
@@ -733,7 +733,7 @@ async def test_the_editors_mcp_servers_serve_the_session(workspace: Path, tmp_pa
     fixture = McpServerStdio(
         name="fixture",
         command=sys.executable,
-        args=[str(Path(__file__).with_name("mcp_fixture.py")), "stdio"],
+        args=[str(MCP_FIXTURE), "stdio"],
         env=[],
     )
     async with FakeLLM(
@@ -742,7 +742,8 @@ async def test_the_editors_mcp_servers_serve_the_session(workspace: Path, tmp_pa
         text("Echoed."),
     ) as fake:
         editor = Editor(answers=["allow-always", "allow-once"])
-        async with acp_agent(editor, workspace, fake, tmp_path / "data") as conn:
+        readable = {"A3S_SANDBOX_READ": str(MCP_FIXTURE.parent)}  # the sandbox lets it read its script
+        async with acp_agent(editor, workspace, fake, tmp_path / "data", env=readable) as conn:
             session_id = (await conn.new_session(cwd=str(workspace), mcp_servers=[fixture])).session_id
             reply = await conn.prompt(session_id=session_id, prompt=[text_block("Echo hi")])
     assert reply.stop_reason == "end_turn"

@@ -23,7 +23,7 @@ from a3s_agent.faces.http import app as http_app
 from a3s_agent.faces.readiness import Readiness
 from a3s_agent.proto import code_agent_pb2 as pb
 
-from .conftest import LiveServer, alive, eventually, new_session, running, subscribed
+from .conftest import LiveServer, alive, eventually, host_pid, new_session, running, subscribed
 from .fake_llm import FakeLLM, broken_stream, text, tool_call
 from .test_spaces_http import spaces_server
 
@@ -164,15 +164,15 @@ async def test_a_starting_server_refuses_work_and_says_not_ready(rest: Http) -> 
 async def test_a_stop_ends_a_running_stream_with_the_reason_after_the_grace(
     agent: LiveServer, fake: FakeLLM, tmp_path: Path
 ) -> None:
-    marker = tmp_path / "sleep.pid"
+    marker = agent.workspace / "sleep.pid"
     fake.script(tool_call("bash", {"command": f"echo $$ > {marker}; exec sleep 60"}), text("never reached"))
     session = await new_session(agent)
     async with serving(agent, readiness=agent.server.readiness) as http:
         stream = await http.client.post(
             f"/sessions/{session}/generate/stream", json={"messages": [user("go")]}
         )
-        sleep_pid = int(
-            await eventually(lambda: marker.exists() and marker.read_text().strip(), "the tool runs")
+        sleep_pid = host_pid(
+            int(await eventually(lambda: marker.exists() and marker.read_text().strip(), "the tool runs"))
         )
         stopping = asyncio.create_task(agent.server.stop(1.0))
         await asyncio.sleep(0)
@@ -193,7 +193,7 @@ async def test_health_and_capabilities_are_the_rpc_replies_as_json(rest: Http) -
     assert health["status"] == "STATUS_HEALTHY" and health["message"] == "ok"
     assert health["details"]["version"] == rest.server.runtime.info.version
     capabilities = await (await rest.client.get("/capabilities")).json()
-    assert capabilities["features"] == FEATURES
+    assert capabilities["features"] == [*FEATURES, "sandbox"]  # tool processes run in the OS sandbox
     assert capabilities["info"]["name"] == "a3s-agent"
     assert {t["name"] for t in capabilities["tools"]} >= {"read_file", "bash"}
     assert capabilities["limits"]["max_tools_per_request"] == 50
@@ -295,7 +295,7 @@ async def test_any_rpc_by_name_and_unknown_names(rest: Http) -> None:
     tools = await rest.client.post("/rpc/list_tools", headers=JSON)
     assert tools.status == 200 and len((await tools.json())["tools"]) >= 20
     policy = await rest.client.post("/rpc/GetCapabilities", json={})
-    assert (await policy.json())["features"] == FEATURES
+    assert (await policy.json())["features"] == [*FEATURES, "sandbox"]  # tool processes run in the OS sandbox
     unknown = await rest.client.post("/rpc/launch_rockets", headers=JSON)
     body = await unknown.json()
     assert unknown.status == 501 and body["error"]["code"] == "UNIMPLEMENTED"
@@ -620,7 +620,9 @@ async def test_a_client_going_away_leaves_the_run_going_until_the_cancel_route_s
     fake.script(tool_call("bash", {"command": f"echo $$ > {marker}; sleep 30"}), text("never"))
     session_id = await new_session(api.server)
     await go_away(api, session_id)
-    pid = int(await eventually(lambda: marker.exists() and marker.read_text().strip(), "the tool runs"))
+    pid = host_pid(
+        int(await eventually(lambda: marker.exists() and marker.read_text().strip(), "the tool runs"))
+    )
     # The call's log line says that the client went away, not that the run was cancelled.
     (line,) = await eventually(lambda: call_lines(caplog, "StreamGenerate"), "the stream's log line")
     assert f"session={session_id} status=DISCONNECTED " in line

@@ -24,7 +24,18 @@ from a3s_agent.proto import code_agent_later_pb2 as later
 from a3s_agent.proto import code_agent_later_pb2_grpc as later_grpc
 from a3s_agent.proto import code_agent_pb2 as pb
 
-from .conftest import LiveServer, agent_settings, alive, eventually, initialize, new_session, running, user
+from .conftest import (
+    LiveServer,
+    agent_settings,
+    alive,
+    eventually,
+    fixture_readable,
+    host_pid,
+    initialize,
+    new_session,
+    running,
+    user,
+)
 from .fake_llm import FakeLLM, call, text, tool_call, tool_calls
 
 FIXTURE = str(Path(__file__).with_name("mcp_fixture.py"))
@@ -370,7 +381,8 @@ async def test_a_registered_server_serves_the_model_while_connected(
     workspace: Path, tmp_path: Path, fake: FakeLLM
 ) -> None:
     log = tmp_path / "fixture.log"
-    settings = replace(agent_settings(workspace, tmp_path / "data"), allow_api_mcp_commands=True)
+    base = fixture_readable(agent_settings(workspace, tmp_path / "data"), tmp_path)
+    settings = replace(base, allow_api_mcp_commands=True)
     async with later_server(settings) as (live, stub):
         await initialize(live, fake)
         reply = await stub.RegisterMcpServer(
@@ -404,7 +416,7 @@ async def test_a_registered_server_serves_the_model_while_connected(
         generated = await live.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("go")]))
         assert generated.tool_calls[0].result.output == "echo: hi"
 
-        pid = int(started(log)[0].split()[1])
+        pid = host_pid(int(started(log)[0].split()[1]))
         assert (await stub.DisconnectMcpServer(later.DisconnectMcpServerRequest(name="fx"))).success
         await eventually(lambda: not alive(pid), "the server's process ended")
         [info] = (await stub.ListMcpServers(later.ListMcpServersRequest())).servers

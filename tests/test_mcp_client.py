@@ -21,7 +21,6 @@ import grpc
 import pytest
 
 from a3s_agent.base.errors import FailedPrecondition, InvalidArgument
-from a3s_agent.config import SandboxSettings, Settings
 from a3s_agent.core.session import SessionSettings
 from a3s_agent.core.skills import parse_skill
 from a3s_agent.proto import code_agent_pb2 as pb
@@ -34,6 +33,7 @@ from .conftest import (
     agent_settings,
     alive,
     eventually,
+    fixture_readable,
     free_port,
     host_pid,
     initialize,
@@ -54,13 +54,6 @@ def stdio_server(log: Path, **extra: Any) -> dict[str, Any]:
         "env": {"MCP_FIXTURE_LOG": str(log)},
         **extra,
     }
-
-
-def fixture_readable(settings: Settings, tmp_path: Path) -> Settings:
-    """As an operator running a server of their own would: the sandbox lets MCP servers read the
-    fixture's script and write its log (in tmp_path, beside the workspace)."""
-    sandbox = SandboxSettings(read=(Path(FIXTURE).parent,), write=(tmp_path.resolve(),))
-    return replace(settings, sandbox=sandbox)
 
 
 def config_file(tmp_path: Path, servers: dict[str, Any]) -> Path:

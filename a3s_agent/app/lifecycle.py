@@ -27,6 +27,8 @@ class Health:
     workspace: Path
     store: str
     durability: str
+    sandbox: dict[str, str]
+    """The OS sandbox of tool processes: mechanism, network, the operator's extra paths (tools/sandbox/)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class Capabilities:
     models: list[LLMConfig]
     limits: Limits
     store: str
+    sandbox: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ class Lifecycle:
             workspace=rt.workspace,
             store=rt.store.backend,
             durability=rt.store.durability,
+            sandbox=rt.sandbox.describe(),
         )
 
     def capabilities(self) -> Capabilities:
@@ -119,6 +123,7 @@ class Lifecycle:
                 max_tools_per_request=rt.settings.max_tools_per_request,
             ),
             store=rt.store.backend,
+            sandbox=rt.sandbox.describe(),
         )
 
     async def initialize(self, request: InitializeRequest) -> Initialized:

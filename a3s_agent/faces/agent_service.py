@@ -49,7 +49,23 @@ def health_details(health: Health) -> dict[str, str]:
         "workspace": str(health.workspace),
         "store": health.store,
         "durability": health.durability,
+        **sandbox_details(health.sandbox),
     }
+
+
+def sandbox_details(sandbox: dict[str, str]) -> dict[str, str]:
+    """The sandbox's description as details/metadata entries: sandbox (the mechanism, or
+    "unavailable" or "off"), sandbox_network, sandbox_read... (those set only)."""
+    return {
+        ("sandbox" if key == "mechanism" else f"sandbox_{key}"): value
+        for key, value in sandbox.items()
+        if value
+    }
+
+
+def features(sandbox: dict[str, str]) -> list[str]:
+    """FEATURES, with "sandbox" while tool processes run in an OS sandbox."""
+    return [*FEATURES, "sandbox"] if sandbox.get("mechanism") in ("bwrap", "landlock") else FEATURES
 
 
 def check_message_count(count: int, field: str, max_count: int) -> None:

@@ -24,13 +24,14 @@ from ...proto import code_agent_pb2_grpc as pb_grpc
 from .. import call_metadata
 from ..agent_service import (
     DEFAULT_MODEL_PROVIDER,
-    FEATURES,
     MODEL_FEATURES,
     PROTOCOLS,
     answered_in_band,
+    features,
     health_details,
     health_message,
     lane,
+    sandbox_details,
     structured_metadata,
 )
 from . import convert, later_convert, metadata
@@ -83,7 +84,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         limits = capabilities.limits
         return pb.GetCapabilitiesResponse(
             info=convert.info_to_pb(capabilities.info),
-            features=FEATURES,
+            features=features(capabilities.sandbox),
             tools=[convert.tool_capability_to_pb(t) for t in capabilities.tools],
             models=[
                 pb.ModelCapability(
@@ -96,7 +97,11 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
                 max_concurrent_sessions=limits.max_concurrent_sessions,
                 max_tools_per_request=limits.max_tools_per_request,
             ),
-            metadata={"store": capabilities.store, "protocols": PROTOCOLS},
+            metadata={
+                "store": capabilities.store,
+                "protocols": PROTOCOLS,
+                **sandbox_details(capabilities.sandbox),
+            },
         )
 
     @rpc

@@ -212,7 +212,7 @@ async def _get_capabilities(app: Application, request: Given) -> Plain:
     limits = capabilities.limits
     return {
         "info": convert.info(capabilities.info),
-        "features": service.FEATURES,
+        "features": service.features(capabilities.sandbox),
         "tools": [convert.tool_capability(t) for t in capabilities.tools],
         "models": [
             {
@@ -227,7 +227,11 @@ async def _get_capabilities(app: Application, request: Given) -> Plain:
             "max_concurrent_sessions": limits.max_concurrent_sessions,
             "max_tools_per_request": limits.max_tools_per_request,
         },
-        "metadata": {"store": capabilities.store, "protocols": service.PROTOCOLS},
+        "metadata": {
+            "store": capabilities.store,
+            "protocols": service.PROTOCOLS,
+            **service.sandbox_details(capabilities.sandbox),
+        },
     }
 
 
