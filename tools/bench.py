@@ -366,6 +366,7 @@ async def bench_tools(seconds: float, workspace: Path) -> list[Row]:
             definition = _median_time(lambda: tool("find_definition", symbol="target_symbol", path="src"))
             found = tool("find_definition", symbol="target_symbol", path="src").output.splitlines()[0]
     size_mb = sum(p.stat().st_size for p in tree.rglob("*") if p.is_file()) / 1e6
+    mechanism, bash_ms = _bash_true_ms_by_sandbox(workspace)
     return [
         Row("ExecuteTool(read_file 4 KB) calls/s", f"{read_rate:,.0f}"),
         Row("read_file calls/s / HealthCheck calls/s", f"{read_rate / health_rate:.2f}", ">= 0.7"),
@@ -373,7 +374,41 @@ async def bench_tools(seconds: float, workspace: Path) -> list[Row]:
         Row("grep through ExecuteTool (s)", f"{through:.3f}"),
         Row("grep ratio (ExecuteTool / rg)", f"{through / direct:.2f}", "<= 1.2"),
         Row(f"find_definition in 10,000 files (s) [{found.split(':')[0]}]", f"{definition:.3f}", "< 1"),
+        Row("ExecuteTool(bash true) median, unsandboxed (--sandbox off) (ms)", f"{bash_ms['off']:.2f}"),
+        Row(
+            f"ExecuteTool(bash true) median, sandboxed ({mechanism}) (ms)",
+            f"{bash_ms['auto']:.2f}",
+        ),
+        Row("bash true ratio (sandboxed / unsandboxed)", f"{bash_ms['auto'] / bash_ms['off']:.2f}", "<= 1.5"),
     ]
+
+
+_BASH_ROUNDS, _BASH_CALLS = 3, 100
+
+
+def _bash_true_ms_by_sandbox(workspace: Path) -> tuple[str, dict[str, float]]:
+    """The median ExecuteTool(bash "true") latency of a server with the sandbox off and one with
+    it on (auto), rounds alternating between the two; and the mechanism auto chose."""
+    times: dict[str, list[float]] = {"off": [], "auto": []}
+    mechanism = ""
+    for _ in range(_BASH_ROUNDS):
+        for mode in times:
+            with agent_process(workspace, extra=("--sandbox", mode)) as agent:
+                agent.wait_healthy()
+                with grpc.insecure_channel(agent.address) as channel:
+                    stub = pb_grpc.CodeAgentServiceStub(channel)
+                    request = pb.ExecuteToolRequest(
+                        tool_name="bash", arguments=json.dumps({"command": "true"})
+                    )
+                    for index in range(_BASH_CALLS + 10):  # the first ten warm up
+                        started = time.perf_counter()
+                        result = stub.ExecuteTool(request, timeout=60).result
+                        if index >= 10:
+                            times[mode].append(time.perf_counter() - started)
+                        assert result.success, result.error
+                    if mode == "auto":
+                        mechanism = result.metadata["sandbox"]
+    return mechanism, {mode: statistics.median(t) * 1000 for mode, t in times.items()}
 
 
 class FakeLLMProcess:

@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -153,28 +154,53 @@ def for_call(
     """One call's policy: `workspace`, `home` and `scratch` (resolved) and `writable` writable,
     `readable` (files the server put out for the call: a script, a skill's directory) readable,
     `others` (other sessions' workspaces, resolved) hidden, and `network` if the call's is narrower
-    than the grounds'."""
-    own = (workspace, home, scratch)
-    writable_given = [*own, *_existing(map(str, writable)), *ground.writable]
-    readable_given = [*ground.readable, *_existing(map(str, readable))]
-    hidden = tuple(
-        dict.fromkeys(
-            h
-            for h in (*ground.hidden, *others)
-            if h not in own and _within_any(h, (*readable_given, *writable_given)) and os.path.lexists(h)
-        )
+    than the grounds'. Which hidden paths exist is looked at on every call (one may appear any
+    time); the rest is worked out once per layout."""
+    layout = _layout(
+        ground,
+        workspace,
+        home,
+        _existing(map(str, readable)),
+        _existing(map(str, writable)),
+        tuple(others),
     )
-    writable_trees = _outermost(writable_given, hidden)
-    trees = _outermost(readable_given, hidden)
-    trees = tuple(t for t in trees if not _within_any(t, writable_trees))  # writable wins where they nest
     return SandboxPolicy(
-        readable=trees,
-        writable=writable_trees,
-        hidden=hidden,
+        readable=layout.readable,
+        writable=(*layout.writable, scratch),  # a tree of its own, whatever holds it
+        hidden=tuple(h for h in layout.hidden if h != scratch and os.path.lexists(h)),
         network=network or ground.network,
         proxy_port=ground.proxy_port,
         memory_bytes=ground.memory_bytes,
     )
+
+
+@dataclass(frozen=True)
+class _Layout:
+    readable: tuple[str, ...]
+    writable: tuple[str, ...]
+    hidden: tuple[str, ...]  # those inside a tree, existing or not
+
+
+@lru_cache(maxsize=128)
+def _layout(
+    ground: Grounds,
+    workspace: str,
+    home: str,
+    readable: tuple[str, ...],
+    writable: tuple[str, ...],
+    others: tuple[str, ...],
+) -> _Layout:
+    own = (workspace, home)
+    writable_given = [*own, *writable, *ground.writable]
+    readable_given = [*ground.readable, *readable]
+    trees = (*readable_given, *writable_given)
+    hidden = tuple(
+        dict.fromkeys(h for h in (*ground.hidden, *others) if h not in own and _within_any(h, trees))
+    )
+    writable_trees = _outermost(writable_given, hidden)
+    readable_trees = _outermost(readable_given, hidden)
+    readable_trees = tuple(t for t in readable_trees if not _within_any(t, writable_trees))  # writable wins
+    return _Layout(readable_trees, writable_trees, hidden)
 
 
 def within(path: str, tree: str) -> bool:
