@@ -130,6 +130,7 @@ class Sessions:
         self._rt.control.forget(session_id)
         await self._rt.sessions.destroy(session_id)
         await self._rt.mcp.session_ended(session_id)  # its MCP servers stop
+        self._rt.sandbox.forget_session(session_id)  # the HOME its commands had goes too
 
     async def release(self, session_id: str) -> None:
         """Stop what the session holds open (its own MCP servers) without destroying it: what it

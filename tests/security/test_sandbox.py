@@ -29,7 +29,7 @@ from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.tools import sandbox
 from a3s_agent.tools.sandbox import bwrap
 
-from ..conftest import LiveServer, ServerProcess, alive, running
+from ..conftest import LiveServer, ServerProcess, alive, eventually, running
 
 pytestmark = [
     pytest.mark.security,
@@ -315,6 +315,19 @@ def test_sandbox_check_passes_every_line_here() -> None:
         check=False,
     )
     assert refused.returncode == 1 and "FAIL the sandbox is off" in refused.stdout
+
+
+async def test_a_session_keeps_its_home_until_it_is_destroyed(served: Served) -> None:
+    created = await served.stub.CreateSession(pb.CreateSessionRequest(), metadata=served.metadata)
+    home = served.server.data_dir / "homes" / "sessions" / created.session_id
+    made = await served.bash("mkdir -p ~/.cache && echo kept > ~/.cache/x && echo $HOME", created.session_id)
+    assert made.output.strip() == str(home)
+    again = await served.bash("cat ~/.cache/x", created.session_id)
+    assert again.output == "kept\n"  # a later call of the session finds it
+    await served.stub.DestroySession(
+        pb.DestroySessionRequest(session_id=created.session_id), metadata=served.metadata
+    )
+    await eventually(lambda: not home.exists(), "the destroyed session's HOME is removed")
 
 
 async def test_a_concurrent_bash_call_sees_its_own_scratch_directory(served: Served) -> None:
