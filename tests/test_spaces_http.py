@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 
 from a3s_agent.app import Application
-from a3s_agent.config import DEFAULT_MAX_SPACE_RUNS, Settings
+from a3s_agent.config import DEFAULT_MAX_SPACE_RUNS, SandboxSettings, Settings
 from a3s_agent.faces.http import start_http
 from a3s_agent.faces.http.spaces import spaces_routes
 
@@ -38,11 +38,21 @@ class SpacesServer:
 
 @asynccontextmanager
 async def spaces_server(
-    workspace: Path, data: Path, *, max_runs: int = DEFAULT_MAX_SPACE_RUNS
+    workspace: Path,
+    data: Path,
+    *,
+    max_runs: int = DEFAULT_MAX_SPACE_RUNS,
+    sandbox: SandboxSettings | None = None,
 ) -> AsyncIterator[SpacesServer]:
     """The server's runtime (with its Spaces service on the data dir) and the HTTP face with the
-    space routes, as server.py assembles them."""
-    settings = Settings(listen="127.0.0.1:0", workspace=workspace, data_dir=data, max_space_runs=max_runs)
+    space routes, as server.py assembles them; `sandbox` the operator's sandbox settings."""
+    settings = Settings(
+        listen="127.0.0.1:0",
+        workspace=workspace,
+        data_dir=data,
+        max_space_runs=max_runs,
+        sandbox=sandbox or SandboxSettings(),
+    )
     async with running(settings) as server:
         runtime = server.runtime
         app = Application(runtime)
@@ -55,8 +65,10 @@ async def spaces_server(
 
 
 @asynccontextmanager
-async def serving(workspace: Path, data: Path) -> AsyncIterator[aiohttp.ClientSession]:
-    async with spaces_server(workspace, data) as served:
+async def serving(
+    workspace: Path, data: Path, sandbox: SandboxSettings | None = None
+) -> AsyncIterator[aiohttp.ClientSession]:
+    async with spaces_server(workspace, data, sandbox=sandbox) as served:
         yield served.http
 
 

@@ -79,6 +79,11 @@ def stored_tool_results(data: Path, session_id: str) -> list[tuple[str, str, dic
     return [(json.loads(d)["tool_call_id"], c, json.loads(d).get("metadata", {})) for c, d in rows]
 
 
+UNSANDBOXED = {"A3S_SANDBOX": "off"}
+"""For the tests of what a restart kills: under the sandbox a kill -9 of the server leaves nothing
+running (bwrap dies with it; tests/security/test_containment.py checks that), so these run without."""
+
+
 async def test_restart_answers_the_calls_a_kill_left_open_and_kills_what_they_started(tmp_path: Path) -> None:
     tag = f"{random.randrange(10**6):06d}"
     long_sleep, escapee = f"30.{tag}", f"300.{tag}"
@@ -90,7 +95,7 @@ async def test_restart_answers_the_calls_a_kill_left_open_and_kills_what_they_st
         ]
     )
     with FakeLLM(batch, text("I see the call was interrupted."), strict=True) as fake:
-        with server(tmp_path, "before", llm_env(fake)) as first:
+        with server(tmp_path, "before", {**llm_env(fake), **UNSANDBOXED}) as first:
             async with grpc.aio.insecure_channel(first.address) as channel:
                 stub = pb_grpc.CodeAgentServiceStub(channel)
                 session_id = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
@@ -145,7 +150,7 @@ async def test_the_restart_counts_each_process_it_kills_once(tmp_path: Path) -> 
     tag = f"{random.randrange(10**6):06d}"
     command = f"for i in $(seq 12); do sleep 300.{tag} & done; setsid -f sleep 301.{tag}; wait"
     with FakeLLM(tool_call("bash", {"command": command}), text("unused"), strict=True) as fake:
-        with server(tmp_path, "before", llm_env(fake)) as first:
+        with server(tmp_path, "before", {**llm_env(fake), **UNSANDBOXED}) as first:
             async with grpc.aio.insecure_channel(first.address) as channel:
                 stub = pb_grpc.CodeAgentServiceStub(channel)
                 session_id = (await stub.CreateSession(pb.CreateSessionRequest())).session_id

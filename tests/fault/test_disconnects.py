@@ -26,7 +26,7 @@ import pytest
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 
-from ..conftest import WITHIN_S, LiveServer, alive, eventually, new_session, subscribed, user
+from ..conftest import WITHIN_S, LiveServer, alive, eventually, host_pid, new_session, subscribed, user
 from ..fake_llm import FakeLLM, text, tool_call
 from .conftest import FakeLLMProcess, LoggedServer, child_pids
 
@@ -40,8 +40,14 @@ def sleeper(marker: Path) -> str:
     return f"echo $$ >> {marker}; sleep 30"
 
 
+_ON_THIS_MACHINE: dict[tuple[Path, int], int] = {}
+
+
 def pids(marker: Path) -> list[int]:
-    return [int(line) for line in marker.read_text().split()] if marker.exists() else []
+    """The pids the commands recorded, as this machine knows them (a sandboxed command's `$$` is
+    its pid in the sandbox's PID namespace: translated once, on first sight, while it runs)."""
+    recorded = [int(line) for line in marker.read_text().split()] if marker.exists() else []
+    return [_ON_THIS_MACHINE.setdefault((marker, pid), host_pid(pid)) for pid in recorded]
 
 
 async def until_tool_call(call: grpc.aio.UnaryStreamCall) -> None:
@@ -210,7 +216,8 @@ def bash_turns(marker: Path) -> str:
 async def test_a_client_vanishing_from_a_server_process_leaves_its_run_going_until_cancel(
     tmp_path: Path, vanish: Callable[[LoggedServer, str, Running], Awaitable[None]]
 ) -> None:
-    workspace, marker, turns = tmp_path / "workspace", tmp_path / "pids", tmp_path / "turns.json"
+    workspace, turns = tmp_path / "workspace", tmp_path / "turns.json"
+    marker = workspace / "pids"  # where a sandboxed command may write
     workspace.mkdir()
     turns.write_text(bash_turns(marker))
     with FakeLLMProcess("--turns-file", str(turns), "--text", "after") as fake:
@@ -254,5 +261,6 @@ async def test_a_dropped_grpc_stream_is_logged_as_a_disconnect_not_a_cancel(
     (line,) = await eventually(stream_lines, "the stream's log line")
     assert f"session={session_id} status=DISCONNECTED " in line
     assert agent.runtime.runs.running == 1  # the run itself goes on
+    running = await eventually(lambda: pids(marker), "bash runs")
     assert (await agent.stub.Cancel(pb.CancelRequest(session_id=session_id))).success
-    await eventually(lambda: not any(alive(p) for p in pids(marker)), "the bash is gone")
+    await eventually(lambda: not any(alive(p) for p in running), "the bash is gone")

@@ -21,7 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 
-from ..conftest import alive, user
+from ..conftest import alive, host_pid, user
 from ..fake_llm import FakeLLM, text, tool_call
 from .conftest import LoggedServer
 
@@ -105,12 +105,12 @@ def _wait_for_pid(path: Path, timeout_s: float) -> int:
     while not (path.exists() and path.read_text().strip()):
         assert time.monotonic() < deadline, f"{path} was never written"
         time.sleep(0.05)
-    return int(path.read_text())
+    return host_pid(int(path.read_text()))  # $$ in the sandbox's PID namespace, on this machine
 
 
 def test_a_stop_keeps_health_answering_and_gives_running_calls_their_grace(tmp_path: Path) -> None:
     server = _server(tmp_path, "--grace-seconds", str(GRACE_S))
-    marker = tmp_path / "sleep.pid"
+    marker = server.workspace / "sleep.pid"  # where a sandboxed command may write
     script = (tool_call("bash", {"command": f"echo $$ > {marker}; exec sleep 60"}), text("never reached"))
     with FakeLLM(*script) as fake, ThreadPoolExecutor(1) as pool:
         server.start()

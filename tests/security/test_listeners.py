@@ -324,6 +324,9 @@ def test_the_servers_secrets_reach_neither_tools_nor_proc_but_the_llm_gets_its_k
             "DEPLOY_PASSPHRASE": MARKED,
             "A3S_SECRET_ENV": "DEPLOY_PASSPHRASE",
             "PGPASSWORD": PG_PASSWORD,  # libpq's: a --store URL may leave the password to it
+            # Unsandboxed, so that the shell can read the server's /proc files at all: this is the
+            # scrub of its environment (what other local processes see); the sandbox hides them.
+            "A3S_SANDBOX": "off",
         }
         server = GuardedServer(tmp_path, env=env)
         servers.append(server.start())

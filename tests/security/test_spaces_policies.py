@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from a3s_agent.config import SandboxSettings
 from a3s_agent.proto import code_agent_pb2 as pb
 
 from ..conftest import ServerProcess
@@ -351,7 +352,8 @@ async def test_an_allow_rule_for_a_program_does_not_cover_where_it_writes(
         "defaultDecision": "deny",
     }
     allowed = ["echo ok > out/a.txt", f"echo ok | tee {elsewhere}/b.txt", "echo ok >/dev/null 2>&1"]
-    async with serving(workspace, tmp_path / "data") as http:
+    sandbox = SandboxSettings(write=(elsewhere,))  # the operator lets commands write there too
+    async with serving(workspace, tmp_path / "data", sandbox) as http:
         space = await space_in(http, workspace, policy)
         result = await run(http, space, {"type": "shell", "command": command.format(outside=outside)})
         controls = await run(http, space, *({"type": "shell", "command": c} for c in allowed))
