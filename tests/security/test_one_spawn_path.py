@@ -4,7 +4,9 @@ The package's source is parsed, every name imported resolved (`import subprocess
 import execv`), and every call of a function that starts a process found. Each must take its argv
 from a call scope's `command(...)` (tools/containment.py, which wraps it in the call's sandbox), but
 for the sandbox's own probe of its binary (tools/sandbox/bwrap.py, landlock.py), which runs a fixed
-command of ours to find out whether the mechanism works.
+command of ours to find out whether the mechanism works, and for the Landlock launcher
+(tools/sandbox/launch.py), which runs inside a process so spawned and execs the command once it
+has restricted itself.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ SPAWNING = {
     "multiprocessing": {"Process", "Pool"},
 }  # fmt: skip
 LOOP_SPAWNING = {"subprocess_exec", "subprocess_shell"}  # loop.subprocess_exec(...)
-PROBES = {"tools/sandbox/bwrap.py", "tools/sandbox/landlock.py"}
+PROBES = {"tools/sandbox/bwrap.py", "tools/sandbox/landlock.py", "tools/sandbox/launch.py"}
 
 
 def _spawns(tree: ast.AST) -> list[tuple[int, str, ast.Call]]:

@@ -33,8 +33,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from ...config import SandboxSettings, parse_sandbox_network, sandbox_settings
-from . import bwrap
+from . import bwrap, landlock
 from .policy import Grounds, Launch, Network, SandboxPolicy, for_call, server_grounds
+from .seccomp import Unsupported, program
 
 log = logging.getLogger(__name__)
 
@@ -295,8 +296,6 @@ class CallSandbox:
         if mechanism == "bwrap":
             launch = bwrap.command(argv, rules, bpf)
         else:
-            from . import landlock  # type: ignore[attr-defined]  # SEAM(s-landlock): landlock.py
-
             launch = landlock.command(argv, rules, bpf)
         self.launches.append(launch)
         return launch
@@ -325,6 +324,7 @@ _READ_ONLY = re.compile(f"(/[^\\s:{_QUOTES}]*)[{_QUOTES}]?: Read-only file syste
 _NO_NETWORK = re.compile(
     r"Network is unreachable|Could not resolve host|Temporary failure in name resolution"
     r"|Name or service not known|nodename nor servname|getaddrinfo|Connection refused"
+    r"|(?:connect|socket|urlopen)[^\n]*Operation not permitted"  # the seccomp filter refusing socket()
 )
 
 
@@ -370,34 +370,24 @@ def _choose(requested: str) -> tuple[str, str | None]:
             return "bwrap", None
         problems.append(f"bwrap: {problem}")
     if requested in ("auto", "landlock"):
-        problem = _landlock_problem()
+        problem = landlock.problem()
         if problem is None:
             return "landlock", None
         problems.append(f"landlock: {problem}")
     return "", "; ".join(problems)
 
 
-def _landlock_problem() -> str | None:
-    try:
-        from . import landlock  # type: ignore[attr-defined]  # SEAM(s-landlock): landlock.py
-    except ImportError:
-        return "not built into this version of a3s-agent"
-    problem: str | None = landlock.problem()
-    return problem
+_programs: dict[Network, bytes] = {}
 
 
-_programs: dict[str, bytes | None] = {}
-
-
-def _seccomp(network: str) -> bytes | None:
-    """The seccomp program for `network`, built once per network (seccomp.py)."""
+def _seccomp(network: Network) -> bytes:
+    """The seccomp program for `network`, built once per network (seccomp.py); SandboxUnavailable
+    on an architecture it does not know."""
     if network not in _programs:
         try:
-            from .seccomp import program  # type: ignore[import-not-found]  # SEAM(s-landlock): seccomp.py
-        except ImportError:
-            _programs[network] = None
-        else:
             _programs[network] = program(network)
+        except Unsupported as exc:
+            raise SandboxUnavailable(str(exc)) from exc
     return _programs[network]
 
 
