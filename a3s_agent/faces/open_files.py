@@ -14,8 +14,8 @@ import resource
 import socket
 from typing import Any
 
+from ..base.sparse_log import SparseLog
 from ..config import Settings
-from .refusals import SparseLog
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from a3s_agent.base.sparse_log import LINES_PER_WINDOW, WINDOW_S
 from a3s_agent.config import DEFAULT_MAX_HTTP_CONNECTIONS
-from a3s_agent.faces.refusals import LINES_PER_WINDOW, WINDOW_S
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 
