@@ -47,9 +47,10 @@ _LAST_32_BITS_IPV4 = tuple(
 )
 
 
-def private_allowed(ctx: ToolContext) -> bool:
-    """A3S_FETCH_ALLOW_PRIVATE=1 in the session's env or the server's environment."""
-    value = ctx.env.get(ALLOW_PRIVATE, os.environ.get(ALLOW_PRIVATE, ""))
+def private_allowed(ctx: ToolContext | None = None) -> bool:
+    """A3S_FETCH_ALLOW_PRIVATE=1 in the session's env (with `ctx`) or the server's environment."""
+    server = os.environ.get(ALLOW_PRIVATE, "")
+    value = ctx.env.get(ALLOW_PRIVATE, server) if ctx is not None else server
     return value.strip().lower() in {"1", "true", "yes"}
 
 
@@ -123,20 +124,25 @@ async def _resolve(host: str) -> list[IPAddress]:
     return list(dict.fromkeys(addresses))
 
 
+class AddressRefused(ToolFailure):
+    """A host resolves to (or is) an address that is not public, and private ones are not allowed."""
+
+
 def _check(host: str, addresses: list[IPAddress]) -> None:
     """Refuse the request unless every address of `host` is public."""
     for address in addresses:
         reason = refusal(address)
         if reason:
             what = f"{host} is" if [address] == _literal(host) else f"{host} resolves to {address},"
-            raise ToolFailure(
+            raise AddressRefused(
                 f"{what} {reason}: only public addresses are fetched unless the server sets {ALLOW_PRIVATE}=1"
             )
 
 
 async def checked_addresses(host: str, *, allow_private: bool) -> list[IPAddress]:
     """The addresses of `host` a request may be sent to (resolved once, to connect to exactly
-    those): all of them, when every one is public or `allow_private`; ToolFailure otherwise."""
+    those): all of them, when every one is public or `allow_private`; AddressRefused otherwise,
+    ToolFailure when the name does not resolve."""
     addresses = await _resolve(host)
     if not allow_private:
         _check(host, addresses)
