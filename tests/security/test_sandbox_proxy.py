@@ -27,7 +27,7 @@ import pytest
 from aiohttp import web
 
 from a3s_agent.base.errors import InvalidArgument
-from a3s_agent.tools.sandbox_proxy import AllowList, Grant, ProxyLimits, SandboxProxy
+from a3s_agent.tools.sandbox.proxy import AllowList, Grant, ProxyLimits, SandboxProxy
 
 from ..conftest import WITHIN_S, eventually
 from ..test_proxies import Proxy as UpstreamProxy

@@ -49,12 +49,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from urllib.parse import unquote, urlsplit
 
-from ..base.errors import FailedPrecondition, InvalidArgument
-from ..base.proxies import Proxy, proxy_for
-from ..base.sparse_log import SparseLog
-from .fetcher import AddressRefused, checked_addresses, connection_problem
-from .registry import ToolFailure
-from .special_addresses import IPAddress
+from ...base.errors import FailedPrecondition, InvalidArgument
+from ...base.proxies import Proxy, proxy_for
+from ...base.sparse_log import SparseLog
+from ..fetcher import AddressRefused, checked_addresses, connection_problem
+from ..registry import ToolFailure
+from ..special_addresses import IPAddress
 
 log = logging.getLogger("a3s_agent.security")
 
