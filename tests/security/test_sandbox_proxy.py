@@ -493,6 +493,27 @@ async def test_connections_are_capped_in_all_and_per_grant(
             writer.close()
 
 
+async def test_the_default_caps_keep_the_proxy_within_the_servers_reserve_of_open_files(
+    proxies: Callable[..., SandboxProxy], resolver: Resolver
+) -> None:
+    """32 connections in all (64 open files of the 256 the server keeps beside its listeners), 16
+    per grant."""
+    resolver.answers["echo.test"] = lambda asked: LOOPBACK
+    async with tcp_server(echo) as port:
+        proxy = proxies(f"echo.test:{port}", allow_private=True)
+        grants = [proxy.grant(f"session s{n}") for n in range(3)]
+        connect_to = f"CONNECT echo.test:{port} HTTP/1.1\n"
+        tunnels = [await ask(proxy, connect_to + credentials(grants[0])) for _ in range(16)]
+        over, *_ = await ask(proxy, connect_to + credentials(grants[0]))
+        assert over.startswith(b"HTTP/1.1 503 ") and b"16 connections of this command" in over
+        tunnels += [await ask(proxy, connect_to + credentials(grants[1])) for _ in range(16)]
+        assert all(answer.startswith(b"HTTP/1.1 200 ") for answer, _, _ in tunnels)
+        over, *_ = await ask(proxy, connect_to + credentials(grants[2]))
+        assert over.startswith(b"HTTP/1.1 503 ") and b"32 connections are open already" in over
+        for _, _, writer in tunnels:
+            writer.close()
+
+
 async def test_an_idle_tunnel_is_closed(proxies: Callable[..., SandboxProxy], resolver: Resolver) -> None:
     resolver.answers["echo.test"] = lambda asked: LOOPBACK
     async with tcp_server(echo) as port:

@@ -92,9 +92,11 @@ class ProxyLimits:
     """Resolving, connecting and the server's own proxy's answer to CONNECT: 504 after it."""
     idle_timeout_s: float = 300.0
     """A connection that moves no byte either way for this long is closed."""
-    connections: int = 64
-    """Connections open at once, in all (each holds two open files once connected)."""
-    connections_per_grant: int = 32
+    connections: int = 32
+    """Connections open at once, in all: each holds two open files once connected, and the 64 they
+    can hold come out of the files the server keeps beside its listeners (faces/open_files.py
+    RESERVED_FILES, 256), so that commands cannot use up the files the store and tools need."""
+    connections_per_grant: int = 16
     """Connections open at once with one grant's credential, so that one call cannot take them all."""
 
 
