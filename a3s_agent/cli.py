@@ -263,6 +263,7 @@ def _sandbox_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sandbox-network",
         help="what those processes may reach: off, on, or allow:HOST,HOST through the server's proxy"
+        " (names, *.domain, *, addresses, each with an optional :PORT; allow: needs bwrap)"
         " (env A3S_SANDBOX_NETWORK; default off)",
     )
     for kind, what in (
@@ -358,6 +359,7 @@ def _started(**values: Any) -> Settings | None:
     try:
         settings = settings_from(**values)
         _check_mcp_config(settings)
+        _check_sandbox_network(settings)
     except ConfigError as exc:
         print(f"a3s-agent: {exc}", file=sys.stderr)
         return None
@@ -376,6 +378,18 @@ def _check_mcp_config(settings: Settings) -> None:
         operator_servers(settings.mcp_config)
     except InvalidArgument as exc:
         raise ConfigError(f"--mcp-config (A3S_MCP_CONFIG): {exc}") from None
+
+
+def _check_sandbox_network(settings: Settings) -> None:
+    """A network of allow:... needs a mechanism that can keep commands to the proxy (bwrap): under
+    Landlock it is a start-up error, not a refusal of every command later."""
+    if settings.sandbox.network != "allow" or settings.sandbox.mechanism == "off":
+        return
+    from .tools.sandbox import Sandbox, network_problem
+
+    problem = network_problem(Sandbox(settings.sandbox).mechanism, settings.sandbox.network_text)
+    if problem:
+        raise ConfigError(f"--sandbox-network (A3S_SANDBOX_NETWORK): {problem}")
 
 
 def _coven(args: argparse.Namespace) -> int:
@@ -585,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             check_serving(settings)
             _check_mcp_config(settings)
+            _check_sandbox_network(settings)
         except ConfigError as exc:
             print(f"a3s-agent: {exc}", file=sys.stderr)
             return 2

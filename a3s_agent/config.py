@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
+from .base.allow_list import AllowList
+from .base.errors import InvalidArgument
 from .base.models import LLMConfig
 from .base.prices import ModelPrice, load_prices
 from .base.secrets import operator_secret_names
@@ -444,34 +446,24 @@ def sandbox_settings(
     )
 
 
-_HOST = re.compile(r"(\*\.)?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
-
-
 def parse_sandbox_network(value: str) -> tuple[Literal["off", "on", "allow"], tuple[str, ...]]:
-    """off (the default), on, or allow:host,host (names, `*.` for a domain's hosts, IP addresses)."""
+    """off (the default), on, or allow:host,host (names, `*.domain`, `*`, IP addresses, each with an
+    optional :port: base/allow_list.py), the hosts normalized."""
     text = value.strip()
     if text.lower() in ("", "off"):
         return "off", ()
     if text.lower() == "on":
         return "on", ()
     kind, colon, listed = text.partition(":")
-    hosts = tuple(h.strip().lower() for h in listed.split(",") if h.strip())
-    if kind.strip().lower() != "allow" or not colon or not hosts:
+    if kind.strip().lower() != "allow" or not colon or not listed.strip(" ,"):
         raise ConfigError(
             f"--sandbox-network (A3S_SANDBOX_NETWORK) must be off, on or allow:HOST,HOST, not {text[:80]!r}"
         )
-    for host in hosts:
-        if not (_HOST.fullmatch(host) or _is_address(host.strip("[]"))):
-            raise ConfigError(f"--sandbox-network (A3S_SANDBOX_NETWORK): {host[:80]!r} is not a host name")
-    return "allow", hosts
-
-
-def _is_address(text: str) -> bool:
     try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
+        hosts = AllowList.parse(listed, "--sandbox-network (A3S_SANDBOX_NETWORK)")
+    except InvalidArgument as exc:
+        raise ConfigError(str(exc)) from None
+    return "allow", tuple(dict.fromkeys(entry.text for entry in hosts.hosts))
 
 
 def _sandbox_paths(

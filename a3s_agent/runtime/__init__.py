@@ -208,6 +208,7 @@ class Runtime:
         if self.containment is not None:  # every tool process still running ends with the server
             containment.deactivate(self.containment)
         sandbox.deactivate(self.sandbox)
+        await self.sandbox.stop()  # the network proxy's port and connections
         await self.events.close()
         await self.replicas.close()
         await self.providers.close()
@@ -259,7 +260,7 @@ class Runtime:
         if not wanted.strip():
             return ""
         try:
-            return sandbox.narrowed(self.settings.sandbox, wanted)
+            return self.sandbox.narrowed(wanted)
         except ValueError as exc:
             raise InvalidArgument(f"config.custom.{SANDBOX_NETWORK_KEY}: {exc}") from None
 

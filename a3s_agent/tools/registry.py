@@ -156,8 +156,12 @@ class Tool:
             result = ToolOutput(output=result)
         result.metadata.setdefault("duration_ms", round((time.perf_counter() - started) * 1000, 3))
         if spawned:  # which sandbox ran its processes (the last one's, should they differ)
-            result.metadata.setdefault("sandbox", spawned[-1][0])
-            result.metadata.setdefault("sandbox_network", spawned[-1][1])
+            result.metadata.setdefault("sandbox", spawned[-1].mechanism)
+            result.metadata.setdefault("sandbox_network", spawned[-1].network)
+            refused = [said for ran in spawned for said in ran.refused]
+            if refused and not result.success:
+                said = f"the sandbox's network proxy refused {'; '.join(refused)}"
+                result.error = f"{result.error}; {said}" if result.error else said
         return _capped(result, ctx.max_output_bytes, self.truncation_hint)
 
 

@@ -26,8 +26,9 @@ from urllib.parse import urlsplit
 import pytest
 from aiohttp import web
 
+from a3s_agent.base.allow_list import AllowList
 from a3s_agent.base.errors import InvalidArgument
-from a3s_agent.tools.sandbox.proxy import AllowList, Grant, ProxyLimits, SandboxProxy
+from a3s_agent.tools.sandbox.proxy import Grant, ProxyLimits, SandboxProxy
 
 from ..conftest import WITHIN_S, eventually
 from ..test_proxies import Proxy as UpstreamProxy

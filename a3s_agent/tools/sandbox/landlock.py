@@ -97,10 +97,16 @@ def command(argv: Sequence[str], policy: SandboxPolicy, bpf: bytes | None) -> La
     """The launcher's argv running `argv` under `policy` and the seccomp program `bpf` (None:
     none), and the memfd it reads (inherited by the spawn, closed by the caller after it): the
     launcher's compiled code, then its instructions. Working directory and environment: the spawn's."""
-    code = _launcher_code()
     instructions = launch.encode(
         rules(policy), policy.network, policy.proxy_port, policy.memory_bytes, bpf or b""
     )
+    return launcher(argv, instructions)
+
+
+def launcher(argv: Sequence[str], instructions: bytes, pass_fds: tuple[int, ...] = ()) -> Launch:
+    """The launcher's argv running `argv` as `instructions` (launch.encode) say, and the memfd it
+    reads them from; `pass_fds` are further descriptors the instructions name."""
+    code = _launcher_code()
     fd = os.memfd_create("a3s-sandbox")  # close-on-exec: only the spawn given it in pass_fds has it
     try:
         view = memoryview(code + instructions)
@@ -111,7 +117,7 @@ def command(argv: Sequence[str], policy: SandboxPolicy, bpf: bytes | None) -> La
         raise
     loader = f"import marshal,os;exec(marshal.loads(os.pread({fd},{len(code)},0)))"
     spec = f"{fd}:{len(code)}:{len(instructions)}"
-    return Launch([sys.executable, "-I", "-S", "-c", loader, spec, *argv], (fd,))
+    return Launch([sys.executable, "-I", "-S", "-c", loader, spec, *argv], (fd, *pass_fds))
 
 
 @lru_cache(maxsize=1)

@@ -3,10 +3,12 @@
 Run as `<python> -I -S launch.py FD:START:LENGTH COMMAND...`: FD is an inherited file holding, from
 byte START, LENGTH bytes of instructions (`encode`). landlock.py runs the same code compiled, from
 the same memfd as the instructions (`-c` with a loader: no source to read and compile each time).
-In order it sets the memory limit, drops every capability (a root server's commands run without
+In order it first (when told to) listens on 127.0.0.1:<proxy port> and sends the listening socket
+over an inherited Unix socket: bwrap runs it so in a command's network namespace, where the
+server's proxy is out of reach until it serves that socket (bwrap.py). Then it sets the memory limit, drops every capability (a root server's commands run without
 any, as under bwrap), sets no_new_privs, builds and enforces a Landlock ruleset (file rules, TCP
-port rules and scopes, as far as the kernel's ABI goes), loads the seccomp program, and execs the
-command with the environment it was itself started with, looked up on that environment's PATH.
+port rules and scopes, as far as the kernel's ABI goes; not when told so: under bwrap, whose
+namespaces do that work), loads the seccomp program, and execs the command with the environment it was itself started with, looked up on that environment's PATH.
 Any failure: a line `sandbox: <why>` on stderr and exit status 126, never the command unrestricted.
 
 Standard library only, and as little of it as it takes, since every sandboxed spawn pays for this
@@ -21,7 +23,7 @@ import errno
 import os
 import sys
 
-MAGIC = b"a3s-landlock-1"
+MAGIC = b"a3s-landlock-2"
 FAILED = 126
 
 # Landlock (include/uapi/linux/landlock.h); the system calls are numbered alike on every architecture.
@@ -56,10 +58,15 @@ def encode(
     proxy_port: int | None,
     memory_bytes: int | None,
     bpf: bytes,
+    *,
+    landlock: bool = True,
+    handover: int | None = None,
 ) -> bytes:
-    """The instructions: MAGIC, memory, network, proxy port, rule count, each rule as its kind and
+    """The instructions: MAGIC, memory, network, proxy port, the fd to hand a listener on the proxy
+    port over (-1: none), whether to restrict with Landlock, rule count, each rule as its kind and
     path, all NUL-terminated, then the seccomp program (empty: none)."""
     fields = [MAGIC, b"%d" % (memory_bytes or 0), network.encode(), b"%d" % (proxy_port or 0)]
+    fields += [b"%d" % (-1 if handover is None else handover), b"1" if landlock else b"0"]
     fields.append(b"%d" % len(rules))
     fields += (kind + path for kind, path in rules)
     return b"\0".join(fields) + b"\0" + bpf
@@ -208,24 +215,48 @@ def _environment() -> dict[bytes, bytes]:
     return env
 
 
+def _hand_over_listener(port: int, fd: int) -> None:
+    """Listen on 127.0.0.1:`port` (in this network namespace) and send the socket over the Unix
+    socket `fd` (SCM_RIGHTS); neither stays open here."""
+    import _socket  # socket's C half (socket imports enum, selectors)
+
+    channel = _socket.socket(fileno=fd)
+    try:
+        listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+        try:
+            listener.bind(("127.0.0.1", port))
+            listener.listen(_socket.SOMAXCONN)
+            rights = listener.fileno().to_bytes(4, sys.byteorder)
+            channel.sendmsg([b"L"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+        finally:
+            listener.close()
+    except OSError as exc:
+        raise Refused(f"listening for the network proxy on 127.0.0.1:{port}: {exc.strerror or exc}") from None
+    finally:
+        channel.close()
+
+
 def apply(data: bytes) -> None:
     """Restrict this process as `data` (see `encode`) says."""
-    magic, memory, network, port, count, rest = data.split(b"\0", 5)
-    if magic != MAGIC or network not in NETWORKS:
+    magic, memory, network, port, handover, landlock, count, rest = data.split(b"\0", 7)
+    if magic != MAGIC or network not in NETWORKS or landlock not in (b"0", b"1"):
         raise Refused("instructions of an unknown format")
     parts = rest.split(b"\0", int(count))
     rules, bpf = parts[:-1], parts[-1]
     if any(rule[:2] not in RULE_KINDS for rule in rules):
         raise Refused("a rule of an unknown kind")
+    if int(handover) >= 0:
+        _hand_over_listener(int(port), int(handover))
     libc = _Libc()
-    version = _abi(libc)
-    if version <= 0:
+    version = _abi(libc) if landlock == b"1" else 0
+    if landlock == b"1" and version <= 0:
         raise Refused(f"this kernel has no Landlock: {os.strerror(-version)}")
     if int(memory):
         _limit_memory(libc, int(memory))
     _drop_capabilities(libc)
     libc.check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    _landlock(libc, version, rules, network, int(port))
+    if landlock == b"1":
+        _landlock(libc, version, rules, network, int(port))
     if bpf:
         _seccomp(libc, bpf)
 

@@ -12,6 +12,7 @@ is visible anyway, so only those inside a tree are kept (fewer rules, a faster s
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -74,11 +75,14 @@ class SandboxPolicy:
 @dataclass
 class Launch:
     """How to start a command under a mechanism: the argv to spawn instead, and the descriptors the
-    spawned process must inherit (the parent closes its copies with `close` after the spawn)."""
+    spawned process must inherit (the parent closes its copies with `close` after the spawn).
+    `handover`: the socket on which a listener on the proxy's port arrives from inside the
+    command's network namespace (network "proxy" under bwrap), for the proxy to serve."""
 
     argv: list[str]
     pass_fds: tuple[int, ...] = ()
     closed: bool = field(default=False, repr=False)
+    handover: socket.socket | None = field(default=None, repr=False)
 
     def close(self) -> None:
         if self.closed:
@@ -150,11 +154,12 @@ def for_call(
     writable: Iterable[Path] = (),
     others: Iterable[str] = (),
     network: Network | None = None,
+    proxy_port: int | None = None,
 ) -> SandboxPolicy:
     """One call's policy: `workspace`, `home` and `scratch` (resolved) and `writable` writable,
     `readable` (files the server put out for the call: a script, a skill's directory) readable,
-    `others` (other sessions' workspaces, resolved) hidden, and `network` if the call's is narrower
-    than the grounds'. Which hidden paths exist is looked at on every call (one may appear any
+    `others` (other sessions' workspaces, resolved) hidden, and `network` (with the proxy's
+    `proxy_port` for "proxy") if the call's is not the grounds'. Which hidden paths exist is looked at on every call (one may appear any
     time); the rest is worked out once per layout."""
     layout = _layout(
         ground,
@@ -169,7 +174,7 @@ def for_call(
         writable=(*layout.writable, scratch),  # a tree of its own, whatever holds it
         hidden=tuple(h for h in layout.hidden if h != scratch and os.path.lexists(h)),
         network=network or ground.network,
-        proxy_port=ground.proxy_port,
+        proxy_port=proxy_port or ground.proxy_port,
         memory_bytes=ground.memory_bytes,
     )
 

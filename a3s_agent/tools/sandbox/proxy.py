@@ -10,9 +10,10 @@ proxy, on 127.0.0.1 and a port of its own (opened by the first grant, closed wit
   relayed as bytes, so one connection reaches one destination);
 - answers 407 to a connection without a live grant's credential: nothing else on the machine can
   use it, and each connection is known to be its grant's (`Grant.label`);
-- lets through only the hosts of the operator's list (and of the grant's narrower one, if it has
-  one): exact names, `*.domain` for the names below a domain, `*` for any host; ports 80 and 443
-  unless an entry names its own (`host:8443`);
+- lets through only the hosts of the proxy's list and of the grant's (a host must be in both;
+  a proxy made without a list lets each grant's own decide): exact names, `*.domain` for the names
+  below a domain, `*` for any host; ports 80 and 443 unless an entry names its own (`host:8443`),
+  base/allow_list.py;
 - resolves the name once, refuses it unless every address is public (tools/fetcher.py: no
   loopback, private, link-local or metadata address, even for an allowed name, unless the
   server sets A3S_FETCH_ALLOW_PRIVATE=1), and connects to exactly an address it checked, so a DNS
@@ -28,6 +29,10 @@ proxy, on 127.0.0.1 and a port of its own (opened by the first grant, closed wit
   idle time; bytes are relayed with backpressure both ways (what one side sends is read only as
   fast as the other side takes it).
 
+A command in a network namespace of its own (bwrap) cannot reach the proxy's port: the sandbox
+makes a listening socket inside the namespace and hands it over (`Grant.serve_handed_over`), and
+the proxy serves it, with the same rules, for as long as the grant lives.
+
 Plain asyncio streams rather than aiohttp: aiohttp's server does not tunnel CONNECT, and since a
 request is relayed as bytes after its head, the only HTTP here is parsing one request head.
 """
@@ -38,7 +43,6 @@ import asyncio
 import base64
 import binascii
 import hashlib
-import ipaddress
 import logging
 import re
 import secrets
@@ -49,7 +53,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from urllib.parse import unquote, urlsplit
 
-from ...base.errors import FailedPrecondition, InvalidArgument
+from ...base.allow_list import AllowList, host_and_port, normalized_host
+from ...base.errors import FailedPrecondition
 from ...base.proxies import Proxy, proxy_for
 from ...base.sparse_log import SparseLog
 from ..fetcher import AddressRefused, checked_addresses, connection_problem
@@ -58,7 +63,6 @@ from ..special_addresses import IPAddress
 
 log = logging.getLogger("a3s_agent.security")
 
-DEFAULT_PORTS = frozenset({80, 443})
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 USER = "a3s"
 """The user name of the proxy URL; the grant's token is its password (which tools redact)."""
@@ -67,7 +71,6 @@ REFUSALS_KEPT = 8
 
 _CHUNK = 64 * 1024
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token: methods, header names
-_LABEL = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?")
 _HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -100,93 +103,6 @@ class ProxyLimits:
     """Connections open at once with one grant's credential, so that one call cannot take them all."""
 
 
-@dataclass(frozen=True)
-class AllowedHost:
-    """One entry of an allow list: a host name or IP address, `*.domain` (the names below the
-    domain, not the domain itself) or `*` (any host; the address check still applies)."""
-
-    name: str  # normalized (lower case, no trailing dot, IPv6 without brackets); "" for `*`
-    wildcard: bool
-    ports: frozenset[int]
-
-    def matches(self, host: str) -> bool:
-        if not self.wildcard:
-            return host == self.name
-        return not self.name or host.endswith(f".{self.name}")
-
-
-@dataclass(frozen=True)
-class AllowList:
-    hosts: tuple[AllowedHost, ...]
-
-    @classmethod
-    def parse(cls, text: str, what: str = "the sandbox's allowed hosts") -> AllowList:
-        """`text` as the operator writes it: entries separated by commas, each `host`, `*.domain`,
-        `*`, an IP address (`[v6]` in brackets) with an optional `:port`. InvalidArgument, naming
-        `what` and the entry, for anything else."""
-        entries = [entry.strip() for entry in text.split(",") if entry.strip()]
-        if not entries:
-            raise InvalidArgument(f"{what} name no host: give host names, *.domain patterns or host:port")
-        return cls(tuple(_allowed_host(entry, what) for entry in entries))
-
-    def ports(self, host: str) -> frozenset[int]:
-        """The ports `host` (normalized) may be reached on; empty when it may not be reached."""
-        return frozenset().union(*(entry.ports for entry in self.hosts if entry.matches(host)))
-
-
-def _allowed_host(entry: str, what: str) -> AllowedHost:
-    problem = f"{what}: {entry!r} is not a host name, *.domain, * or IP address with an optional :port"
-    try:
-        host, port = _host_and_port(entry)
-    except ValueError:
-        raise InvalidArgument(problem) from None
-    wildcard = host == "*" or host.startswith("*.")
-    name = normalized_host(host[2:] if host.startswith("*.") else host) if host != "*" else ""
-    if name is None or (wildcard and name and _is_address(name)):
-        raise InvalidArgument(problem)
-    return AllowedHost(name, wildcard, frozenset({port}) if port is not None else DEFAULT_PORTS)
-
-
-def _host_and_port(text: str) -> tuple[str, int | None]:
-    """`host`, `host:port`, `[v6]` or `[v6]:port` split; ValueError for anything else."""
-    if text.startswith("["):
-        host, bracket, rest = text[1:].partition("]")
-        if not bracket or (rest and not rest.startswith(":")):
-            raise ValueError(text)
-        return host, _port(rest[1:]) if rest else None
-    host, colon, port = text.partition(":")
-    if ":" in port:
-        raise ValueError(text)  # an IPv6 address must be in brackets
-    return host, _port(port) if colon else None
-
-
-def _port(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or not 0 < int(text) < 65536:
-        raise ValueError(text)
-    return int(text)
-
-
-def normalized_host(host: str) -> str | None:
-    """`host` as allow lists compare it (lower case, no trailing dot, an IP address in its standard
-    form), or None when it is neither a DNS name nor an IP address."""
-    host = host.lower().removesuffix(".")
-    try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
-        pass
-    if not host.isascii() or len(host) > 253:
-        return None
-    return host if all(_LABEL.fullmatch(label) for label in host.split(".")) else None
-
-
-def _is_address(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
 def _authority(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -200,13 +116,20 @@ class Grant:
         self.label = label
         """Whose connections these are, for the log: "session <id>"..."""
         self.narrowed = narrowed
-        """A narrower allow list (the session's): a host must be in both."""
+        """The grant's own allow list: a host must be in it and in the proxy's (if it has one)."""
         self.refused: deque[str] = deque(maxlen=REFUSALS_KEPT)
         """What the proxy refused this grant's connections, latest last ("CONNECT host:443: why")."""
         self._proxy = proxy
         self._token = secrets.token_urlsafe(24)
         self.digest = _digest(self._token)
         self.tasks: set[asyncio.Task[None]] = set()
+        self._servers: list[asyncio.Server] = []
+        self._channels: list[socket.socket] = []
+
+    @property
+    def port(self) -> int | None:
+        """The proxy's loopback port (a command in a network namespace reaches its own)."""
+        return self._proxy.port
 
     @property
     def url(self) -> str:
@@ -217,13 +140,33 @@ class Grant:
         return {**dict.fromkeys(PROXY_VARIABLES, self.url), "NO_PROXY": "", "no_proxy": ""}
 
     def ports(self, host: str) -> frozenset[int]:
-        ports = self._proxy.allowed.ports(host)
-        return ports & self.narrowed.ports(host) if self.narrowed is not None else ports
+        lists = [found for found in (self._proxy.allowed, self.narrowed) if found is not None]
+        return frozenset.intersection(*(found.ports(host) for found in lists))
+
+    async def serve_handed_over(self, channel: socket.socket) -> None:
+        """Serve the listening socket that arrives on the Unix socket `channel` (SCM_RIGHTS, sent by
+        the sandbox's launcher from inside a network namespace: tools/sandbox/launch.py) until the
+        grant is closed. Nothing but a listening TCP socket is served; `channel` is closed."""
+        self._channels.append(channel)
+        try:
+            listening = await _received_listener(channel)
+        finally:
+            channel.close()
+        if listening is None:
+            return
+        if self._proxy.revoked(self):
+            listening.close()
+            return
+        self._servers.append(await self._proxy.serve(listening))
 
     def close(self) -> None:
         self._proxy.revoke(self)
         for task in list(self.tasks):
             task.cancel()
+        for channel in self._channels:
+            channel.close()
+        for server in self._servers:
+            self._proxy.stop_serving(server)
 
     def __enter__(self) -> Grant:
         return self
@@ -271,8 +214,12 @@ class SandboxProxy:
     """The proxy of one server: `grant()` for each sandboxed call that may use the network,
     `close()` when the server stops."""
 
-    def __init__(self, allowed: AllowList, *, allow_private: bool, limits: ProxyLimits | None = None) -> None:
+    def __init__(
+        self, allowed: AllowList | None, *, allow_private: bool, limits: ProxyLimits | None = None
+    ) -> None:
         self.allowed = allowed
+        """The hosts any grant may reach; None: each grant's own list decides (a server whose MCP
+        servers and skills have lists of their own, wider than its --sandbox-network's)."""
         self.allow_private = allow_private
         """The operator allows non-public addresses (A3S_FETCH_ALLOW_PRIVATE=1: `fetcher.private_allowed()`)."""
         self.limits = limits or ProxyLimits()
@@ -280,8 +227,8 @@ class SandboxProxy:
         """The loopback port it listens on, once the first grant opened it."""
         self._grants: dict[bytes, Grant] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._servers: list[asyncio.Server] = []
-        self._starting: asyncio.Task[None] | None = None
+        self._servers: set[asyncio.Server] = set()
+        self._starting: asyncio.Task[asyncio.Server] | None = None
         self._closed = False
         self._lines = SparseLog(log, "proxy connections refused")
 
@@ -290,6 +237,8 @@ class SandboxProxy:
         the event loop's thread; connections made before it serves wait in the listen queue)."""
         if self._closed:
             raise FailedPrecondition("the sandbox's network proxy is stopped")
+        if self.allowed is None and narrowed is None:
+            raise ValueError("a grant of a proxy without an allow list needs one of its own")
         if self.port is None:
             listening = socket.create_server(("127.0.0.1", 0))
             self.port = int(listening.getsockname()[1])
@@ -302,11 +251,21 @@ class SandboxProxy:
         """The grant's credential no longer gets in (`Grant.close` also ends its connections)."""
         self._grants.pop(grant.digest, None)
 
-    async def serve(self, listening: socket.socket) -> None:
+    def revoked(self, grant: Grant) -> bool:
+        return self._grants.get(grant.digest) is not grant
+
+    async def serve(self, listening: socket.socket) -> asyncio.Server:
         """Serve the connections accepted on `listening` (the proxy's own port; or a socket made
-        where a sandboxed command can reach it and handed over): the credential decides, as on any."""
+        where a sandboxed command can reach it and handed over) until `stop_serving` or `close`:
+        the credential decides, as on any."""
         server = await asyncio.start_server(self._serve, sock=listening, limit=self.limits.head_bytes)
-        self._servers.append(server)
+        self._servers.add(server)
+        return server
+
+    def stop_serving(self, server: asyncio.Server) -> None:
+        """Close `server`'s listening socket (its connections go with their grants)."""
+        self._servers.discard(server)
+        server.close()
 
     async def close(self) -> None:
         """Stop listening and end every connection."""
@@ -436,6 +395,41 @@ class SandboxProxy:
             )
 
 
+async def _received_listener(channel: socket.socket) -> socket.socket | None:
+    """The listening TCP socket sent on `channel` (None: the sender ended without one, or sent
+    something else). Received close-on-exec: no later spawn inherits it."""
+    loop = asyncio.get_running_loop()
+    readable: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    channel.setblocking(False)
+    loop.add_reader(channel.fileno(), ready)
+    try:
+        await readable
+    finally:
+        loop.remove_reader(channel.fileno())
+    try:
+        _, fds, _, _ = socket.recv_fds(channel, 16, 1, socket.MSG_CMSG_CLOEXEC)
+    except OSError:
+        return None
+    if not fds:
+        return None
+    listening = socket.socket(fileno=fds[0])
+    listens = listening.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+    if (
+        listening.family not in (socket.AF_INET, socket.AF_INET6)
+        or listening.type != socket.SOCK_STREAM
+        or not listens
+    ):
+        log.warning("a sandbox's launcher handed over something other than a listening TCP socket: ignored")
+        listening.close()
+        return None
+    return listening
+
+
 def _parse_head(head: bytes) -> _Request:
     line, *lines = head[:-4].decode("latin-1").split("\r\n")
     parts = line.split(" ")
@@ -454,7 +448,7 @@ def _destination(request: _Request) -> tuple[str, int, str]:
     """(host, port, path and query) of the request; a tunnel's path is ""."""
     if request.method == "CONNECT":
         try:
-            raw, port = _host_and_port(request.target)
+            raw, port = host_and_port(request.target)
         except ValueError:
             raw, port = "", None
         host = normalized_host(raw)

@@ -4,7 +4,8 @@ In a throwaway workspace holding a planted data dir and another session's worksp
 hidden paths lie inside a tree the command may write, the hard case), commands run exactly as a
 tool's do (run_process, a containment scope) and try: to run at all, to read the planted secrets,
 to write outside the workspace directly and through a symlink, to reach a loopback TCP listener,
-to see the server process. Each check passes when the sandbox decides as the settings say.
+to see the server process; with a network of allow:..., to reach the proxy (which refuses a host
+not on the list). Each check passes when the sandbox decides as the settings say.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from ...config import SandboxSettings
 from ..process import run_process
-from . import Place, Sandbox, activate, deactivate
+from . import Place, Sandbox, activate, deactivate, network_problem
 
 SECRET = "a3s-sandbox-check-secret"
 _TIMEOUT_S = 20.0
@@ -45,7 +46,7 @@ def self_test(settings: SandboxSettings) -> tuple[Sandbox, list[Check]]:
         (data_dir / "sessions.db").write_text(SECRET)
         (other / "notes.txt").write_text(SECRET)
         sandbox = Sandbox(settings, data_dir=data_dir, workspaces=lambda: [str(workspace), str(other)])
-        if sandbox.mechanism in ("", "off"):
+        if sandbox.mechanism in ("", "off") or network_problem(sandbox.mechanism, sandbox.network()):
             return sandbox, []
         activate(sandbox)
         try:
@@ -58,6 +59,15 @@ Runner = Callable[..., Awaitable[tuple[int, str]]]
 
 
 async def _checks(
+    sandbox: Sandbox, workspace: Path, outside: Path, data_dir: Path, other: Path
+) -> list[Check]:
+    try:
+        return await _tried(sandbox, workspace, outside, data_dir, other)
+    finally:
+        await sandbox.stop()
+
+
+async def _tried(
     sandbox: Sandbox, workspace: Path, outside: Path, data_dir: Path, other: Path
 ) -> list[Check]:
     place = Place(workspace, "sandbox-check")
@@ -88,6 +98,8 @@ async def _checks(
         Check("write outside through a symlink made inside", not linked.exists(), f"{linked} not created")
     )
     checks.append(await _connection(sandbox, run))
+    if sandbox.network().startswith("allow:"):
+        checks.append(await _proxy(run))
     code, said = await run("cat", f"/proc/{os.getpid()}/cmdline")
     checks.append(Check("see the server's process", "a3s" not in said, said[-200:] or f"exit {code}"))
     return checks
@@ -114,6 +126,20 @@ async def _connection(sandbox: Sandbox, run: Runner) -> Check:
     return Check(f"connect to a loopback port (network {network})", code != 0, detail)
 
 
+async def _proxy(run: Runner) -> Check:
+    """Through the proxy its environment names, a request for a host on no list: the proxy's 403."""
+    _, said = await run(
+        sys.executable,
+        "-I",
+        "-S",
+        "-c",
+        "import urllib.request as u\ntry: u.urlopen('http://not-on-the-list.invalid/', timeout=10)\n"
+        "except Exception as e: print(e)",
+    )
+    refused = "not one of the hosts the sandbox allows" in said
+    return Check("reach the network proxy, which refuses a host not on the list", refused, said[-200:])
+
+
 def report(settings: SandboxSettings) -> tuple[list[str], bool]:
     """The lines `sandbox check` prints, and whether everything passed."""
     sandbox, checks = self_test(settings)
@@ -126,6 +152,10 @@ def report(settings: SandboxSettings) -> tuple[list[str], bool]:
         return lines, False
     if mechanism == "off":
         lines.append("FAIL the sandbox is off (--sandbox off): commands would run unsandboxed")
+        return lines, False
+    problem = network_problem(mechanism, sandbox.network())
+    if problem:
+        lines.append(f"FAIL {problem}")
         return lines, False
     lines += [f"{'pass' if c.passed else 'FAIL'} {c.name}: {c.detail}" for c in checks]
     return lines, all(c.passed for c in checks)
