@@ -57,6 +57,26 @@ HOW_TO_ENABLE = (
     " on a kernel with Landlock (Linux 5.13+, landlock in the lsm= boot list); or start the server"
     " with --sandbox off (A3S_SANDBOX=off) to run commands unsandboxed"
 )
+LOADER_VARIABLES = frozenset(
+    {
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "MALLOC_TRACE",
+        "NIS_PATH",
+        "NLSPATH",
+        "RESOLV_HOST_CONF",
+        "RES_OPTIONS",
+        "TZDIR",
+    }
+)
+"""Besides every LD_* name: the variables glibc drops for setuid programs (its unsecvars.h, but
+TMPDIR), since they make the loader or the C library load code or write files. The mechanism
+(the shell joining the cgroup, bwrap, the launcher) is spawned without them, and the command
+gets them as it starts: they act only inside the sandbox."""
 SCRATCH = "scratch"
 HOMES = "homes"
 _NETWORKS: dict[str, Network] = {"off": "off", "on": "on", "allow": "proxy"}
@@ -304,6 +324,7 @@ class CallSandbox:
         self.launches: list[Launch] = []
         self.grant: Grant | None = None
         self._serving: list[asyncio.Task[None]] = []
+        self._loader: dict[str, str] = {}
 
     @property
     def memory_bytes(self) -> int | None:
@@ -321,8 +342,9 @@ class CallSandbox:
         return self.grant.refused if self.grant is not None else ()
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
-        """`env` with the call's HOME and TMPDIR, and with a network of allow:... the proxy's
-        variables naming its grant (unchanged under --sandbox off)."""
+        """The environment to spawn with: `env` with the call's HOME and TMPDIR, with a network of
+        allow:... the proxy's variables naming its grant, and without the loader's variables, which
+        `command` sets for the command only (unchanged under --sandbox off)."""
         if not self.active:
             return dict(env)
         if self.scratch is None:
@@ -335,7 +357,9 @@ class CallSandbox:
             )
             self.grant = self.owner.grant(whose, self.network)
         proxy = self.grant.env() if self.grant is not None else {}
-        return {**env, "HOME": str(self.home), "TMPDIR": str(self.scratch), **proxy}
+        spawned = {**env, "HOME": str(self.home), "TMPDIR": str(self.scratch), **proxy}
+        self._loader = {name: spawned.pop(name) for name in list(spawned) if _loader_variable(name)}
+        return spawned
 
     def _problem(self) -> str | None:
         """Why this call's processes may not be spawned (None: they may)."""
@@ -373,9 +397,9 @@ class CallSandbox:
         rules = self.policy()
         bpf = _seccomp(rules.network)
         if mechanism == "bwrap":
-            launch = bwrap.command(argv, rules, bpf)
+            launch = bwrap.command(argv, rules, bpf, self._loader)
         else:
-            launch = landlock.command(argv, rules, bpf)
+            launch = landlock.command(argv, rules, bpf, self._loader)
         self.launches.append(launch)
         return launch
 
@@ -485,6 +509,10 @@ def _seccomp(network: Network) -> bytes:
         except Unsupported as exc:
             raise SandboxUnavailable(str(exc)) from exc
     return _programs[network]
+
+
+def _loader_variable(name: str) -> bool:
+    return name.startswith("LD_") or name in LOADER_VARIABLES
 
 
 @lru_cache(maxsize=64)

@@ -20,7 +20,7 @@ import os
 import shutil
 import socket
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from . import landlock, launch
@@ -70,10 +70,13 @@ def _probe_trees() -> tuple[str, ...]:
     return tuple(os.path.realpath(t) for t in SYSTEM_TREES if os.path.exists(t))
 
 
-def command(argv: Sequence[str], policy: SandboxPolicy, bpf: bytes | None) -> Launch:
+def command(
+    argv: Sequence[str], policy: SandboxPolicy, bpf: bytes | None, setenv: Mapping[str, str] | None = None
+) -> Launch:
     """bwrap's argv running `argv` under `policy`; with `bpf`, a seccomp program it loads (through
     a pipe it reads). The working directory is the spawn's own (bwrap keeps it; it must lie in a
-    tree). Environment: the spawn's."""
+    tree). Environment: the spawn's, plus `setenv` for the command only (set by bwrap in the
+    sandbox, or by the launcher as it execs the command)."""
     program = binary()
     if program is None:
         raise FileNotFoundError("bwrap is not installed")
@@ -84,8 +87,10 @@ def command(argv: Sequence[str], policy: SandboxPolicy, bpf: bytes | None) -> La
     args += _mounts(policy)
     args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/"]
     if policy.network == "proxy":
-        inner = _listening(argv, policy, bpf)
+        inner = _listening(argv, policy, bpf, setenv or {})
         return Launch([*args, "--", *inner.argv], inner.pass_fds, handover=inner.handover)
+    for name, value in (setenv or {}).items():
+        args += ["--setenv", name, value]
     pass_fds: tuple[int, ...] = ()
     if bpf is not None:
         fd = _readable_pipe(bpf)
@@ -94,7 +99,9 @@ def command(argv: Sequence[str], policy: SandboxPolicy, bpf: bytes | None) -> La
     return Launch([*args, "--", *argv], pass_fds)
 
 
-def _listening(argv: Sequence[str], policy: SandboxPolicy, bpf: bytes | None) -> Launch:
+def _listening(
+    argv: Sequence[str], policy: SandboxPolicy, bpf: bytes | None, setenv: Mapping[str, str]
+) -> Launch:
     """Network "proxy": the command in its own network namespace, where the server's proxy port is
     out of reach. So the Landlock launcher runs first inside it (without Landlock: the namespaces
     do that work), listens on 127.0.0.1:<proxy port> there, sends the listening socket to the
@@ -106,7 +113,14 @@ def _listening(argv: Sequence[str], policy: SandboxPolicy, bpf: bytes | None) ->
     fd = theirs.detach()  # the Launch closes it after the spawn
     try:
         instructions = launch.encode(
-            [], policy.network, policy.proxy_port, None, bpf or b"", landlock=False, handover=fd
+            [],
+            policy.network,
+            policy.proxy_port,
+            None,
+            bpf or b"",
+            landlock=False,
+            handover=fd,
+            setenv=dict(setenv),
         )
         inner = landlock.launcher(argv, instructions, (fd,))
     except BaseException:

@@ -31,7 +31,7 @@ import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -93,12 +93,20 @@ def problem() -> str | None:
     return None
 
 
-def command(argv: Sequence[str], policy: SandboxPolicy, bpf: bytes | None) -> Launch:
+def command(
+    argv: Sequence[str], policy: SandboxPolicy, bpf: bytes | None, setenv: Mapping[str, str] | None = None
+) -> Launch:
     """The launcher's argv running `argv` under `policy` and the seccomp program `bpf` (None:
     none), and the memfd it reads (inherited by the spawn, closed by the caller after it): the
-    launcher's compiled code, then its instructions. Working directory and environment: the spawn's."""
+    launcher's compiled code, then its instructions. Working directory and environment: the spawn's,
+    plus `setenv` for the command only."""
     instructions = launch.encode(
-        rules(policy), policy.network, policy.proxy_port, policy.memory_bytes, bpf or b""
+        rules(policy),
+        policy.network,
+        policy.proxy_port,
+        policy.memory_bytes,
+        bpf or b"",
+        setenv=dict(setenv or {}),
     )
     return launcher(argv, instructions)
 

@@ -5,10 +5,13 @@ byte START, LENGTH bytes of instructions (`encode`). landlock.py runs the same c
 the same memfd as the instructions (`-c` with a loader: no source to read and compile each time).
 In order it first (when told to) listens on 127.0.0.1:<proxy port> and sends the listening socket
 over an inherited Unix socket: bwrap runs it so in a command's network namespace, where the
-server's proxy is out of reach until it serves that socket (bwrap.py). Then it sets the memory limit, drops every capability (a root server's commands run without
-any, as under bwrap), sets no_new_privs, builds and enforces a Landlock ruleset (file rules, TCP
-port rules and scopes, as far as the kernel's ABI goes; not when told so: under bwrap, whose
-namespaces do that work), loads the seccomp program, and execs the command with the environment it was itself started with, looked up on that environment's PATH.
+server's proxy is out of reach until it serves that socket (bwrap.py). Then it sets the memory
+limit, drops every capability (a root server's commands run without any, as under bwrap), sets
+no_new_privs, builds and enforces a Landlock ruleset (file rules, TCP port rules and scopes, as far
+as the kernel's ABI goes; not when told so: under bwrap, whose namespaces do that work), loads the
+seccomp program, and execs the command with the environment it was itself started with plus the
+variables the instructions carry (the loader's, such as LD_PRELOAD, which must not act on this
+process before it is restricted), looked up on that environment's PATH.
 Any failure: a line `sandbox: <why>` on stderr and exit status 126, never the command unrestricted.
 
 Standard library only, and as little of it as it takes, since every sandboxed spawn pays for this
@@ -61,12 +64,16 @@ def encode(
     *,
     landlock: bool = True,
     handover: int | None = None,
+    setenv: dict[str, str] | None = None,
 ) -> bytes:
     """The instructions: MAGIC, memory, network, proxy port, the fd to hand a listener on the proxy
-    port over (-1: none), whether to restrict with Landlock, rule count, each rule as its kind and
-    path, all NUL-terminated, then the seccomp program (empty: none)."""
+    port over (-1: none), whether to restrict with Landlock, the count of variables to set for the
+    command only, each as NAME=VALUE, rule count, each rule as its kind and path, all
+    NUL-terminated, then the seccomp program (empty: none)."""
     fields = [MAGIC, b"%d" % (memory_bytes or 0), network.encode(), b"%d" % (proxy_port or 0)]
     fields += [b"%d" % (-1 if handover is None else handover), b"1" if landlock else b"0"]
+    variables = [os.fsencode(f"{name}={value}") for name, value in (setenv or {}).items()]
+    fields += [b"%d" % len(variables), *variables]
     fields.append(b"%d" % len(rules))
     fields += (kind + path for kind, path in rules)
     return b"\0".join(fields) + b"\0" + bpf
@@ -236,11 +243,14 @@ def _hand_over_listener(port: int, fd: int) -> None:
         channel.close()
 
 
-def apply(data: bytes) -> None:
-    """Restrict this process as `data` (see `encode`) says."""
-    magic, memory, network, port, handover, landlock, count, rest = data.split(b"\0", 7)
+def apply(data: bytes) -> dict[bytes, bytes]:
+    """Restrict this process as `data` (see `encode`) says; the variables to set for the command."""
+    magic, memory, network, port, handover, landlock, variables, rest = data.split(b"\0", 7)
     if magic != MAGIC or network not in NETWORKS or landlock not in (b"0", b"1"):
         raise Refused("instructions of an unknown format")
+    *assignments, rest = rest.split(b"\0", int(variables))
+    setenv = dict(assignment.partition(b"=")[::2] for assignment in assignments)
+    count, rest = rest.split(b"\0", 1)
     parts = rest.split(b"\0", int(count))
     rules, bpf = parts[:-1], parts[-1]
     if any(rule[:2] not in RULE_KINDS for rule in rules):
@@ -259,6 +269,7 @@ def apply(data: bytes) -> None:
         _landlock(libc, version, rules, network, int(port))
     if bpf:
         _seccomp(libc, bpf)
+    return setenv
 
 
 def _execute(argv: list[str], env: dict[bytes, bytes]) -> None:
@@ -295,7 +306,7 @@ def main(argv: list[str]) -> None:
         if len(data) != length:
             raise Refused("the instructions were cut short")
         env = _environment()
-        apply(data)
+        env.update(apply(data))
         _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)  # the interpreter ignores these two,
         _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)  # which the command would inherit
         _execute(argv[2:], env)
