@@ -381,15 +381,26 @@ def _check_mcp_config(settings: Settings) -> None:
 
 
 def _check_sandbox_network(settings: Settings) -> None:
-    """A network of allow:... needs a mechanism that can keep commands to the proxy (bwrap): under
-    Landlock it is a start-up error, not a refusal of every command later."""
-    if settings.sandbox.network != "allow" or settings.sandbox.mechanism == "off":
+    """A network of allow:... (the server's, or one the MCP config gives a server) needs a mechanism
+    that can keep commands to the proxy (bwrap): under Landlock it is a start-up error, not a
+    refusal of every such command later."""
+    networks = {"--sandbox-network (A3S_SANDBOX_NETWORK)": settings.sandbox.network_text}
+    if settings.mcp_config is not None:
+        from .tools.mcp.config import StdioServer, operator_servers
+
+        for name, spec in operator_servers(settings.mcp_config).items():
+            if isinstance(spec, StdioServer):
+                networks[f"--mcp-config: mcpServers.{name}.sandbox_network"] = spec.sandbox_network
+    wanted = {what: network for what, network in networks.items() if network.startswith("allow:")}
+    if not wanted or settings.sandbox.mechanism == "off":
         return
     from .tools.sandbox import Sandbox, network_problem
 
-    problem = network_problem(Sandbox(settings.sandbox).mechanism, settings.sandbox.network_text)
-    if problem:
-        raise ConfigError(f"--sandbox-network (A3S_SANDBOX_NETWORK): {problem}")
+    mechanism = Sandbox(settings.sandbox).mechanism
+    for what, network in wanted.items():
+        problem = network_problem(mechanism, network)
+        if problem:
+            raise ConfigError(f"{what}: {problem}")
 
 
 def _coven(args: argparse.Namespace) -> int:

@@ -446,9 +446,11 @@ def sandbox_settings(
     )
 
 
-def parse_sandbox_network(value: str) -> tuple[Literal["off", "on", "allow"], tuple[str, ...]]:
+def parse_sandbox_network(
+    value: str, what: str = "--sandbox-network (A3S_SANDBOX_NETWORK)"
+) -> tuple[Literal["off", "on", "allow"], tuple[str, ...]]:
     """off (the default), on, or allow:host,host (names, `*.domain`, `*`, IP addresses, each with an
-    optional :port: base/allow_list.py), the hosts normalized."""
+    optional :port: base/allow_list.py), the hosts normalized; ConfigError naming `what`."""
     text = value.strip()
     if text.lower() in ("", "off"):
         return "off", ()
@@ -456,14 +458,21 @@ def parse_sandbox_network(value: str) -> tuple[Literal["off", "on", "allow"], tu
         return "on", ()
     kind, colon, listed = text.partition(":")
     if kind.strip().lower() != "allow" or not colon or not listed.strip(" ,"):
-        raise ConfigError(
-            f"--sandbox-network (A3S_SANDBOX_NETWORK) must be off, on or allow:HOST,HOST, not {text[:80]!r}"
-        )
+        raise ConfigError(f"{what} must be off, on or allow:HOST,HOST, not {text[:80]!r}")
     try:
-        hosts = AllowList.parse(listed, "--sandbox-network (A3S_SANDBOX_NETWORK)")
+        hosts = AllowList.parse(listed, what)
     except InvalidArgument as exc:
         raise ConfigError(str(exc)) from None
     return "allow", tuple(dict.fromkeys(entry.text for entry in hosts.hosts))
+
+
+def sandbox_network_setting(value: str) -> str:
+    """A network an MCP server or skill is given (off, on, allow:...), in its normalized text; ""
+    for none; ValueError (ConfigError) saying what is wrong."""
+    if not value.strip():
+        return ""
+    mode, hosts = parse_sandbox_network(value, "a sandbox network")
+    return SandboxSettings(network=mode, allowed_hosts=hosts).network_text
 
 
 def _sandbox_paths(

@@ -62,6 +62,18 @@ def environment(name: str) -> str:
 
 
 @server.tool()
+def fetch(url: str) -> str:
+    """GET `url` (through the proxy this server's environment names, if any): its body, or why not."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=20) as response:
+            return str(response.read().decode())
+    except Exception as exc:
+        return f"failed: {exc}"
+
+
+@server.tool()
 def where() -> str:
     """This server's process id and working directory."""
     return f"{os.getpid()} {os.getcwd()}"

@@ -10,7 +10,9 @@ The repository being worked on is not trusted, the operator is. Skills from the 
 directories (--skills-dir, A3S_SKILL_DIRS, /a3s/skills, and last the example skills packaged with
 a3s-agent) win over the workspace's own (`<workspace>/.a3s/skills`): a workspace skill with an
 operator skill's name is listed as shadowed and never loaded in its place. A workspace skill's `allowed-tools` become allow rules only when
-the server runs with --trust-workspace-skills; otherwise they are ignored, with a warning.
+the server runs with --trust-workspace-skills; otherwise they are ignored, with a warning. A
+network of their own (a skill's `sandbox-network`, its MCP servers' `sandbox_network`) only the
+operator's skills get: a workspace skill's is ignored, with a warning, a client's refused.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, cast
 
-from ..base.errors import InvalidArgument, NotFound
+from ..base.errors import FailedPrecondition, InvalidArgument, NotFound
 from ..config import BOX_SKILLS_DIR
 from ..core.session import Session
-from ..tools.mcp.config import ServerSpec, refuse_commands
+from ..tools.mcp.config import ServerSpec, StdioServer, refuse_commands, refuse_networks
 from ..tools.registry import Tool
 from .permission_rules import parse_rule
 from .session import SessionSettings, StoredSkill
@@ -44,6 +46,13 @@ Origin = Literal["operator", "workspace", "client"]
 
 # The skill format (YAML, HTTP backends) is imported only once there is a skill to read: most
 # servers have none, and its imports are a good part of the start-up time.
+
+
+def _built(skill: Skill, origin: Origin) -> LoadedSkill:
+    """The skill loaded, its tools built: with its own network only when it is the operator's."""
+    return LoadedSkill(
+        skill, skill.build_tools(skill.sandbox_network if origin == "operator" else ""), origin
+    )
 
 
 def parse_skill(text: str, *, source: str, secret_names: frozenset[str]) -> Skill:
@@ -145,7 +154,7 @@ class SkillCatalog:
                 log.warning("leaving out a stored skill that no longer loads: %s", exc)
                 self._parsed[key] = None
             else:
-                self._parsed[key] = LoadedSkill(skill, skill.build_tools(), origin)
+                self._parsed[key] = _built(skill, origin)
         return self._parsed[key]
 
     def loaded_for(self, session: Session | None) -> list[LoadedSkill]:
@@ -162,14 +171,15 @@ class SkillCatalog:
     def tools_for(self, session: Session | None) -> list[Tool]:
         return [tool for loaded in self.loaded_for(session) for tool in loaded.tools]
 
-    def mcp_servers_for(self, session: Session | None) -> list[tuple[bool, dict[str, ServerSpec]]]:
-        """(loaded into the session rather than server-wide, its servers) for each loaded skill that
-        brings MCP servers and may: a repository's skill only when workspace skills are trusted."""
+    def mcp_servers_for(self, session: Session | None) -> list[tuple[bool, dict[str, ServerSpec], bool]]:
+        """(loaded into the session rather than server-wide, its servers, whether it is the
+        operator's) for each loaded skill that brings MCP servers and may: a repository's skill
+        only when workspace skills are trusted."""
         server_wide = [(False, item) for item in self._server_wide.values()]
         stored = session.settings.skills.values() if session is not None else ()
         own = [(True, item) for entry in stored if (item := self._loaded(entry)) is not None]
         return [
-            (in_session, item.skill.mcp_servers)
+            (in_session, item.skill.mcp_servers, item.origin == "operator")
             for in_session, item in [*server_wide, *own]
             if item.skill.mcp_servers and self.trusted(item.origin)
         ]
@@ -214,9 +224,10 @@ class SkillCatalog:
             skill, origin = self._available[name].skill, self._available[name].origin
         session = self._sessions.get(session_id) if session_id else None
         self._check_tool_names(skill, session)
-        loaded = LoadedSkill(skill, skill.build_tools(), origin)
+        loaded = _built(skill, origin)
         self._parsed[(origin, skill.text)] = loaded
         self._check_mcp_servers(skill, origin)
+        self._check_network(skill, origin)
         if skill.allowed_tools and not self.trusted(origin):
             log.warning(
                 "skill %r from the workspace (%s) lists allowed-tools %s: ignored, since a repository's "
@@ -254,6 +265,32 @@ class SkillCatalog:
         await self._sessions.update_settings(session_id, without)
         loaded = self._loaded(removed[0])
         return loaded.skill.tool_names if loaded is not None else []
+
+    def _check_network(self, skill: Skill, origin: Origin) -> None:
+        """A network of its own (the skill's, its servers'): refused from a client, left out (with a
+        warning) from the workspace; only the operator's skills get one."""
+        servers = [
+            n
+            for n, spec in skill.mcp_servers.items()
+            if isinstance(spec, StdioServer) and spec.sandbox_network
+        ]
+        if origin == "client" and skill.sandbox_network:
+            raise FailedPrecondition(
+                f"skill {skill.name!r} names a sandbox-network; only the operator's skills (its skill"
+                " directories) give their processes a network of their own"
+            )
+        if origin == "client":
+            refuse_networks(skill.mcp_servers, f"skill {skill.name!r} mcp-servers")
+        elif origin == "workspace" and (skill.sandbox_network or servers):
+            log.warning(
+                "skill %r from the workspace (%s) names a sandbox network (%s): ignored, since only the"
+                " operator's skills get a network of their own",
+                skill.name,
+                skill.source,
+                ", ".join(
+                    ([f"sandbox-network {skill.sandbox_network}"] if skill.sandbox_network else []) + servers
+                ),
+            )
 
     def _check_mcp_servers(self, skill: Skill, origin: Origin) -> None:
         """A skill sent over the API brings commands only where the API may; a repository's skill

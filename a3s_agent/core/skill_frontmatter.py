@@ -35,6 +35,7 @@ from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from ..base.errors import InvalidArgument
 from ..base.secrets import is_secret_name
+from ..config import sandbox_network_setting
 from ..tools.mcp.config import ServerSpec, parse_servers
 from ..tools.registry import check_json_schema
 from ..tools.skill_backends import (
@@ -340,6 +341,9 @@ class Frontmatter(_Fields):
     mcp_servers: Annotated[dict[str, Any] | None, BeforeValidator(_mcp_servers)] = Field(
         None, validation_alias=AliasChoices("mcp-servers", "mcp_servers")
     )  # the MCP servers the skill brings, in the mcpServers shape (tools/mcp/config.py)
+    sandbox_network: Annotated[str, AfterValidator(sandbox_network_setting)] = Field(
+        "", validation_alias=AliasChoices("sandbox-network", "sandbox_network")
+    )  # the network of its tools' processes: honoured for the operator's skills only
 
     @field_validator("env")
     @classmethod

@@ -8,6 +8,7 @@ A skill is a directory `<name>/SKILL.md` or a single `.md` file: YAML frontmatte
     description: Count lines and words.
     allowed-tools: Bash(wc:*), Read      # or a YAML list
     env: [WC_LOCALE]                     # optional: the environment variables the skill reads
+    sandbox-network: allow:pypi.org      # optional: the network of its tools' processes (below)
     mcp-servers:                         # optional: MCP servers whose tools the skill brings
       git: {command: mcp-server-git, args: [--repository, .]}   # (the mcpServers shape)
     tools:                               # optional: tools this skill adds
@@ -34,6 +35,12 @@ A3S Code's form, `backend: {type: binary|script|http, ...}`, is rewritten into t
 `mcp-servers` take the shape of `--mcp-config` (tools/mcp/config.py); their tools appear while the
 skill is loaded. A repository's skill adds no servers unless the server trusts workspace skills, and
 a skill sent as LoadSkill content may bring a command only where the API may (runtime/mcp.py).
+
+`sandbox-network` (off, on or allow:host,..., as --sandbox-network takes it) gives the processes of
+the skill's tools that network in place of the server's. Only the operator gives a network: it
+holds for a skill of the operator's skill directories; a repository's skill's is left out (with a
+warning), and a skill sent as LoadSkill content that names one is refused. The same goes for the
+`sandbox_network` of the servers in its `mcp-servers`.
 
 Templates: `${arg}` is an argument, `${env:VAR}` a variable the skill declares in `env`. Every
 reference is checked when the skill is parsed: against the parameters, and against `env`. `env`
@@ -78,6 +85,7 @@ class Skill:
     instructions: str = ""  # the markdown body
     tools: list[SkillToolSpec] = field(default_factory=list)
     mcp_servers: dict[str, ServerSpec] = field(default_factory=dict)  # the MCP servers it brings
+    sandbox_network: str = ""  # the network of its tools' processes, if the operator's ("": the server's)
     source: str = "client"  # the file it came from, or "client"
     metadata: dict[str, Any] = field(default_factory=dict)  # frontmatter keys we do not interpret
     text: str = field(default="", repr=False, compare=False)  # what it was parsed from, kept to store it
@@ -86,9 +94,10 @@ class Skill:
     def tool_names(self) -> list[str]:
         return [spec.name for spec in self.tools]
 
-    def build_tools(self) -> list[Tool]:
-        """Registry tools for this skill's tool definitions, ready to register."""
-        return [spec.build() for spec in self.tools]
+    def build_tools(self, network: str = "") -> list[Tool]:
+        """Registry tools for this skill's tool definitions, ready to register; their processes
+        get `network` ("": the server's)."""
+        return [spec.build(network) for spec in self.tools]
 
 
 def parse_skill(text: str, *, source: str, secret_names: Iterable[str] = ()) -> Skill:
@@ -107,6 +116,7 @@ def parse_skill(text: str, *, source: str, secret_names: Iterable[str] = ()) -> 
         instructions=body.strip(),
         tools=fields.tool_specs(),
         mcp_servers=fields.mcp_servers or {},
+        sandbox_network=fields.sandbox_network,
         source=source,
         metadata=fields.metadata,
         text=text,

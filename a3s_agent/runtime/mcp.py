@@ -14,7 +14,10 @@ A command given over the API (Initialize, session metadata, a skill sent as Load
 starts a process outside any tool call's permission check, so it is refused unless the operator
 allows it (`--allow-api-mcp-commands`, A3S_ALLOW_API_MCP_COMMANDS=1); URLs from the API and from
 skills go through the request guard (public addresses only unless A3S_FETCH_ALLOW_PRIVATE=1). A
-repository's skills add no servers unless the server trusts workspace skills.
+repository's skills add no servers unless the server trusts workspace skills. A command's own
+`sandbox_network` (its sandbox's network, in place of the server's) is the operator's to give: it
+is honoured from the operator's file and the operator's skills, refused from the API, and left out
+(with a warning) from a repository's skills.
 
 Server-wide servers get a connection per workspace they serve; a session's own are closed when
 the session drops them or ends.
@@ -35,11 +38,13 @@ from ..tools.mcp.config import (
     MAX_API_CONFIG_CHARS,
     Endpoint,
     ServerSpec,
+    StdioServer,
     as_json,
     operator_servers,
     parse_servers,
     parse_text,
     refuse_commands,
+    refuse_networks,
 )
 from ..tools.registry import Tool, ToolContext
 
@@ -112,6 +117,7 @@ class McpServers:
         refuse_commands(
             servers, given.source, allowed=given.commands_allowed or self._settings.allow_api_mcp_commands
         )
+        refuse_networks(servers, given.source)
         return as_json(servers)
 
     # --- what a session uses ------------------------------------------------------------------
@@ -134,21 +140,33 @@ class McpServers:
     def _endpoints(self, session: Session | None) -> list[tuple[Owner, Endpoint]]:
         context = self._context(session)
         session_owner = session.id if session is not None else ""
-        chosen: dict[str, tuple[Owner, ServerSpec, bool]] = {}
+        # (owner, spec, guarded, whether the operator gave it: its sandbox_network holds)
+        chosen: dict[str, tuple[Owner, ServerSpec, bool, bool]] = {}
         for name, spec in self._operator.items():
-            chosen[name] = ("", spec, False)
+            chosen[name] = ("", spec, False, True)
         for name, spec in self._server_wide_given().items():
-            chosen[name] = ("", spec, True)
-        for in_session, servers in self._skills.mcp_servers_for(session):
+            chosen[name] = ("", spec, True, False)
+        for in_session, servers, operators in self._skills.mcp_servers_for(session):
             for name, spec in servers.items():
-                chosen[name] = (session_owner if in_session else "", spec, True)
+                chosen[name] = (session_owner if in_session else "", spec, True, operators)
         if session is not None:
             for name, spec in self._stored(session.settings.mcp_servers).items():
-                chosen[name] = (session.id, spec, True)
+                chosen[name] = (session.id, spec, True, False)
         allow_private = private_allowed(context)
         return [
-            (owner, Endpoint(name, spec, context.workspace, guarded, allow_private, owner or None))
-            for name, (owner, spec, guarded) in chosen.items()
+            (
+                owner,
+                Endpoint(
+                    name,
+                    spec,
+                    context.workspace,
+                    guarded,
+                    allow_private,
+                    owner or None,
+                    _network(spec) if operators else "",
+                ),
+            )
+            for name, (owner, spec, guarded, operators) in chosen.items()
         ]
 
     def _server_wide_given(self) -> Servers:
@@ -189,7 +207,7 @@ class McpServers:
     def _server_wide_specs(self) -> Iterable[tuple[str, ServerSpec]]:
         yield from self._operator.items()
         yield from self._server_wide_given().items()
-        for _, servers in self._skills.mcp_servers_for(None):
+        for _, servers, _ in self._skills.mcp_servers_for(None):
             yield from servers.items()
 
     async def session_ended(self, session_id: str) -> None:
@@ -199,3 +217,7 @@ class McpServers:
     async def close(self) -> None:
         if self._clients is not None:
             await self._clients.close()
+
+
+def _network(spec: ServerSpec) -> str:
+    return spec.sandbox_network if isinstance(spec, StdioServer) else ""

@@ -80,11 +80,13 @@ class ToolContext:
     session_id: str | None = None
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     todos: TodoStore | None = None
+    network: str = ""  # of the call's processes, when the operator gave its tool one ("": the server's)
 
     @property
     def place(self) -> Place:
-        """Where the call's processes work: its workspace, its session's HOME (tools/sandbox/)."""
-        return Place(self.workspace, self.session_id)
+        """Where the call's processes work: its workspace, its session's HOME, its network
+        (tools/sandbox/)."""
+        return Place(self.workspace, self.session_id, network=self.network)
 
 
 ToolFunction = Callable[[Any, ToolContext], Awaitable[ToolOutput | str]]

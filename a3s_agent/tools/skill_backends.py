@@ -361,7 +361,8 @@ class SkillToolSpec:
     timeout_ms: int
     env: tuple[str, ...] = ()  # the skill's declared environment variables
 
-    def build(self) -> Tool:
+    def build(self, network: str = "") -> Tool:
+        """The tool; its processes get `network` (the operator's word for its skill; "": the server's)."""
         defaults = {
             name: prop["default"]
             for name, prop in self.parameters.get("properties", {}).items()
@@ -371,6 +372,8 @@ class SkillToolSpec:
         async def run(args: BaseModel, ctx: ToolContext) -> ToolOutput:
             arguments = {**copy.deepcopy(defaults), **(args.model_extra or {})}
             variables = _declared_values(self.env, ctx)
+            if network:
+                ctx = replace(ctx, network=network)
             return await self.backend.run(arguments, ctx, variables, self.timeout_ms / 1000)
 
         return Tool(

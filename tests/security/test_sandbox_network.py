@@ -16,7 +16,9 @@ import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import grpc
@@ -26,7 +28,7 @@ from a3s_agent.config import SandboxSettings, Settings, parse_sandbox_network
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.tools.sandbox import bwrap, narrowed
 
-from ..conftest import WITHIN_S, LiveServer, running
+from ..conftest import MCP_FIXTURE, WITHIN_S, LiveServer, fixture_readable, new_session, running
 from .test_sandbox import loopback_http
 
 pytestmark = [
@@ -36,11 +38,12 @@ pytestmark = [
 
 second_http = loopback_http  # another loopback server: one the list does not name
 
-FETCH = (
-    f'{sys.executable} -I -S -c "import sys, urllib.request as u\n'
+FETCH_CODE = (
+    "import sys, urllib.request as u\n"
     "try: print(u.urlopen(sys.argv[1], timeout=20).read().decode())\n"
-    'except Exception as e: print(e); sys.exit(1)" '
+    "except Exception as e: print(e); sys.exit(1)"
 )
+FETCH = f'{sys.executable} -I -S -c "{FETCH_CODE}" '
 """A command that fetches its argument's URL, through the proxy its environment names."""
 DIRECT = FETCH.replace("u.urlopen(", "u.build_opener(u.ProxyHandler({})).open(")
 """The same, ignoring the proxy."""
@@ -135,22 +138,22 @@ async def test_initialize_narrows_the_allowed_hosts_and_ports_never_widens_them(
     assert reached.success and reached.output == "reached\n", reached.error
 
 
-def test_allow_under_landlock_is_refused_at_start(tmp_path: Path) -> None:
-    """Landlock's TCP rules know ports only: a command could reach any address on the proxy's port."""
-    done = subprocess.run(
+def serve_under_landlock(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`a3s-agent serve` forced to Landlock with `env` (stopped after a minute should it start)."""
+    return subprocess.run(
         [sys.executable, "-m", "a3s_agent", "serve", "--listen", "127.0.0.1:0", "--http-listen", "off"],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
         cwd=tmp_path,
-        env={
-            **os.environ,
-            "A3S_SANDBOX": "landlock",
-            "A3S_SANDBOX_NETWORK": "allow:pypi.org",
-            "A3S_DATA_DIR": str(tmp_path / "data"),
-        },
+        env={**os.environ, "A3S_SANDBOX": "landlock", "A3S_DATA_DIR": str(tmp_path / "data"), **env},
     )
+
+
+def test_allow_under_landlock_is_refused_at_start(tmp_path: Path) -> None:
+    """Landlock's TCP rules know ports only: a command could reach any address on the proxy's port."""
+    done = serve_under_landlock(tmp_path, A3S_SANDBOX_NETWORK="allow:pypi.org")
     assert done.returncode == 2, done.stdout + done.stderr
     said = done.stderr
     assert "--sandbox-network (A3S_SANDBOX_NETWORK): the network allow:pypi.org needs bwrap" in said
@@ -227,3 +230,146 @@ def test_sandbox_check_tries_the_proxy_with_entries_of_every_form() -> None:
         and "allow:registry.local:8443,*.npmjs.org,[2001:db8::1]" in lines[0]
     )
     assert any(line.startswith("pass reach the network proxy, which refuses") for line in lines)
+
+
+# --- a network the operator gives an MCP server or a skill of its own ------------------------------
+
+
+def fetching_server(**extra: Any) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [str(MCP_FIXTURE), "stdio"], **extra}
+
+
+def fetching_skill(network: str) -> str:
+    """A skill whose tool fetches its `url` argument (through the proxy its environment names)."""
+    frontmatter = {
+        "name": "fetcher",
+        "tools": [
+            {
+                "name": "fetch_url",
+                "parameters": {"type": "object", "properties": {"url": {"type": "string"}}},
+                "binary": [sys.executable, "-I", "-S", "-c", FETCH_CODE, "${url}"],
+            }
+        ],
+    }
+    if network:
+        frontmatter["sandbox-network"] = network
+    return f"---\n{json.dumps(frontmatter)}\n---\nFetch things.\n"
+
+
+@pytest.fixture
+async def operator_configured(
+    workspace: Path, tmp_path: Path, loopback_http: int
+) -> AsyncIterator[LiveServer]:
+    """A server with the network off for commands, whose operator gives one MCP server and one
+    skill the first loopback site."""
+    allowed = f"allow:127.0.0.1:{loopback_http}"
+    mcp_config = tmp_path / "mcp.json"
+    servers = {"net": fetching_server(sandbox_network=allowed), "plain": fetching_server()}
+    mcp_config.write_text(json.dumps({"mcpServers": servers}))
+    skills = tmp_path / "skills" / "fetcher"
+    skills.mkdir(parents=True)
+    (skills / "SKILL.md").write_text(fetching_skill(allowed))
+    settings = fixture_readable(
+        Settings(
+            listen="127.0.0.1:0",
+            workspace=workspace,
+            data_dir=tmp_path / "data",
+            mcp_config=mcp_config,
+            skill_dirs=[tmp_path / "skills"],
+            allow_api_mcp_commands=True,
+        ),
+        tmp_path,
+    )
+    settings = replace(settings, sandbox=replace(settings.sandbox, mechanism="bwrap"))
+    async with running(settings) as live:
+        yield live
+
+
+async def call_tool(
+    live: LiveServer, name: str, arguments: dict[str, Any], session_id: str = ""
+) -> pb.ToolResult:
+    reply = await live.stub.ExecuteTool(
+        pb.ExecuteToolRequest(session_id=session_id, tool_name=name, arguments=json.dumps(arguments))
+    )
+    return reply.result
+
+
+async def test_an_mcp_server_gets_the_network_the_operators_config_gives_it(
+    operator_configured: LiveServer, loopback_http: int, second_http: int
+) -> None:
+    site = f"http://127.0.0.1:{loopback_http}/"
+    assert (await call_tool(operator_configured, "mcp__net__fetch", {"url": site})).output == "reached"
+    other = await call_tool(
+        operator_configured, "mcp__net__fetch", {"url": f"http://127.0.0.1:{second_http}/"}
+    )
+    assert "not one of the hosts" not in other.output and f"allowed on port {loopback_http}" in other.output
+    plain = await call_tool(operator_configured, "mcp__plain__fetch", {"url": site})
+    assert plain.output.startswith("failed:") and "reached" not in plain.output  # the server's network: off
+    bash = await call_tool(operator_configured, "bash", {"command": FETCH + site})
+    assert not bash.success and "reached" not in bash.output
+
+
+async def test_an_operators_skill_gets_the_network_it_names(
+    operator_configured: LiveServer, loopback_http: int
+) -> None:
+    site = f"http://127.0.0.1:{loopback_http}/"
+    session_id = await new_session(operator_configured)
+    await operator_configured.stub.LoadSkill(pb.LoadSkillRequest(session_id=session_id, skill_name="fetcher"))
+    fetched = await call_tool(operator_configured, "fetch_url", {"url": site}, session_id)
+    assert fetched.success and fetched.output == "reached\n", fetched.error
+    assert fetched.metadata["sandbox_network"] == f"allow:127.0.0.1:{loopback_http}"
+
+
+async def test_only_the_operator_gives_a_network(
+    operator_configured: LiveServer, workspace: Path, loopback_http: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    allowed = f"allow:127.0.0.1:{loopback_http}"
+    site = f"http://127.0.0.1:{loopback_http}/"
+    # A client's MCP server, for a session or server-wide, and a client's skill: refused.
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await operator_configured.stub.CreateSession(
+            pb.CreateSessionRequest(),
+            metadata=(("a3s-mcp-servers", json.dumps({"mine": fetching_server(sandbox_network=allowed)})),),
+        )
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "mine name a sandbox_network; only the operator's configuration" in (err.value.details() or "")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await operator_configured.stub.Initialize(
+            pb.InitializeRequest(
+                config=pb.AgentConfig(
+                    custom={"mcp_servers": json.dumps({"mine": fetching_server(sandbox_network="on")})}
+                )
+            )
+        )
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await operator_configured.stub.LoadSkill(pb.LoadSkillRequest(skill_content=fetching_skill(allowed)))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "names a sandbox-network; only the operator's skills" in (err.value.details() or "")
+    # The repository's own skill of another name: loaded, without the network it names.
+    planted = workspace / ".a3s" / "skills" / "planted"
+    planted.mkdir(parents=True)
+    (planted / "SKILL.md").write_text(
+        fetching_skill(allowed).replace("fetch_url", "planted_fetch").replace('"fetcher"', '"planted"')
+    )
+    session_id = await new_session(operator_configured)
+    with caplog.at_level("WARNING"):
+        await operator_configured.stub.LoadSkill(
+            pb.LoadSkillRequest(session_id=session_id, skill_name="planted")
+        )
+    assert any("names a sandbox network" in r.getMessage() for r in caplog.records)
+    fetched = await call_tool(operator_configured, "planted_fetch", {"url": site}, session_id)
+    assert not fetched.success and "reached" not in fetched.output
+    assert fetched.metadata["sandbox_network"] == "off"
+
+
+def test_an_mcp_servers_allow_under_landlock_is_refused_at_start(tmp_path: Path) -> None:
+    mcp_config = tmp_path / "mcp.json"
+    mcp_config.write_text(
+        json.dumps({"mcpServers": {"net": fetching_server(sandbox_network="allow:pypi.org")}})
+    )
+    done = serve_under_landlock(tmp_path, A3S_MCP_CONFIG=str(mcp_config))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (
+        "--mcp-config: mcpServers.net.sandbox_network: the network allow:pypi.org needs bwrap" in done.stderr
+    )

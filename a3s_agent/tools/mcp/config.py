@@ -10,8 +10,10 @@ A server is either a command run over stdio or a Streamable HTTP endpoint:
 
 Also understood: `type` (`stdio`, `http`, `streamable-http`, `streamableHttp`; `sse` is refused),
 `timeout_ms` (alias `timeout`, as Gemini CLI names it: the bound on each request, default 5 min),
-`startup_timeout_ms` (the bound on starting and listing, default 30 s) and `disabled: true` (the
-server is left out). Other keys that other agents add (`autoApprove`, `trust`, `description`...)
+`startup_timeout_ms` (the bound on starting and listing, default 30 s), `disabled: true` (the
+server is left out) and, for a command, `sandbox_network` (off, on or allow:host,...: the network
+its sandbox gives it, in place of the server's --sandbox-network; honoured only from the
+operator's file and the operator's skills, refused from the API: runtime/mcp.py). Other keys that other agents add (`autoApprove`, `trust`, `description`...)
 are ignored. The wrapper is optional where a config is given as a value (Initialize, session
 metadata, a skill's frontmatter): a bare `{name: server}` mapping is accepted too.
 
@@ -36,6 +38,7 @@ from ...base import secrets
 from ...base.errors import FailedPrecondition, InvalidArgument
 from ...base.jsontext import MAX_CHARS, parse_json
 from ...base.secrets import is_secret_name
+from ...config import sandbox_network_setting
 
 DEFAULT_TIMEOUT_MS = 300_000
 DEFAULT_STARTUP_TIMEOUT_MS = 30_000
@@ -90,6 +93,8 @@ class StdioServer(_Server):
     args: list[str] = Field(default_factory=list)
     env: dict[Annotated[str, AfterValidator(_env_name)], str] = Field(default_factory=dict)
     cwd: str = ""  # relative to the workspace; empty: the workspace
+    sandbox_network: Annotated[str, AfterValidator(sandbox_network_setting)] = ""
+    """The network of its sandbox, given by the operator ("": the server's)."""
 
 
 class HttpServer(_Server):
@@ -108,7 +113,8 @@ class Endpoint:
     """A configured server and where it runs: `workspace` is a stdio server's default working
     directory (and the tree its sandbox lets it write), `session_id` the session whose HOME it gets
     (None: a server-wide one); `guarded` sends an http server's requests through the request guard
-    (public addresses only, unless `allow_private`)."""
+    (public addresses only, unless `allow_private`); `sandbox_network` is the network of a stdio
+    server's sandbox when the operator gave it one."""
 
     name: str
     spec: ServerSpec
@@ -116,6 +122,7 @@ class Endpoint:
     guarded: bool = False
     allow_private: bool = False
     session_id: str | None = None
+    sandbox_network: str = ""  # the network the operator gave the server ("": the server's)
 
 
 def parse_servers(
@@ -173,6 +180,17 @@ def refuse_commands(servers: Mapping[str, ServerSpec], source: str, *, allowed: 
             f"{source}: {', '.join(commands)} would run a command; this server runs MCP server commands"
             f" only from its operator's configuration (--mcp-config, skill directories) unless started"
             f" with {ALLOW_COMMANDS}. Servers with a url are accepted"
+        )
+
+
+def refuse_networks(servers: Mapping[str, ServerSpec], source: str) -> None:
+    """FailedPrecondition for a server that names its own sandbox network: only the operator gives
+    one (--mcp-config, the operator's skills)."""
+    named = sorted(n for n, spec in servers.items() if isinstance(spec, StdioServer) and spec.sandbox_network)
+    if named:
+        raise FailedPrecondition(
+            f"{source}: {', '.join(named)} name a sandbox_network; only the operator's configuration"
+            " (--mcp-config, the operator's skill directories) gives a server a network of its own"
         )
 
 

@@ -161,7 +161,9 @@ class Connection:
         spec = self.endpoint.spec
         if isinstance(spec, StdioServer):
             cwd = self.endpoint.workspace / spec.cwd if spec.cwd else self.endpoint.workspace
-            place = Place(self.endpoint.workspace, self.endpoint.session_id)
+            place = Place(
+                self.endpoint.workspace, self.endpoint.session_id, network=self.endpoint.sandbox_network
+            )
             return stdio_transport(spec.command, spec.args, spec.env, cwd, self._processes, place)
         assert isinstance(spec, HttpServer)
         guard = self.endpoint.allow_private if self.endpoint.guarded else None
