@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -99,7 +99,7 @@ class _Lines:
 async def _run_rg(argv: list[str], ctx: ToolContext, collector: _Collector) -> tuple[int, str, bool]:
     """Run rg, streaming its output into the collector; returns (exit code, stderr, timed out)."""
     stderr = bytearray()
-    with tool_call(ctx.place) as scope:
+    with tool_call(replace(ctx.place, network="off")) as scope:  # rg reads files, never the network
         # Spawned without an await: rg must be the scope's to kill before anything can cancel us.
         cwd, env = ctx.workspace.resolve(), scope.environment(tool_environment(ctx.env))
         proc = subprocess.Popen(  # noqa: ASYNC220

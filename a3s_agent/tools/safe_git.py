@@ -203,13 +203,15 @@ class SafeGit:
 
 def base_git(cwd: Path, session_env: Mapping[str, str], place: Place | None = None) -> SafeGit:
     """git in `cwd`, sandboxed for `place` (default: `cwd` is the workspace) widened by what the
-    repository holding `cwd` needs (repository_trees)."""
+    repository holding `cwd` needs (repository_trees), with the network off (it has no transport)."""
     executable = find_binary("git")
     if executable is None:
         raise ToolFailure("git is not installed on this server")
     place = place or Place(cwd)
     readable, writable = repository_trees(cwd)
-    place = replace(place, readable=(*place.readable, *readable), writable=(*place.writable, *writable))
+    place = replace(
+        place, readable=(*place.readable, *readable), writable=(*place.writable, *writable), network="off"
+    )
     return SafeGit(executable, cwd, session_env, place)
 
 

@@ -373,3 +373,13 @@ def test_an_mcp_servers_allow_under_landlock_is_refused_at_start(tmp_path: Path)
     assert (
         "--mcp-config: mcpServers.net.sandbox_network: the network allow:pypi.org needs bwrap" in done.stderr
     )
+
+
+async def test_our_own_rg_and_git_run_with_the_network_off(allowing: LiveServer, workspace: Path) -> None:
+    """They never need it, and so never pay for reaching the proxy."""
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True, timeout=60)
+    (workspace / "notes.txt").write_text("needle\n")
+    for tool, arguments in (("grep", {"pattern": "needle"}), ("git_status", {})):
+        result = await call_tool(allowing, tool, arguments)
+        assert result.success, result.error
+        assert result.metadata["sandbox"] == "bwrap" and result.metadata["sandbox_network"] == "off", tool
