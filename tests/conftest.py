@@ -315,7 +315,10 @@ MCP_FIXTURE = Path(__file__).with_name("mcp_fixture.py")
 
 def fixture_readable(settings: Settings, tmp_path: Path) -> Settings:
     """As an operator running MCP servers of their own would: the sandbox lets them read the MCP
-    fixture's script (tests/mcp_fixture.py) and write its log (in tmp_path, beside the workspace)."""
+    fixture's script (tests/mcp_fixture.py) and write its log (tmp_path/fixture.log, beside the
+    workspace). The log is made here: tmp_path holds the hidden data dir, and under Landlock nothing
+    can be made directly in a directory on the way to a hidden path (tools/sandbox/landlock.py)."""
+    (tmp_path / "fixture.log").touch()
     sandbox = SandboxSettings(read=(MCP_FIXTURE.parent,), write=(tmp_path.resolve(),))
     return replace(settings, sandbox=sandbox)
 

@@ -291,7 +291,7 @@ async def test_a_hostile_server_cannot_make_the_agent_buffer_without_end(
     endless = "import sys, time; sys.stdout.write('x' * (40 << 20)); sys.stdout.flush(); time.sleep(60)"
     servers = {
         "endless": {"command": sys.executable, "args": ["-c", endless]},
-        "fx": stdio_server(tmp_path / "log"),
+        "fx": stdio_server(tmp_path / "fixture.log"),
     }
     async with mcp_agent(workspace, tmp_path, fake, servers) as server:
         reply = await server.stub.ExecuteTool(
