@@ -5,7 +5,9 @@ hidden paths lie inside a tree the command may write, the hard case), commands r
 tool's do (run_process, a containment scope) and try: to run at all, to read the planted secrets,
 to write outside the workspace directly and through a symlink, to reach a loopback TCP listener,
 to see the server process; with a network of allow:..., to reach the proxy (which refuses a host
-not on the list). Each check passes when the sandbox decides as the settings say.
+not on the list). Each check passes when the sandbox decides as the settings say; what a
+mechanism cannot do (Landlock: no PID namespace, no entry made beside a hidden path) is a `limit`
+line, shown but not failed.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ class Check:
     name: str
     passed: bool
     detail: str
+    limit: bool = False  # a known limit of the mechanism: reported, never failed
+
+    @property
+    def line(self) -> str:
+        return f"{'limit' if self.limit else 'pass' if self.passed else 'FAIL'} {self.name}: {self.detail}"
 
 
 def self_test(settings: SandboxSettings) -> tuple[Sandbox, list[Check]]:
@@ -41,7 +48,7 @@ def self_test(settings: SandboxSettings) -> tuple[Sandbox, list[Check]]:
         root = Path(os.path.realpath(temp))
         workspace, outside = root / "workspace", root / "outside"
         data_dir, other = workspace / ".server-data", workspace / "other-session"
-        for directory in (workspace, outside, data_dir, other):
+        for directory in (workspace, workspace / "src", outside, data_dir, other):
             directory.mkdir()
         (data_dir / "sessions.db").write_text(SECRET)
         (other / "notes.txt").write_text(SECRET)
@@ -76,9 +83,14 @@ async def _tried(
         result = await run_process(argv, cwd=workspace, place=place, timeout_s=_TIMEOUT_S)
         return result.exit_code, result.output.strip()
 
+    landlock = sandbox.mechanism == "landlock"
     checks = []
-    code, said = await run("sh", "-c", "echo ok > made-here && cat made-here")
+    code, said = await run("sh", "-c", "echo ok > src/made-here && cat src/made-here")
     checks.append(Check("run a command, write in the workspace", code == 0 and said == "ok", said[-200:]))
+    code, said = await run("sh", "-c", "echo ok > made-here && cat made-here")
+    if landlock:
+        said = "Landlock cannot let a command make entries in a directory that holds a hidden path"
+    checks.append(Check("make a file beside a hidden path", code == 0, said[-200:], limit=landlock))
     planted = (
         ("the server's data dir", data_dir / "sessions.db"),
         ("another session's workspace", other / "notes.txt"),
@@ -100,8 +112,14 @@ async def _tried(
     checks.append(await _connection(sandbox, run))
     if sandbox.network().startswith("allow:"):
         checks.append(await _proxy(run))
+    code, said = await run("cat", f"/proc/{os.getpid()}/environ")
+    checks.append(Check("read the server's environment", "PATH=" not in said, said[-200:] or f"exit {code}"))
     code, said = await run("cat", f"/proc/{os.getpid()}/cmdline")
-    checks.append(Check("see the server's process", "a3s" not in said, said[-200:] or f"exit {code}"))
+    if landlock:
+        said = "its command line is readable: Landlock has no PID namespace"
+    checks.append(
+        Check("see the server's process", "a3s" not in said, said[-200:] or f"exit {code}", landlock)
+    )
     return checks
 
 
@@ -157,5 +175,5 @@ def report(settings: SandboxSettings) -> tuple[list[str], bool]:
     if problem:
         lines.append(f"FAIL {problem}")
         return lines, False
-    lines += [f"{'pass' if c.passed else 'FAIL'} {c.name}: {c.detail}" for c in checks]
-    return lines, all(c.passed for c in checks)
+    lines += [check.line for check in checks]
+    return lines, all(check.passed or check.limit for check in checks)
