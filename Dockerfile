@@ -19,6 +19,9 @@ COPY a3s_agent ./a3s_agent
 RUN pip install --no-cache-dir -c constraints.txt .
 
 USER 10001
+# Every process the agent starts runs in its OS sandbox (A3S_SANDBOX=auto): bubblewrap where the
+# container may make user namespaces, else Landlock + seccomp (Linux 5.13+), which Docker's default
+# seccomp profile leaves. `a3s-agent sandbox check` in the container shows which, and tries it.
 WORKDIR /a3s/workspace
 # Both listeners face the container's network, so the server starts only with a token from the
 # environment: A3S_AUTH_TOKEN, or A3S_AUTH_TOKEN_FILE naming a mounted secret file. Without one

@@ -3,6 +3,7 @@ reads, and the environment the Dockerfile describes really serves (built here wi
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -78,6 +79,7 @@ def test_box_config_matches_what_the_server_reads() -> None:
     assert DEFAULT_LISTEN.endswith(":4088")
     assert str(settings.workspace) == env["WORKSPACE"]
     assert str(settings.resolved_data_dir) == env["A3S_DATA_DIR"]
+    assert (settings.sandbox.mechanism, settings.sandbox.network_text) == ("auto", "off")
     assert (settings.llm.provider, settings.llm.model) == (env["A3S_LLM_PROVIDER"], env["A3S_LLM_MODEL"])
     assert settings.llm.base_url == env["A3S_LLM_BASE_URL"] and settings.llm.api_key == "sk-test"
     assert Path(config["skills_dir"]) == BOX_SKILLS_DIR
@@ -85,7 +87,9 @@ def test_box_config_matches_what_the_server_reads() -> None:
 
 @pytest.mark.slow  # a fresh venv and a pip install: skipped by a quick `pytest -m "not slow"`, run by CI
 def test_the_environment_the_dockerfile_describes_serves(tmp_path: Path) -> None:
-    """pip install -c constraints.txt . into a fresh venv, as the image does, then serve from it."""
+    """pip install -c constraints.txt . into a fresh venv, as the image does, then serve from it, with
+    the sandbox a container gets: Landlock, since a container's seccomp profile refuses bwrap's user
+    namespaces (forced here, where they work)."""
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
@@ -106,8 +110,13 @@ def test_the_environment_the_dockerfile_describes_serves(tmp_path: Path) -> None
         "LISTEN_ADDR": f"0.0.0.0:{port}",
         "A3S_HTTP_LISTEN": f"0.0.0.0:{free_port()}",
         "A3S_DATA_DIR": str(tmp_path / "data"),
+        "A3S_SANDBOX": "landlock",
     }
     env.pop("A3S_AUTH_TOKEN", None)
+    check = subprocess.run(
+        [agent, "sandbox", "check"], env=env, cwd=workspace, capture_output=True, text=True, timeout=120
+    )
+    assert check.returncode == 0 and check.stdout.startswith("mechanism: landlock"), check.stdout
     refused = subprocess.run(
         [agent, "serve"], env=env, cwd=workspace, capture_output=True, text=True, timeout=60
     )
@@ -129,6 +138,14 @@ def test_the_environment_the_dockerfile_describes_serves(tmp_path: Path) -> None
             assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
             metadata = (("authorization", "Bearer tok-container"),)
             assert stub.CreateSession(pb.CreateSessionRequest(), metadata=metadata).session_id
+            command = f"echo made > made.txt && cat {tmp_path / 'data' / 'sessions.db'}"
+            ran = stub.ExecuteTool(
+                pb.ExecuteToolRequest(tool_name="bash", arguments=json.dumps({"command": command})),
+                metadata=metadata,
+            ).result
+        assert (workspace / "made.txt").read_text() == "made\n"  # the workspace is writable
+        assert not ran.success and "Permission denied" in ran.error + ran.output  # the data dir is not
+        assert ran.metadata["sandbox"] == "landlock"
         for tool in ("rg", "ruff", "shfmt"):
             assert (env_dir / "bin" / tool).exists(), f"{tool} should come with the package"
     finally:
