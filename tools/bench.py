@@ -366,7 +366,6 @@ async def bench_tools(seconds: float, workspace: Path) -> list[Row]:
             definition = _median_time(lambda: tool("find_definition", symbol="target_symbol", path="src"))
             found = tool("find_definition", symbol="target_symbol", path="src").output.splitlines()[0]
     size_mb = sum(p.stat().st_size for p in tree.rglob("*") if p.is_file()) / 1e6
-    mechanism, bash_ms = _bash_true_ms_by_sandbox(workspace)
     return [
         Row("ExecuteTool(read_file 4 KB) calls/s", f"{read_rate:,.0f}"),
         Row("read_file calls/s / HealthCheck calls/s", f"{read_rate / health_rate:.2f}", ">= 0.7"),
@@ -374,41 +373,7 @@ async def bench_tools(seconds: float, workspace: Path) -> list[Row]:
         Row("grep through ExecuteTool (s)", f"{through:.3f}"),
         Row("grep ratio (ExecuteTool / rg)", f"{through / direct:.2f}", "<= 1.2"),
         Row(f"find_definition in 10,000 files (s) [{found.split(':')[0]}]", f"{definition:.3f}", "< 1"),
-        Row("ExecuteTool(bash true) median, unsandboxed (--sandbox off) (ms)", f"{bash_ms['off']:.2f}"),
-        Row(
-            f"ExecuteTool(bash true) median, sandboxed ({mechanism}) (ms)",
-            f"{bash_ms['auto']:.2f}",
-        ),
-        Row("bash true ratio (sandboxed / unsandboxed)", f"{bash_ms['auto'] / bash_ms['off']:.2f}", "<= 1.5"),
     ]
-
-
-_BASH_ROUNDS, _BASH_CALLS = 3, 100
-
-
-def _bash_true_ms_by_sandbox(workspace: Path) -> tuple[str, dict[str, float]]:
-    """The median ExecuteTool(bash "true") latency of a server with the sandbox off and one with
-    it on (auto), rounds alternating between the two; and the mechanism auto chose."""
-    times: dict[str, list[float]] = {"off": [], "auto": []}
-    mechanism = ""
-    for _ in range(_BASH_ROUNDS):
-        for mode in times:
-            with agent_process(workspace, extra=("--sandbox", mode)) as agent:
-                agent.wait_healthy()
-                with grpc.insecure_channel(agent.address) as channel:
-                    stub = pb_grpc.CodeAgentServiceStub(channel)
-                    request = pb.ExecuteToolRequest(
-                        tool_name="bash", arguments=json.dumps({"command": "true"})
-                    )
-                    for index in range(_BASH_CALLS + 10):  # the first ten warm up
-                        started = time.perf_counter()
-                        result = stub.ExecuteTool(request, timeout=60).result
-                        if index >= 10:
-                            times[mode].append(time.perf_counter() - started)
-                        assert result.success, result.error
-                    if mode == "auto":
-                        mechanism = result.metadata["sandbox"]
-    return mechanism, {mode: statistics.median(t) * 1000 for mode, t in times.items()}
 
 
 class FakeLLMProcess:
@@ -1570,6 +1535,90 @@ async def _task(stub: pb_grpc.CodeAgentServiceStub) -> list[str]:
     ]
 
 
+SANDBOXES = ("off", "bwrap", "landlock")
+"""What `sandbox` compares: the unsandboxed runner (--sandbox off) and each mechanism."""
+_BASH_ROUNDS, _BASH_CALLS = 3, 100
+
+
+async def bench_sandbox(seconds: float, workspace: Path) -> list[Row]:
+    """The sandbox's cost per call of `bash true` and per six-turn task end to end, for each
+    mechanism against the unsandboxed runner, measured side by side in rounds that alternate."""
+    bash_ms = _bash_true_ms_by_sandbox(workspace)
+    task_ms = await _task_ms_by_sandbox(seconds, workspace)
+    rows = [Row(f"ExecuteTool(bash true) median, --sandbox {m} (ms)", f"{bash_ms[m]:.2f}") for m in SANDBOXES]
+    rows += [
+        Row(f"six-turn task end to end median, --sandbox {m} (ms)", f"{task_ms[m]:.1f}") for m in SANDBOXES
+    ]
+    for mechanism in SANDBOXES[1:]:
+        rows.append(
+            Row(
+                f"bash true ratio ({mechanism} / off)", f"{bash_ms[mechanism] / bash_ms['off']:.2f}", "<= 1.5"
+            )
+        )
+        rows.append(
+            Row(
+                f"six-turn task ratio ({mechanism} / off)",
+                f"{task_ms[mechanism] / task_ms['off']:.2f}",
+                "<= 1.1",
+            )
+        )
+    return rows
+
+
+def _bash_true_ms_by_sandbox(workspace: Path) -> dict[str, float]:
+    """The median ExecuteTool(bash "true") latency of a server under each of SANDBOXES, one server
+    at a time, rounds alternating between them; each server's first ten calls warm up."""
+    times: dict[str, list[float]] = {mode: [] for mode in SANDBOXES}
+    for _ in range(_BASH_ROUNDS):
+        for mode in times:
+            with agent_process(workspace, extra=("--sandbox", mode)) as agent:
+                agent.wait_healthy()
+                with grpc.insecure_channel(agent.address) as channel:
+                    stub = pb_grpc.CodeAgentServiceStub(channel)
+                    request = pb.ExecuteToolRequest(
+                        tool_name="bash", arguments=json.dumps({"command": "true"})
+                    )
+                    for index in range(_BASH_CALLS + 10):
+                        started = time.perf_counter()
+                        result = stub.ExecuteTool(request, timeout=60).result
+                        if index >= 10:
+                            times[mode].append(time.perf_counter() - started)
+                        assert result.success and result.metadata["sandbox"] == mode, result
+    return {mode: statistics.median(t) * 1000 for mode, t in times.items()}
+
+
+async def _task_ms_by_sandbox(seconds: float, workspace: Path) -> dict[str, float]:
+    """The median wall time of the scripted six-turn task (`_task_turns`, each in a new session) on a
+    server under each of SANDBOXES: all running at once, each with its fake LLM, batches of five
+    tasks alternating between them after a warm-up task each."""
+    batches, batch = max(4, int(seconds * 2)), 5
+    times: dict[str, list[float]] = {mode: [] for mode in SANDBOXES}
+    async with contextlib.AsyncExitStack() as stack:
+        stubs = []
+        for mode in SANDBOXES:
+            root = workspace / f"task-{mode}"
+            root.mkdir()
+            (root / "task.py").write_text(TASK_SOURCE)
+            script = workspace / f"task_turns_{mode}.json"
+            script.write_text(json.dumps(_task_turns() * (batches * batch + 1)))
+            fake = stack.enter_context(FakeLLMProcess(0, turns_file=script))
+            agent = stack.enter_context(agent_process(root, extra=("--sandbox", mode)))
+            agent.wait_healthy()
+            channel = await stack.enter_async_context(grpc.aio.insecure_channel(agent.address))
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            await _initialize(stub, fake.base_url)
+            if errors := await _task(stub):
+                raise RuntimeError(f"the six-turn task failed with --sandbox {mode}: {errors}")
+            stubs.append((mode, stub))
+        for round_ in range(batches):
+            for mode, stub in stubs[round_ % len(stubs) :] + stubs[: round_ % len(stubs)]:
+                for _ in range(batch):
+                    started = time.perf_counter()
+                    await _task(stub)
+                    times[mode].append(time.perf_counter() - started)
+    return {mode: statistics.median(t) * 1000 for mode, t in times.items()}
+
+
 CPU_BASELINE = "194aea5"
 """The commit before the third round of CPU work: its server runs beside today's in `task_cpu`."""
 
@@ -1836,6 +1885,7 @@ SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "acp": bench_acp,
     "replicas": bench_replicas,
     "dialect": bench_dialect,
+    "sandbox": bench_sandbox,
     "task_cpu": bench_task_cpu,
     "turn_cpu": bench_turn_cpu,
     "first": bench_first,
