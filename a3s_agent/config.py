@@ -47,6 +47,7 @@ DEFAULT_EVENT_RETENTION_HOURS = 168.0  # event log entries older than this are r
 DEFAULT_EVENT_RETENTION_COUNT = 10_000  # and all but the newest this many of each session
 BOX_SKILLS_DIR = Path("/a3s/skills")  # A3S Box mounts skills here, read-only
 SANDBOX_MECHANISMS = ("auto", "bwrap", "landlock", "off")
+DEFAULT_SANDBOX_PROCESSES = 4096  # processes and threads of one tool call at once (A3S_SANDBOX_PROCESSES)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class SandboxSettings:
     write: tuple[Path, ...] = ()  # further trees commands may read and write
     deny: tuple[Path, ...] = ()  # paths commands may not read even inside the trees above
     memory_bytes: int | None = None  # per call, where a limit can be set (tools/sandbox/__init__.py)
+    processes: int = DEFAULT_SANDBOX_PROCESSES  # per call, where a cgroup can count them (tools/cgroups.py)
 
     @property
     def network_text(self) -> str:
@@ -428,7 +430,8 @@ def sandbox_settings(
     deny: list[str] | None = None,
 ) -> SandboxSettings:
     """--sandbox, --sandbox-network, --sandbox-read/-write/-deny (repeatable) over A3S_SANDBOX,
-    A3S_SANDBOX_NETWORK, A3S_SANDBOX_READ/WRITE/DENY (`:`-separated) and A3S_SANDBOX_MEMORY."""
+    A3S_SANDBOX_NETWORK, A3S_SANDBOX_READ/WRITE/DENY (`:`-separated), A3S_SANDBOX_MEMORY and
+    A3S_SANDBOX_PROCESSES."""
     wanted = (mechanism or env.get("A3S_SANDBOX", "")).strip().lower() or "auto"
     if wanted not in SANDBOX_MECHANISMS:
         raise ConfigError(
@@ -443,6 +446,7 @@ def sandbox_settings(
         write=_sandbox_paths(write, env, "write", must_exist=True),
         deny=_sandbox_paths(deny, env, "deny", must_exist=False),
         memory_bytes=_size(env, "A3S_SANDBOX_MEMORY"),
+        processes=int(_number(env, "A3S_SANDBOX_PROCESSES", DEFAULT_SANDBOX_PROCESSES)),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,19 @@ _JOIN = '{ echo 0 > "$0"; } 2>/dev/null; exec "$@"'
 
 def own_directory() -> Path | None:
     """The cgroup v2 directory this process is in, if this process may create cgroups in it."""
+    return _own("0", "cgroup2", None)
+
+
+def v1_directory(controller: str) -> Path | None:
+    """This process's cgroup in the v1 hierarchy of `controller` (a host with both hierarchies, whose
+    v2 one lacks the controller), if this process may create cgroups in it."""
+    return _own(controller, "cgroup", controller)
+
+
+def _own(hierarchy: str, filesystem: str, option: str | None) -> Path | None:
+    """The directory of this process's cgroup in `hierarchy` ("0" for v2, else a v1 controller's
+    name as /proc/self/cgroup lists it), on a mount of `filesystem` (with the super option
+    `option`), if this process may create cgroups there."""
     if not os.access(SHELL, os.X_OK):
         return None
     try:
@@ -27,12 +41,18 @@ def own_directory() -> Path | None:
         mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
         return None
-    own = next((line[3:] for line in lines if line.startswith("0::")), None)
+    own = None
+    for line in lines:
+        number, _, rest = line.partition(":")
+        names, _, path = rest.partition(":")
+        if (number == "0" and hierarchy == "0") or (number != "0" and hierarchy in names.split(",")):
+            own = path
     if own is None:
         return None
     for line in mounts:
         fields, _, tail = line.partition(" - ")
-        if tail.split()[:1] != ["cgroup2"]:
+        described = tail.split()
+        if described[:1] != [filesystem] or (option and option not in described[-1].split(",")):
             continue
         mount_root, mount_point = fields.split()[3:5]
         relative = os.path.relpath(own, mount_root)
@@ -54,17 +74,24 @@ def create(path: Path) -> bool:
 
 
 def command_joining(
-    path: Path | None, argv: Sequence[str], *, address_space_bytes: int | None = None
+    path: Path | None,
+    argv: Sequence[str],
+    *,
+    address_space_bytes: int | None = None,
+    also: Sequence[Path] = (),
 ) -> list[str]:
-    """argv, run so that it first moves itself into the cgroup `path` (if any) and limits its address
-    space (RLIMIT_AS, inherited by all it starts) to `address_space_bytes` (if given): a shell writes
-    "0" (itself) to cgroup.procs and runs `ulimit -v`, then execs the command under the same pid. No
-    Python runs between fork and exec (a preexec_fn would force a fork of the multi-threaded
-    server, which crashes gRPC's fork handlers). If the move is refused, the command runs where it
-    is: the other containment holds. If the limit is refused, the command does not run."""
+    """argv, run so that it first moves itself into the cgroup `path` (if any) and those in `also`
+    (v1 cgroups that limit it) and limits its address space (RLIMIT_AS, inherited by all it starts)
+    to `address_space_bytes` (if given): a shell writes "0" (itself) to their cgroup.procs and runs
+    `ulimit -v`, then execs the command under the same pid. No Python runs between fork and exec (a
+    preexec_fn would force a fork of the multi-threaded server, which crashes gRPC's fork handlers).
+    If a move is refused, the command runs where it is: the other containment holds. If the limit
+    is refused, the command does not run."""
     script = ""
     if address_space_bytes is not None:
         script += f"ulimit -v {max(address_space_bytes // 1024, 1)} || exit 126; "
+    for other in also:
+        script += f"{{ echo 0 > {shlex.quote(str(other / 'cgroup.procs'))}; }} 2>/dev/null; "
     if path is not None:
         script += _JOIN
     else:
@@ -73,20 +100,26 @@ def command_joining(
     return [SHELL, "-c", script, procs, *argv]
 
 
-def limit_memory(path: Path, limit_bytes: int) -> bool:
-    """Set the cgroup's memory.max; False where the memory controller is not enabled for it."""
+def limit(path: Path, control: str, value: int) -> bool:
+    """Write a limit to the cgroup's `control` file: memory.max (bytes), pids.max (processes and
+    threads at once, a fork or clone beyond failing with EAGAIN; v2, or a v1 pids cgroup); False
+    where it has no such file (its controller not enabled for it)."""
     try:
-        (path / "memory.max").write_text(str(limit_bytes))
+        (path / control).write_text(str(value))
     except OSError:
         return False
     return True
 
 
-def enable_memory(path: Path) -> None:
-    """Let the cgroups below `path` have a memory limit, where the hierarchy allows it (the
-    memory controller enabled above it, no process in `path` itself)."""
+def enable(path: Path, controller: str) -> bool:
+    """Let the cgroups below `path` use `controller` (memory, pids) where the hierarchy allows it
+    (the controller enabled above it, no process in `path` itself); whether they may."""
     with contextlib.suppress(OSError):
-        (path / "cgroup.subtree_control").write_text("+memory")
+        (path / "cgroup.subtree_control").write_text(f"+{controller}")
+    try:
+        return controller in (path / "cgroup.subtree_control").read_text().split()
+    except OSError:
+        return False
 
 
 def populated(path: Path) -> bool | None:

@@ -89,13 +89,16 @@ class CallScope:
             _check_program(argv[0], cwd, env)
         launch = self.sandbox.command(argv)
         by_cgroup = (
-            memory is not None and self.cgroup is not None and cgroups.limit_memory(self.cgroup, memory)
+            memory is not None
+            and self.cgroup is not None
+            and cgroups.limit(self.cgroup, "memory.max", memory)
         )
         # Landlock's launcher sets RLIMIT_AS itself; for bwrap (which cannot) the shell in front does.
         address_space = None if by_cgroup or self.sandbox.mechanism == "landlock" else memory
         if self.cgroup is None and address_space is None:
             return launch.argv
-        return cgroups.command_joining(self.cgroup, launch.argv, address_space_bytes=address_space)
+        also = self.owner.limiting(self.cgroup)
+        return cgroups.command_joining(self.cgroup, launch.argv, address_space_bytes=address_space, also=also)
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -143,10 +146,14 @@ class Containment:
         self.record_path = data_dir / RECORD_NAME if data_dir is not None else None
         self.own_cgroup = cgroups.own_directory() if use_cgroups else None
         self.cgroup_dir: Path | None = None
+        self.processes = sandbox.current().settings.processes
+        self.pids_v1: Path | None = None  # the v1 pids cgroup where call cgroups get their pids.max
         if self.own_cgroup is not None and cgroups.create(self.own_cgroup / self._run_name(self.server)):
             self.cgroup_dir = self.own_cgroup / self._run_name(self.server)
             if sandbox.current().settings.memory_bytes is not None:
-                cgroups.enable_memory(self.cgroup_dir)
+                cgroups.enable(self.cgroup_dir, "memory")
+            if not cgroups.enable(self.cgroup_dir, "pids"):  # a host that has it in a v1 hierarchy
+                self.pids_v1 = cgroups.v1_directory("pids")
         self.subreaper = False
         self.closed = False
         self._calls: dict[int, CallScope] = {}
@@ -183,7 +190,34 @@ class Containment:
                 return spare
             self._kill_cgroup(spare)
         path = self.cgroup_dir / f"call-{number}"
-        return path if cgroups.create(path) else None
+        if not cgroups.create(path):
+            return None
+        if self.pids_v1 is None:
+            cgroups.limit(path, "pids.max", self.processes)
+        elif (mirror := self._mirror(path)) is not None and cgroups.create(mirror):
+            cgroups.limit(mirror, "pids.max", self.processes)
+        return path
+
+    def _mirror(self, path: Path | None) -> Path | None:
+        """The v1 pids cgroup beside the v2 cgroup `path`, on a host that has the pids controller in
+        a v1 hierarchy (None elsewhere)."""
+        if path is None or self.pids_v1 is None or self.own_cgroup is None:
+            return None
+        if not path.is_relative_to(self.own_cgroup):
+            return None
+        return self.pids_v1 / path.relative_to(self.own_cgroup)
+
+    def limiting(self, cgroup: Path | None) -> tuple[Path, ...]:
+        """The cgroups a call's first process joins besides its cgroup `cgroup`: its v1 pids mirror,
+        where its process limit is counted."""
+        mirror = self._mirror(cgroup)
+        return () if mirror is None else (mirror,)
+
+    def _remove(self, path: Path) -> bool:
+        """Remove one of our cgroups and its v1 pids mirror; False while a process is inside either."""
+        removed = cgroups.remove(path)
+        mirror = self._mirror(path)
+        return (cgroups.remove(mirror) if mirror is not None else True) and removed
 
     def forget(self, scope: CallScope) -> None:
         with self._lock:
@@ -191,7 +225,7 @@ class Containment:
             kept = scope.emptied and len(self._spare_cgroups) < _SPARE_CGROUPS and not self.closed
             if kept and scope.cgroup is not None:
                 self._spare_cgroups.append(scope.cgroup)
-        if scope.cgroup is not None and not kept and not cgroups.remove(scope.cgroup):
+        if scope.cgroup is not None and not kept and not self._remove(scope.cgroup):
             self._stale_cgroups.add(scope.cgroup)  # a dying process is still inside: retried later
         if self._stale_cgroups:
             self._remove_stale_cgroups()
@@ -367,6 +401,10 @@ class Containment:
                 if path.name.startswith(f"a3s-agent.{self.key}."):
                     killed |= self._kill_cgroup(path)
                 else:  # another data dir's: its own restart kills what is inside; an empty one goes
+                    self._remove(path)
+        if self.pids_v1 is not None:  # v1 mirrors whose v2 cgroup went first; empty ones go
+            for path in self.pids_v1.glob("a3s-agent.*"):
+                if path != self._mirror(self.cgroup_dir) and not _server_alive(path.name.rsplit(".", 1)[-1]):
                     cgroups.remove(path)
         alive: dict[str, bool] = {}
 
@@ -409,13 +447,13 @@ class Containment:
 
     def _kill_cgroup(self, path: Path) -> set[int]:
         killed = cgroups.kill(path)
-        if not cgroups.remove(path):
+        if not self._remove(path):
             self._stale_cgroups.add(path)
         return killed
 
     def _remove_stale_cgroups(self) -> None:
         for path in list(self._stale_cgroups):
-            if cgroups.remove(path):
+            if self._remove(path):
                 self._stale_cgroups.discard(path)
 
     def _read_record(self) -> dict[str, Any]:
