@@ -322,10 +322,10 @@ def _mcp(args: argparse.Namespace) -> int:
         return 2
 
     async def main() -> None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):  # before the runtime's SIGCHLD handler (containment)
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
         async with standalone(settings) as app:
-            stop = asyncio.Event()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                asyncio.get_running_loop().add_signal_handler(sig, stop.set)
             ended = await serve_stdio(app, settings.mcp_tools, stop)
         if not ended:  # the SDK's stdin reader, a thread in read(), would keep the process alive
             logging.shutdown()
@@ -418,11 +418,11 @@ def _coven(args: argparse.Namespace) -> int:
         return 2
 
     async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):  # before the runtime's SIGCHLD handler (containment)
+            loop.add_signal_handler(sig, stop.set)
         async with standalone(settings) as app:
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
             name = args.name or default_name()
             return await run_coven_agent(app, args.gateway, name=name, agent_id=args.agent_id, stop=stop)
 

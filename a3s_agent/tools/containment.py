@@ -600,6 +600,7 @@ def activate(data_dir: Path) -> Containment:
         _set_subreaper(True)
     with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):  # not the main thread
         loop.add_signal_handler(signal.SIGCHLD, _reap_all)
+        _quiet_wakeup()
     containment.subreaper = _subreaper_state
     _active.append(containment)
     log.info(
@@ -623,6 +624,17 @@ def deactivate(containment: Containment) -> None:
             loop.remove_signal_handler(signal.SIGCHLD)
     if not _active and _subreaper_state:
         _set_subreaper(False)
+
+
+def _quiet_wakeup() -> None:
+    """Let the event loop's wakeup socket fill up silently. A call whose thousands of processes are
+    killed at once sends the server a burst of SIGCHLD; once the socket is full, Python would print
+    a traceback to stderr for every further signal (a command could flood the server's log). The
+    bytes already waiting wake the loop, and one reap takes every exited child. (asyncio sets the
+    socket again, warnings on, with each add_signal_handler: whoever adds a signal handler does so
+    before the runtime starts.)"""
+    wakeup = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup, warn_on_full_buffer=False)
 
 
 def _reap_all() -> None:

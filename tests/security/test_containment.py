@@ -28,7 +28,16 @@ from a3s_agent.tools import cgroups, procfs
 from a3s_agent.tools.containment import CGROUPS_VARIABLE, MARKER
 from a3s_agent.tools.sandbox import bwrap
 
-from ..conftest import LiveServer, agent_settings, alive, initialize, new_session, running, user
+from ..conftest import (
+    LiveServer,
+    agent_settings,
+    alive,
+    initialize,
+    new_session,
+    run_fresh_server,
+    running,
+    user,
+)
 from ..fake_llm import FakeLLM, text, tool_call
 from ..fault.conftest import LoggedServer, zombie_children
 from ..test_control import eventually
@@ -552,3 +561,31 @@ def test_a_server_with_no_child_left_is_known_to_have_none_from_one_call() -> No
         [sys.executable, "-c", HAS_CHILDREN_PROBE], capture_output=True, text=True, timeout=30, check=True
     )
     assert probe.stdout.strip() == "[False, True, True, True, False]"
+
+
+SIGCHLD_BURST = """
+import os, signal
+
+from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+
+
+async def main() -> None:
+    serving = serve()
+    async with grpc.aio.insecure_channel("127.0.0.1:{port}") as channel:
+        await until_serving(pb_grpc.CodeAgentServiceStub(channel))
+    for _ in range(5000):  # a call's thousands of processes ending at once, the loop not running
+        os.kill(os.getpid(), signal.SIGCHLD)
+    await asyncio.sleep(0.5)  # whatever the signals scheduled is reported meanwhile
+    os.kill(os.getpid(), signal.SIGTERM)
+    print(await serving)
+
+
+asyncio.run(main())
+"""
+
+
+def test_a_burst_of_sigchld_floods_no_log(tmp_path: Path) -> None:
+    """The server's wakeup socket filling up (a fork bomb's children killed at once) writes nothing
+    to its stderr: one reap takes every exited child."""
+    _, stderr = run_fresh_server(SIGCHLD_BURST, tmp_path, {}, 120)
+    assert "wakeup fd" not in stderr and "Traceback" not in stderr, stderr[-2000:]

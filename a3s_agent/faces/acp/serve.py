@@ -31,12 +31,12 @@ async def run_acp(settings: Settings, *, editor_tools: bool) -> int:
     """Serve the editor on stdin/stdout until it closes stdin (or SIGTERM/SIGINT); the exit code."""
     stdio = await open_stdio()
     editor = Editor(enabled=editor_tools)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before the runtime's SIGCHLD handler (containment)
+        loop.add_signal_handler(sig, stop.set)
     async with standalone(settings, registry=acp_registry(editor)) as app:
         agent = EditorAgent(app, editor)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         # ACP v1 made session/resume and session/close stable; the SDK still routes them only
         # with its unstable methods on. Those we do not implement answer "method not found".
         serving = asyncio.create_task(run_agent(cast(Agent, agent), stdio, use_unstable_protocol=True))
