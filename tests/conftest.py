@@ -59,6 +59,20 @@ async def eventually(
         await asyncio.sleep(0.02)
 
 
+@pytest.fixture(autouse=True)
+def sandbox_of_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A3S_SANDBOX=bwrap|landlock in the environment of a test run picks the mechanism of every
+    server the tests start, in this process too (whose Settings say auto): the suites run under
+    either mechanism."""
+    wanted = os.environ.get("A3S_SANDBOX", "").strip().lower()
+    if wanted not in ("bwrap", "landlock"):
+        return
+    choose = sandbox._choose
+    monkeypatch.setattr(
+        sandbox, "_choose", lambda requested: choose(wanted if requested == "auto" else requested)
+    )
+
+
 @dataclass
 class LiveServer:
     runtime: Runtime
