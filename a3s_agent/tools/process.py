@@ -37,6 +37,7 @@ class ProcessResult:
     truncated: bool
     sandbox: str = "off"  # the mechanism it ran under (tools/sandbox/)
     sandbox_network: str = "on"  # the network it had there
+    denial: str = ""  # when it failed: what the sandbox refused it, where its output shows it
 
 
 def find_binary(name: str) -> str | None:
@@ -133,9 +134,11 @@ async def _run_contained(
         # Kill even on success: a background child must not outlive its tool call.
         await child.end(scope)
 
+    output = child.merged.text()
+    failed = not timed_out and proc.returncode != 0
     return ProcessResult(
         exit_code=TIMEOUT_EXIT_CODE if timed_out else (proc.returncode or 0),
-        output=child.merged.text(),
+        output=output,
         stdout=child.out.text(),
         stderr=child.err.text(),
         timed_out=timed_out,
@@ -143,6 +146,7 @@ async def _run_contained(
         truncated=bool(child.merged.dropped),
         sandbox=scope.sandbox.mechanism,
         sandbox_network=scope.sandbox.network,
+        denial=scope.sandbox.denial(output, cwd) if failed else "",
     )
 
 

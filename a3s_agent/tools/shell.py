@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .process import ProcessResult, find_binary, run_process
 from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
-from .sandbox import Place, denial_hint
+from .sandbox import Place
 from .workspace_paths import resolve_in_workspace
 
 DEFAULT_TIMEOUT_MS = 120_000
@@ -135,8 +135,7 @@ def command_output(result: ProcessResult, timeout_ms: int) -> ToolOutput:
     else:
         error = ""
     if error and not result.timed_out:
-        hint = denial_hint(result.output, result.sandbox, result.sandbox_network)
-        error += f"; {hint}" if hint else ""
+        error += f"; {result.denial}" if result.denial else ""
     metadata = {
         "exit_code": result.exit_code,
         "timed_out": result.timed_out,

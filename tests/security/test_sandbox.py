@@ -46,17 +46,25 @@ SECRETS = {
 
 
 class TokenServer(ServerProcess):
-    """`a3s-agent serve` behind a token: ready once grpc.health.v1 (which needs none) says so."""
+    """`a3s-agent serve` behind a token: ready once grpc.health.v1 (which needs none) says so. Its
+    output goes to the file `log`, out of its commands' reach (a pipe no one reads would stop a
+    long-lived one)."""
+
+    def __init__(self, workspace: Path, data_dir: Path, env: dict[str, str], log: Path) -> None:
+        super().__init__(workspace, data_dir, env)
+        self.log = log
 
     def start(self, timeout_s: float = 30.0) -> TokenServer:
-        self.proc = subprocess.Popen(
-            self.command(), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+        with self.log.open("w") as log:
+            proc = subprocess.Popen(
+                self.command(), env=self.env, stdout=log, stderr=subprocess.STDOUT, text=True
+            )
+        self.proc = proc
         deadline = time.monotonic() + timeout_s
         with grpc.insecure_channel(self.address) as channel:
             health = health_pb2_grpc.HealthStub(channel)
             while time.monotonic() < deadline:
-                assert self.proc.poll() is None, self.output()
+                assert proc.poll() is None, self.output()
                 try:
                     if health.Check(health_pb2.HealthCheckRequest(), timeout=0.5).status == 1:
                         return self
@@ -64,12 +72,16 @@ class TokenServer(ServerProcess):
                     time.sleep(0.05)
         raise AssertionError(f"the server at {self.address} did not serve within {timeout_s} s")
 
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
 
 class Served:
     def __init__(self, server: ServerProcess, home: Path, outside: Path) -> None:
         self.server = server
         self.home = home
         self.outside = outside
+        self.mechanism = server.env["A3S_SANDBOX"]
         self.metadata = (("authorization", f"Bearer {TOKEN}"),)
         self.channel = grpc.aio.insecure_channel(server.address)
         self.stub = pb_grpc.CodeAgentServiceStub(self.channel)
@@ -84,8 +96,8 @@ class Served:
         return reply.result
 
 
-@pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[Served]:
+@pytest.fixture(params=["bwrap", "landlock"])
+async def served(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Served]:
     """`a3s-agent serve` with HOME a planted home that is its workspace; its data dir (sessions.db)
     and token file in there too; a directory outside everything."""
     home, outside = tmp_path / "home", tmp_path / "outside"
@@ -96,8 +108,8 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
     (outside / "file").write_text("outside, not to be changed")
     (home / ".a3s-token").write_text(TOKEN)
     data_dir = home / ".local" / "share" / "a3s-agent" / "data"
-    env = {"HOME": str(home), "A3S_AUTH_TOKEN_FILE": str(home / ".a3s-token"), "A3S_SANDBOX": "auto"}
-    server = TokenServer(home, data_dir, env).start()
+    env = {"HOME": str(home), "A3S_AUTH_TOKEN_FILE": str(home / ".a3s-token"), "A3S_SANDBOX": request.param}
+    server = TokenServer(home, data_dir, env, tmp_path / "server.log").start()
     served = Served(server, home, outside)
     try:
         yield served
@@ -131,9 +143,20 @@ async def test_secrets_in_the_workspace_are_unreadable_to_commands(served: Serve
         assert "done" in result.output, result.error
         for secret in [*SECRETS.values(), TOKEN, "planted other-session secret", "SQLite format"]:
             assert secret not in result.output
-        assert result.metadata["sandbox"] == "bwrap" and result.metadata["sandbox_network"] == "off"
-    own = await served.bash("echo mine > mine.txt && cat mine.txt")
+        assert result.metadata["sandbox"] == served.mechanism and result.metadata["sandbox_network"] == "off"
+    (served.home / "src").mkdir()
+    own = await served.bash("echo mine > src/mine.txt && cat src/mine.txt")
     assert own.success and own.output == "mine\n"  # the workspace itself is writable
+    beside = await served.bash("echo mine > mine.txt && cat mine.txt")  # beside the hidden paths
+    if served.mechanism == "bwrap":
+        assert beside.success and beside.output == "mine\n"
+    else:  # Landlock cannot grant a directory its hidden paths are in (tools/sandbox/landlock.py)
+        assert not beside.success and not (served.home / "mine.txt").exists()
+        assert (
+            f"nothing can be listed, created, removed or renamed directly in {served.home}," in beside.error
+        )
+        key = served.home / ".ssh" / "id_rsa"
+        assert f"sandbox: {key} is hidden from commands" in (await served.bash(f"cat {key}")).error
 
 
 async def test_writes_outside_the_workspace_are_refused_by_the_kernel(served: Served) -> None:
@@ -205,8 +228,10 @@ async def test_the_server_is_out_of_reach_of_its_commands(served: Served) -> Non
     result = await served.bash(
         f"cat /proc/{pid}/cmdline; cat /proc/1/environ; kill -9 $PPID; kill -9 {pid}; echo alive"
     )
-    # Neither its command line nor its environment (which holds A3S_SANDBOX=auto, tools' does not).
-    assert "--listen" not in result.output and "A3S_SANDBOX" not in result.output
+    # Not its environment (which holds A3S_SANDBOX, tools' does not); under bwrap not even its
+    # command line. Landlock has no PID namespace: every process's cmdline stays readable.
+    assert "A3S_SANDBOX" not in result.output
+    assert ("--listen" in result.output) == (served.mechanism == "landlock")
     assert "alive" in result.output and alive(pid)
     health = await served.stub.HealthCheck(pb.HealthCheckRequest(), metadata=served.metadata)
     assert health.status == pb.HealthCheckResponse.STATUS_HEALTHY
@@ -214,9 +239,9 @@ async def test_the_server_is_out_of_reach_of_its_commands(served: Served) -> Non
 
 async def test_health_and_capabilities_show_the_sandbox(served: Served) -> None:
     health = await served.stub.HealthCheck(pb.HealthCheckRequest(), metadata=served.metadata)
-    assert health.details["sandbox"] == "bwrap" and health.details["sandbox_network"] == "off"
+    assert health.details["sandbox"] == served.mechanism and health.details["sandbox_network"] == "off"
     capabilities = await served.stub.GetCapabilities(pb.GetCapabilitiesRequest(), metadata=served.metadata)
-    assert "sandbox" in capabilities.features and capabilities.metadata["sandbox"] == "bwrap"
+    assert "sandbox" in capabilities.features and capabilities.metadata["sandbox"] == served.mechanism
 
 
 async def test_initialize_may_narrow_the_network_never_widen_it(served: Served) -> None:

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 from ...base.allow_list import AllowList
 from ...config import SandboxSettings, parse_sandbox_network, sandbox_settings
 from . import bwrap, landlock
-from .policy import Grounds, Launch, Network, SandboxPolicy, for_call, server_grounds
+from .policy import Grounds, Launch, Network, SandboxPolicy, for_call, server_grounds, within
 from .seccomp import Unsupported, program
 
 if TYPE_CHECKING:  # the proxy is imported once a call may use it
@@ -325,6 +325,12 @@ class CallSandbox:
         self.grant: Grant | None = None
         self._serving: list[asyncio.Task[None]] = []
         self._loader: dict[str, str] = {}
+        self.last_policy: SandboxPolicy | None = None  # what the last process spawned ran under
+
+    def denial(self, output: str, cwd: Path) -> str:
+        """Why the sandbox refused what a failed process (run in `cwd`) wrote it was refused (""
+        when its output shows no refusal of the sandbox's): denial_hint."""
+        return denial_hint(output, self.mechanism, self.network, self.last_policy, str(cwd))
 
     @property
     def memory_bytes(self) -> int | None:
@@ -394,7 +400,7 @@ class CallSandbox:
         problem = self._problem()
         if problem:
             raise SandboxUnavailable(problem)
-        rules = self.policy()
+        rules = self.last_policy = self.policy()
         bpf = _seccomp(rules.network)
         if mechanism == "bwrap":
             launch = bwrap.command(argv, rules, bpf, self._loader)
@@ -445,20 +451,55 @@ _NO_NETWORK = re.compile(
 )
 
 
-def denial_hint(output: str, mechanism: str, network: str) -> str:
+_DENIED = re.compile(f"([^\\s:{_QUOTES}]+)[{_QUOTES}]?: Permission denied")
+_WRITE_ONLY_IN = "commands may write only in the workspace, $TMPDIR and $HOME"
+
+
+def denial_hint(
+    output: str, mechanism: str, network: str, policy: SandboxPolicy | None = None, cwd: str = "/"
+) -> str:
     """A sentence for the model when a failed command's output shows the sandbox refusing it ("":
-    none shows): a write outside the writable trees, a connection with the network off."""
+    none shows): a write outside the writable trees, a connection with the network off. Landlock
+    refuses with EACCES, which a file's mode gives too: `policy` (the call's, run in `cwd`) tells
+    which paths it refused."""
     if mechanism not in ("bwrap", "landlock"):
         return ""
     written = _READ_ONLY.search(output)
     if written:
-        return (
-            f"sandbox: writing {written.group(1)} is outside the workspace; commands may write only in"
-            " the workspace, $TMPDIR and $HOME"
-        )
+        return f"sandbox: writing {written.group(1)} is outside the workspace; {_WRITE_ONLY_IN}"
+    if mechanism == "landlock" and policy is not None:
+        for denied in _DENIED.finditer(output):
+            hint = _landlock_denial(os.path.normpath(os.path.join(cwd, denied.group(1))), policy)
+            if hint:
+                return hint
     if network == "off" and _NO_NETWORK.search(output):
         return "sandbox: the network is off for commands (the operator's --sandbox-network)"
     return ""
+
+
+def _landlock_denial(path: str, policy: SandboxPolicy) -> str:
+    """Why Landlock refused `path` (absolute, as the command named it), if `policy` refuses it."""
+    if any(within(path, extra) for extra in (*landlock.EXTRA_READABLE, *landlock.EXTRA_WRITABLE)):
+        return ""  # /proc, the devices: the kernel's own checks (another process's environ...)
+    trees = (*policy.readable, *policy.writable)
+    if any(
+        within(path, h) and not any(t != h and within(t, h) and within(path, t) for t in trees)
+        for h in policy.hidden
+    ):
+        return f"sandbox: {path} is hidden from commands"
+    if any(within(path, t) for t in policy.writable):
+        # A directory holding a hidden path has no rule of its own (landlock.py): the entry refused
+        # is that directory (listed) or a new one in it (created).
+        holder = path if os.path.isdir(path) else "" if os.path.lexists(path) else os.path.dirname(path)
+        if holder and any(within(h, holder) and h != holder for h in policy.hidden):
+            return (
+                f"sandbox: under Landlock nothing can be listed, created, removed or renamed directly"
+                f" in {holder}, which holds paths hidden from commands; work in a subdirectory"
+            )
+        return ""  # the file's own mode refused it, not the sandbox
+    if any(within(path, t) for t in policy.readable):
+        return f"sandbox: writing {path} is outside the workspace; {_WRITE_ONLY_IN}"
+    return f"sandbox: {path} is outside what commands may see; {_WRITE_ONLY_IN}"
 
 
 def narrowed(settings: SandboxSettings, wanted: str) -> str:
