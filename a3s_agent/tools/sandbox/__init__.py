@@ -348,7 +348,8 @@ class CallSandbox:
         return self.grant.refused if self.grant is not None else ()
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
-        """The environment to spawn with: `env` with the call's HOME and TMPDIR, with a network of
+        """The environment to spawn with: `env` with the call's HOME and TMPDIR (and the toolchain
+        homes that defaulted to the server's HOME, policy.TOOLCHAIN_HOMES), with a network of
         allow:... the proxy's variables naming its grant, and without the loader's variables, which
         `command` sets for the command only (unchanged under --sandbox off)."""
         if not self.active:
@@ -363,7 +364,8 @@ class CallSandbox:
             )
             self.grant = self.owner.grant(whose, self.network)
         proxy = self.grant.env() if self.grant is not None else {}
-        spawned = {**env, "HOME": str(self.home), "TMPDIR": str(self.scratch), **proxy}
+        toolchains = dict(self.owner.grounds().variables)
+        spawned = {**toolchains, **env, "HOME": str(self.home), "TMPDIR": str(self.scratch), **proxy}
         self._loader = {name: spawned.pop(name) for name in list(spawned) if _loader_variable(name)}
         return spawned
 

@@ -58,6 +58,11 @@ CREDENTIAL_PLACES = (
 )
 """Below the home directory of the user running the server: unreadable for commands, should that
 home lie inside a tree they may read (a workspace that is the home directory, --sandbox-read ~)."""
+TOOLCHAIN_HOMES = (("RUSTUP_HOME", ".rustup"),)
+"""Where a toolchain manager keeps what the programs it put on PATH run (rustup's cargo and rustc in
+~/.cargo/bin run the toolchains in ~/.rustup), found by a variable that defaults to a place in
+$HOME, which a command's HOME (its session's) replaces: readable, and the variable set for
+commands, where the server's user has one."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ class Grounds:
     network: Network
     proxy_port: int | None = None
     memory_bytes: int | None = None
+    variables: tuple[tuple[str, str], ...] = ()  # set for every command: the toolchain homes
 
 
 def server_grounds(
@@ -125,7 +131,8 @@ def server_grounds(
     path_variable = os.environ.get("PATH", os.defpath) if path_variable is None else path_variable
     homes = _homes()
     programs = [_installation(entry, homes) for entry in path_variable.split(os.pathsep)]
-    readable = [*SYSTEM_TREES, sys.prefix, sys.base_prefix, sys.exec_prefix, *programs]
+    toolchains = _toolchain_homes(homes)
+    readable = [*SYSTEM_TREES, sys.prefix, sys.base_prefix, sys.exec_prefix, *programs, *toolchains.values()]
     if network != "off":  # name resolution: /etc/resolv.conf may lead to /run/... (systemd-resolved)
         readable.append("/etc/resolv.conf")
     readable += map(str, read)
@@ -141,6 +148,7 @@ def server_grounds(
         network=network,
         proxy_port=proxy_port,
         memory_bytes=memory_bytes,
+        variables=tuple(toolchains.items()),
     )
 
 
@@ -264,6 +272,19 @@ def _homes() -> list[str]:
     except (ImportError, KeyError):
         pass
     return [h for h in dict.fromkeys(homes) if h and os.path.isabs(h) and h != "/"]
+
+
+def _toolchain_homes(homes: Sequence[str]) -> dict[str, str]:
+    """TOOLCHAIN_HOMES' variables and the resolved directories they name for the server's user:
+    the server's own value, else the default place in a home directory, where it exists."""
+    found = {}
+    for variable, place in TOOLCHAIN_HOMES:
+        given = os.environ.get(variable, "")
+        candidates = [given] if given else [os.path.join(home, place) for home in homes]
+        existing = [path for path in candidates if os.path.isabs(path) and os.path.isdir(path)]
+        if existing:
+            found[variable] = os.path.realpath(existing[0])
+    return found
 
 
 def _ssh_host_keys() -> list[str]:
