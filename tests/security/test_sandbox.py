@@ -26,7 +26,7 @@ from a3s_agent.config import SandboxSettings, Settings
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.tools import sandbox
-from a3s_agent.tools.sandbox import bwrap
+from a3s_agent.tools.sandbox import bwrap, landlock
 
 from ..conftest import LiveServer, ServerProcess, alive, eventually, running
 
@@ -316,6 +316,28 @@ async def test_sandbox_off_runs_unsandboxed_and_says_so(
     assert reply.result.success and reply.result.metadata["sandbox"] == "off"
     assert health.details["sandbox"] == "off"
     assert any("UNSANDBOXED" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+
+async def test_landlock_without_the_signal_scope_says_so(
+    workspace: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a kernel before Linux 6.12 (Landlock ABI < 6) a command can signal the server: the start
+    log, HealthCheck and GetCapabilities say so."""
+    monkeypatch.setattr(landlock, "abi", lambda: 5)
+    settings = Settings(
+        listen="127.0.0.1:0",
+        workspace=workspace,
+        data_dir=tmp_path / "data",
+        sandbox=SandboxSettings(mechanism="landlock"),
+    )
+    with caplog.at_level("WARNING"):
+        async with running(settings) as live:
+            health = await live.stub.HealthCheck(pb.HealthCheckRequest())
+            capabilities = await live.stub.GetCapabilities(pb.GetCapabilitiesRequest())
+    said = "Landlock ABI is 5, without the signal scope of ABI 6 (Linux 6.12)"
+    assert said in health.details["sandbox_weakness"] and said in capabilities.metadata["sandbox_weakness"]
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("the sandbox is weaker here" in message and said in message for message in warned)
 
 
 async def test_a_session_keeps_its_home_until_it_is_destroyed(served: Served) -> None:

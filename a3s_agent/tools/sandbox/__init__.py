@@ -201,7 +201,14 @@ class Sandbox:
         }
         if self.problem:
             details["problem"] = self.problem
+        if self.weakness:
+            details["weakness"] = self.weakness
         return details
+
+    @property
+    def weakness(self) -> str | None:
+        """What the chosen mechanism cannot hold on this kernel (None: all it can hold anywhere)."""
+        return landlock.weakness() if self.mechanism == "landlock" else None
 
     # --- the server's lifetime ----------------------------------------------------------------
 
@@ -217,6 +224,8 @@ class Sandbox:
             log.error("no sandbox works here, so every tool that starts a process refuses: %s", problem)
         else:
             log.info("tool processes sandboxed by %s, network %s", mechanism, self.network())
+            if self.weakness:
+                log.warning("the sandbox is weaker here: %s", self.weakness)
             refused = network_problem(mechanism, self.settings.network_text)
             if refused:
                 log.error("every tool that starts a process refuses: %s", refused)

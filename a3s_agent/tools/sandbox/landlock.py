@@ -57,6 +57,21 @@ def _abi() -> int:
     return launch.abi()
 
 
+SIGNAL_SCOPE_ABI = 6  # Linux 6.12: signals to processes outside the sandbox's domain refused
+
+
+def weakness() -> str | None:
+    """What this kernel's Landlock leaves a command that a newer one would not (None: nothing)."""
+    version = abi()
+    if 0 < version < SIGNAL_SCOPE_ABI:
+        return (
+            f"this kernel's Landlock ABI is {version}, without the signal scope of ABI"
+            f" {SIGNAL_SCOPE_ABI} (Linux 6.12): a command can signal (kill) the server and every"
+            " process of its user"
+        )
+    return None
+
+
 @lru_cache(maxsize=1)
 def problem() -> str | None:
     """Why Landlock cannot sandbox commands here (None: it can), found once by running the

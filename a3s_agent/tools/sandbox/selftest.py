@@ -114,6 +114,11 @@ async def _tried(
         checks.append(await _proxy(run))
     code, said = await run("cat", f"/proc/{os.getpid()}/environ")
     checks.append(Check("read the server's environment", "PATH=" not in said, said[-200:] or f"exit {code}"))
+    code, said = await run("kill", "-0", str(os.getpid()))
+    weak = sandbox.weakness is not None and code == 0
+    if weak:
+        said = str(sandbox.weakness)
+    checks.append(Check("signal the server", code != 0, said[-200:] or f"exit {code}", weak))
     code, said = await run("cat", f"/proc/{os.getpid()}/cmdline")
     if landlock:
         said = "its command line is readable: Landlock has no PID namespace"
