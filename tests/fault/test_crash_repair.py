@@ -274,23 +274,19 @@ async def test_servers_sharing_a_data_dir_end_none_of_each_other_s_runs(tmp_path
     `serve`) does not have the directory alone: the other's running generation is not its to end.
     Nor is it for the first one restarted after a kill while the second still runs one."""
     first_sleep, second_sleep = f"2.{random.randrange(10**6):06d}", f"6.{random.randrange(10**6):06d}"
-    script = [
-        tool_call("bash", {"command": f"sleep {first_sleep}; echo slept"}),
-        tool_call("bash", {"command": f"sleep {second_sleep}; echo slept"}),
-        text("Finished."),
-        text("Finished."),
-    ]
-    env = dict(LONG_LEASE)
     async with contextlib.AsyncExitStack() as stack:
-        fake = stack.enter_context(FakeLLM(*script, strict=True))
-        env.update(llm_env(fake))
-        first = stack.enter_context(server(tmp_path, "first", env))
+        env: dict[str, dict[str, str]] = {}
+        for name, sleep in (("first", first_sleep), ("second", second_sleep)):
+            # A model of each server's own: one shared would give its turns to whichever asks first.
+            script = [tool_call("bash", {"command": f"sleep {sleep}; echo slept"}), text("Finished.")]
+            env[name] = {**LONG_LEASE, **llm_env(stack.enter_context(FakeLLM(*script, strict=True)))}
+        first = stack.enter_context(server(tmp_path, "first", env["first"]))
         first_stream, first_session = await _long_command_on(stack, first, first_sleep)
-        second = stack.enter_context(server(tmp_path, "second", env))
+        second = stack.enter_context(server(tmp_path, "second", env["second"]))
         second_stream, second_session = await _long_command_on(stack, second, second_sleep)
         first_end = [chunk async for chunk in first_stream][-1]
         first.kill()
-        restarted = stack.enter_context(server(tmp_path, "restarted", env))
+        restarted = stack.enter_context(server(tmp_path, "restarted", env["first"]))
         second_end = [chunk async for chunk in second_stream][-1]
     for process in (second, restarted):
         assert "left by a server that ended" not in process.log()
