@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar, overload
 
 import grpc
 import pytest
@@ -41,8 +41,16 @@ T = TypeVar("T")
 WITHIN_S = 10.0
 
 
+@overload
 async def eventually(
-    check: Callable[[], T | Awaitable[T]], what: str = "the condition", within_s: float = WITHIN_S
+    check: Callable[[], Awaitable[T | None]], what: str = ..., within_s: float = ...
+) -> T: ...
+@overload
+async def eventually(check: Callable[[], T | None], what: str = ..., within_s: float = ...) -> T: ...
+async def eventually(
+    check: Callable[[], T | Awaitable[T | None] | None],
+    what: str = "the condition",
+    within_s: float = WITHIN_S,
 ) -> T:
     """Poll `check` (sync or async) until it returns something true, and return that; fail naming
     `what` after `within_s`. The one way tests wait for something to happen: no sleep-then-assert."""
@@ -203,7 +211,7 @@ class ServerProcess:
             "--data-dir", str(self.data_dir),
         ]  # fmt: skip
 
-    def start(self, timeout_s: float = 15.0) -> ServerProcess:
+    def start(self, timeout_s: float = 15.0) -> Self:
         self.proc = subprocess.Popen(
             self.command(), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
@@ -310,7 +318,7 @@ async def scripted_agent(
         yield server
 
 
-async def new_session(server: LiveServer, **config: object) -> str:
+async def new_session(server: LiveServer, **config: Any) -> str:
     reply = await server.stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(**config)))
     return reply.session_id
 

@@ -661,7 +661,7 @@ def _assistant_calls(messages: list[Any]) -> Iterator[tuple[int, dict[str, Any],
 def _missing_reasoning(messages: list[Any], streamed: dict[str, str]) -> str | None:
     """DeepSeek's refusal of a tool-call message without the reasoning_content it streamed."""
     for i, message, calls in _assistant_calls(messages):
-        wanted = streamed.get(calls[0].get("id"))
+        wanted = streamed.get(calls[0].get("id", ""))
         if "reasoning_content" not in message or (
             wanted is not None and message["reasoning_content"] != wanted
         ):

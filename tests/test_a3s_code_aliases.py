@@ -15,7 +15,9 @@ from .fake_llm import call, text, tool_calls
 from .scripted_model import ScriptedProvider
 
 
-async def _execute(live: LiveServer, tool: str, session_id: str = "", **arguments: object) -> pb.ToolResult:
+async def _execute(
+    live: LiveServer, tool: str, session_id: str = "", /, **arguments: object
+) -> pb.ToolResult:
     reply = await live.stub.ExecuteTool(
         pb.ExecuteToolRequest(session_id=session_id, tool_name=tool, arguments=json.dumps(arguments))
     )

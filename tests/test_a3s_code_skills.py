@@ -89,7 +89,8 @@ async def weather() -> AsyncIterator[TestServer]:
     app = web.Application()
     app[HEADERS_SEEN] = []
     app.router.add_post("/weather", answer)
-    async with TestServer(app, host="127.0.0.1") as server:
+    server = TestServer(app, host="127.0.0.1")
+    async with server:
         yield server
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ from .fake_anthropic import (
     tool_call,
     tool_calls,
 )
-from .fake_llm import FakeLLM, Raw
+from .fake_llm import FakeLLM, Raw, TurnLike
 from .test_proxies import proxying
 
 KEY = "sk-ant-api03-Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0L"
@@ -239,7 +239,7 @@ async def test_the_fake_refuses_thinking_that_did_not_come_back(claude: FakeAnth
     """The control for the test above: the strict fake does refuse what a careless client sends."""
     claude.script(tool_call("read_file", {"path": "notes.txt"}))
     thinking = {"type": "enabled", "budget_tokens": 1024}
-    body = {
+    body: dict[str, Any] = {
         "model": "m",
         "max_tokens": 2048,
         "thinking": thinking,
@@ -420,7 +420,9 @@ async def test_a_context_overflow_is_compacted_and_retried(server: LiveServer, c
     def is_summary(body: dict[str, Any]) -> bool:
         return "Summarise the conversation" in body.get("system", [{}])[0].get("text", "")
 
-    answers = iter([error(400, "prompt is too long: 210000 tokens > 200000 maximum"), text("carried on")])
+    answers: Iterator[TurnLike] = iter(
+        [error(400, "prompt is too long: 210000 tokens > 200000 maximum"), text("carried on")]
+    )
     claude.fallback = lambda body: text("Goal: the notes.") if is_summary(body) else next(answers)
     context = [user("THE TASK: read the notes")]
     context += [
@@ -525,8 +527,11 @@ async def test_the_official_client_reads_the_fakes_stream(claude: FakeAnthropic)
         "tool_use",
         "tool_use",
     ]
-    assert message.content[0].signature and message.stop_reason == "tool_use"
-    assert [(b.name, b.input) for b in message.content[3:]] == [("read_file", {"path": "a.txt"}), ("ls", {})]
+    thought = message.content[0]
+    assert isinstance(thought, anthropic.types.ThinkingBlock) and thought.signature
+    assert message.stop_reason == "tool_use"
+    uses = [b for b in message.content[3:] if isinstance(b, anthropic.types.ToolUseBlock)]
+    assert [(b.name, b.input) for b in uses] == [("read_file", {"path": "a.txt"}), ("ls", {})]
     assert message.usage.output_tokens == claude.usages[-1]["output_tokens"]
 
 
@@ -571,7 +576,7 @@ async def test_an_image_a_tool_read_is_inside_its_tool_result(
 
 
 def test_the_request_alternates_turns_and_keeps_later_system_messages_in_place() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are the agent."},
         {"role": "user", "content": "first"},
         {"role": "user", "content": "   "},  # blank: the API refuses blank text blocks
@@ -666,7 +671,7 @@ async def test_a_big_image_goes_whole_and_is_encoded_off_the_event_loop(
 def test_the_size_estimate_counts_what_each_provider_sends() -> None:
     """Image blocks, tool results and tool arguments count, as much as text does."""
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * BIG_BODY_CHARS}}
-    shapes = [
+    shapes: list[list[dict[str, Any]]] = [
         [{"role": "user", "content": [{"type": "text", "text": "look"}, image]}],
         [
             {"role": "user", "content": "read it"},

@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
-import peer_opencode as peer
+import peer_opencode as peer  # type: ignore[import-not-found]  # from tools/, put on sys.path above
 
 
 def test_config_points_only_at_the_fake_and_asks_nothing() -> None:

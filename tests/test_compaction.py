@@ -6,7 +6,7 @@ pinned messages survive, and the per-session settings travel in request metadata
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -31,7 +31,9 @@ def is_summary_request(body: dict[str, Any]) -> bool:
     return str(body["messages"][0].get("content", "")).startswith("Summarise the conversation")
 
 
-def summaries(answer: ScriptedTurn, main: Callable[[dict[str, Any]], ScriptedTurn]) -> Callable:
+def summaries(
+    answer: ScriptedTurn, main: Callable[[dict[str, Any]], ScriptedTurn]
+) -> Callable[[dict[str, Any]], ScriptedTurn]:
     """A turn for the model's fallback: `answer` to every summary request, `main` to the others."""
     return lambda body: answer if is_summary_request(body) else main(body)
 
@@ -132,7 +134,7 @@ async def test_a_provider_overflow_is_recovered_by_one_compaction_and_a_retry(
     refusal = overflow(
         "This model's maximum context length is 16384 tokens. However, your messages resulted in 60000"
     )
-    answers = iter([refusal, text("carried on")])
+    answers: Iterator[ScriptedTurn] = iter([refusal, text("carried on")])
     scripted.fallback = summaries(text("Goal: refactor the parser."), lambda _: next(answers))
     # 200,000 tokens (A3S's default window) is accepted; the history is far under its threshold.
     session_id = await _session(scripted_agent, auto_compact=True, window=200_000, count=40)

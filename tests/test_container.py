@@ -126,7 +126,12 @@ def test_the_environment_the_dockerfile_describes_serves(tmp_path: Path) -> None
         [agent, "serve"], env={**env, "A3S_AUTH_TOKEN": "tok-container"}, cwd=workspace, text=True
     )
     try:
-        health = [agent, "health", "--address", f"127.0.0.1:{port}"]  # the HEALTHCHECK: no token
+        health: list[str | Path] = [
+            agent,
+            "health",
+            "--address",
+            f"127.0.0.1:{port}",
+        ]  # the HEALTHCHECK: no token
         deadline = time.monotonic() + 30
         while (result := subprocess.run(health, capture_output=True, text=True, check=False)).returncode:
             assert server.poll() is None and time.monotonic() < deadline, result.stderr

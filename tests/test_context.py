@@ -172,7 +172,7 @@ async def test_the_window_is_in_capabilities(live: LiveServer, tmp_path: Path) -
     assert "auto_compaction" in caps.features
 
 
-_TEXTS = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=200) | st.sampled_from(
+_TEXTS = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=200) | st.sampled_from(
     ["", "  \n\n  ", "日本語のテキスト", "🙂" * 40, "a" * 3000, "def f(x):\n    return x * 2\n" * 20]
 )
 _CALLS = st.lists(st.builds(ToolCall, id=_TEXTS, name=_TEXTS, arguments=_TEXTS), max_size=3)

@@ -543,9 +543,14 @@ def test_chunks_alike_but_for_their_string_are_read_as_when_parsed_whole(
     finish = json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
     whole, templated = TurnReader("endpoint"), TurnReader("endpoint")
     expected = [event for text in [*texts, finish] for event in whole.feed(model_json(text))]
-    parses = []
+    parses: list[str] = []
+
+    def counted(text: str) -> Any:
+        parses.append(text)
+        return model_json(text)
+
     for module in (openai_stream, chunk_template):
-        monkeypatch.setattr(module, "model_json", lambda text: parses.append(text) or model_json(text))
+        monkeypatch.setattr(module, "model_json", counted)
     got = [event for text in [*texts, finish] for event in templated.feed_text(text)]
     assert got + templated.finish() == expected + whole.finish()
     if texts is _ALIKE["tricky pieces"] or texts is _ALIKE["reasoning"]:

@@ -13,6 +13,12 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import (
+    ChatCompletionMessage,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionMessageParam,
+    ChatCompletionToolParam,
+)
 from pydantic import BaseModel
 
 from tests.fake_llm import (
@@ -30,7 +36,7 @@ from tests.fake_llm import (
     tool_loop,
 )
 
-USER = [{"role": "user", "content": "hello there"}]
+USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello there"}]
 
 
 @pytest.fixture
@@ -69,6 +75,14 @@ async def collect(stream: openai.AsyncStream[Any]) -> list[Any]:
     return [chunk async for chunk in stream]
 
 
+def function_calls(message: ChatCompletionMessage) -> list[ChatCompletionMessageFunctionToolCall]:
+    """The message's tool calls, every one a function call (the fake makes no other kind)."""
+    calls = message.tool_calls or []
+    functions = [c for c in calls if isinstance(c, ChatCompletionMessageFunctionToolCall)]
+    assert len(functions) == len(calls), calls
+    return functions
+
+
 def reassemble_tool_calls(chunks: list[Any]) -> dict[int, dict[str, str]]:
     """Merge streamed tool-call deltas by index, as an agent would."""
     calls: dict[int, dict[str, str]] = {}
@@ -105,7 +119,7 @@ async def test_non_streamed_tool_calls_keep_raw_arguments(fake: FakeLLM, client:
     completion = await client.chat.completions.create(model="m", messages=USER)
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls"
-    calls = choice.message.tool_calls or []
+    calls = function_calls(choice.message)
     assert [(c.type, c.function.name, c.function.arguments) for c in calls] == [
         ("function", "read_file", '{"path": "a.txt"}'),
         ("function", "shell", '{"cmd": "ls'),
@@ -245,6 +259,7 @@ async def test_broken_off_response_raises(fake: FakeLLM, client: openai.AsyncOpe
     with pytest.raises(openai.APIConnectionError):
         response = await client.chat.completions.create(model="m", messages=USER, stream=stream)
         if stream:
+            assert isinstance(response, openai.AsyncStream)
             async for chunk in response:
                 received.append(chunk)
     if stream:
@@ -259,7 +274,7 @@ async def test_callable_turn_sees_the_request(fake: FakeLLM, client: openai.Asyn
     fake.script(tool_call("read_file", {"path": "a.txt"}, id="call_1"), echo_tool_result)
     first = await client.chat.completions.create(model="m", messages=USER)
     assistant = first.choices[0].message.model_dump(exclude_none=True)
-    messages = [*USER, assistant, {"role": "tool", "tool_call_id": "call_1", "content": "42"}]
+    messages: list[Any] = [*USER, assistant, {"role": "tool", "tool_call_id": "call_1", "content": "42"}]
     second = await client.chat.completions.create(model="m", messages=messages)
     assert second.choices[0].message.content == "The file says: 42"
 
@@ -292,7 +307,7 @@ async def test_failing_callable_is_reported(fake: FakeLLM, client: openai.AsyncO
 
 async def test_requests_are_recorded(fake: FakeLLM, client: openai.AsyncOpenAI) -> None:
     fake.script("ok")
-    tools = [
+    tools: list[ChatCompletionToolParam] = [
         {
             "type": "function",
             "function": {"name": "read_file", "parameters": {"type": "object", "properties": {}}},
@@ -301,7 +316,7 @@ async def test_requests_are_recorded(fake: FakeLLM, client: openai.AsyncOpenAI) 
     await client.chat.completions.create(
         model="gpt-x",
         messages=[{"role": "system", "content": "be brief"}, *USER],
-        tools=tools,  # type: ignore[arg-type]
+        tools=tools,
         tool_choice="auto",
         temperature=0.2,
         max_tokens=64,
@@ -330,7 +345,7 @@ async def test_invalid_request_is_rejected_without_consuming_a_turn(
 ) -> None:
     fake.script("kept")
     with pytest.raises(openai.BadRequestError):
-        await client.chat.completions.create(model="m", messages=None)  # type: ignore[arg-type]
+        await client.chat.completions.create(model="m", messages=None)  # type: ignore[call-overload]
     assert fake.remaining == 1
 
 
@@ -402,7 +417,7 @@ async def test_tool_loop_is_per_conversation(client: openai.AsyncOpenAI, fake: F
             if not message.tool_calls:
                 kinds.append(message.content or "")
                 return kinds
-            kinds.append(message.tool_calls[0].function.name)
+            kinds.append(function_calls(message)[0].function.name)
             messages.append(message.model_dump(exclude_none=True))
             messages += [{"role": "tool", "tool_call_id": c.id, "content": "x"} for c in message.tool_calls]
 
@@ -436,9 +451,10 @@ def test_runs_as_a_subprocess(tmp_path: Path) -> None:
                 scripted = client.chat.completions.create(model="m", messages=USER).choices[0].message
                 assert scripted.content == "scripted", "the 429 was retried, then the file's turn played"
                 first = client.chat.completions.create(model="m", messages=USER).choices[0].message
-                assert first.tool_calls and first.tool_calls[0].function.name == "read_file"
-                answer = {"role": "tool", "tool_call_id": first.tool_calls[0].id, "content": "text"}
-                messages = [*USER, first.model_dump(exclude_none=True), answer]
+                [read] = function_calls(first)
+                assert read.function.name == "read_file"
+                answer = {"role": "tool", "tool_call_id": read.id, "content": "text"}
+                messages: list[Any] = [*USER, first.model_dump(exclude_none=True), answer]
                 final = client.chat.completions.create(model="m", messages=messages).choices[0].message
                 assert final.content == "Done."
         finally:

@@ -56,6 +56,7 @@ async def test_multi_step_tool_use_edits_files_and_runs_bash(agent: LiveServer, 
     first, last = fake.requests[0], fake.requests[-1]
     assert first.messages[0]["role"] == "system" and "workspace" in first.messages[0]["content"]
     assert first.messages[-1] == {"role": "user", "content": "write hello.py"}
+    assert first.tools is not None
     assert {t["function"]["name"] for t in first.tools} >= {"read_file", "bash", "git_status"}
     assert [m["role"] for m in last.messages] == [
         "system",

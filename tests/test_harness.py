@@ -143,14 +143,14 @@ async def post(http: Http, path: str, body: Any, status: int = 200, **kwargs: An
         document = await reply.json()
         assert reply.status == status, document
         assert reply.content_type == "application/json"
-        return document  # type: ignore[no-any-return]
+        return document
 
 
 async def command(http: Http, body: Any, status: int = 200) -> dict[str, Any]:
     return await post(http, "/v1/agent/commands", body, status)
 
 
-async def page(http: Http, after: int | None, limit: int, status: int = 200, **who: str) -> dict[str, Any]:
+async def page(http: Http, after: int | None, limit: int, status: int = 200, /, **who: str) -> dict[str, Any]:
     return await post(http, "/v1/agent/events:page", page_request(after, limit, **who), status)
 
 
@@ -452,7 +452,7 @@ async def _tail_is(http: Http, kind: str) -> list[dict[str, Any]] | None:
 
 async def _changes(http: Http) -> dict[str, Any] | None:
     async with http.client.post("/v1/agent/changes", json=changes_request()) as reply:
-        return await reply.json() if reply.status == 200 else None  # type: ignore[no-any-return]
+        return await reply.json() if reply.status == 200 else None
 
 
 async def test_paging_through_a_long_run(harness: Http, fake: FakeLLM) -> None:

@@ -436,7 +436,7 @@ class Socket:
     async def stream(self, method: str, params: Any, id: Any) -> list[dict[str, Any]]:
         """Every message of a streaming call, until `done` or an error."""
         await self.send(method, params, id)
-        messages = []
+        messages: list[dict[str, Any]] = []
         while not messages or not ({"done", "error"} & set(messages[-1])):
             messages.append(await self.next_for(id))
         return messages

@@ -129,7 +129,7 @@ class Socket:
         call_id = next(self.ids)
         await self.ws.send_json({"method": method, "params": body, "id": call_id})
         streaming = SERVICE.methods_by_name[method].server_streaming
-        replies = []
+        replies: list[Any] = []
         while True:
             message = await self.ws.receive_json(timeout=30)
             assert message["id"] == call_id, message  # one call at a time on this socket

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import grpc
 import pytest
@@ -299,7 +300,8 @@ async def test_role_strings_unknown_ones_and_function(later: Later) -> None:
     ("config", "problem"),
     [
         (lp.SessionConfig(storage_type=lp.STORAGE_TYPE_CUSTOM), "STORAGE_TYPE_CUSTOM is not served"),
-        (lp.SessionConfig(storage_type=7), "storage_type 7 is not served"),
+        # a number the enum does not name: proto3 enums are open on the wire
+        (lp.SessionConfig(storage_type=cast(lp.StorageType, 7)), "storage_type 7 is not served"),
         (lp.SessionConfig(planning_enabled=True), "does not serve planning or goal tracking"),
         (lp.SessionConfig(goal_tracking=True), "does not serve planning or goal tracking"),
         (lp.SessionConfig(auto_compact_threshold=1.5), "auto_compact_threshold must be a share"),

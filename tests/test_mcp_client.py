@@ -25,7 +25,7 @@ from a3s_agent.core.session import SessionSettings
 from a3s_agent.core.skills import parse_skill
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.runtime.initialization import Initialization
-from a3s_agent.tools.mcp.config import parse_servers, refuse_commands
+from a3s_agent.tools.mcp.config import StdioServer, parse_servers, refuse_commands
 from a3s_agent.tools.mcp.tools import tool_name
 
 from .conftest import (
@@ -107,7 +107,7 @@ async def test_the_model_calls_a_stdio_servers_tools_in_a_generation(
         assert echo.result.success and echo.result.output == "echo: hi"
         assert picture.result.success and "image/png" in picture.result.output
         assert resource.result.output == "[resource note://hello]\nhello from a resource"
-        offered = {t["function"]["name"]: t["function"] for t in fake.requests[0].tools}
+        offered = {t["function"]["name"]: t["function"] for t in fake.requests[0].tools or []}
         assert offered["mcp__fx__add"]["parameters"]["required"] == ["a", "b"]
         assert {"read_file", "list_mcp_resources", "read_mcp_resource", "list_mcp_prompts"} <= set(offered)
         assert "echo: hi" in [m["content"] for m in fake.requests[1].messages if m["role"] == "tool"]
@@ -514,17 +514,20 @@ def test_config_errors_name_the_source_server_and_field() -> None:
     )
     assert list(servers) == ["on"] and servers["on"].timeout_ms == 5  # Gemini CLI's `timeout`, in ms
     # ${VAR} is filled only where an environment is given: the operator's file.
-    assert parse_servers({"a": {"command": "${HOME}"}}, "api")["a"].command == "${HOME}"
-    filled = parse_servers({"a": {"command": "${NOPE:-x}", "args": ["${V}"]}}, "file", environ={"V": "v"}.get)
-    assert (filled["a"].command, filled["a"].args) == ("x", ["v"])
+    kept = parse_servers({"a": {"command": "${HOME}"}}, "api")["a"]
+    assert isinstance(kept, StdioServer) and kept.command == "${HOME}"
+    filled = parse_servers(
+        {"a": {"command": "${NOPE:-x}", "args": ["${V}"]}}, "file", environ={"V": "v"}.get
+    )["a"]
+    assert isinstance(filled, StdioServer) and (filled.command, filled.args) == ("x", ["v"])
     with pytest.raises(InvalidArgument, match=r"\$\{NOPE\} is not set"):
-        parse_servers({"a": {"command": "${NOPE}"}}, "file", environ={}.get)
+        parse_servers({"a": {"command": "${NOPE}"}}, "file", environ=lambda name: None)
     with pytest.raises(FailedPrecondition):
         refuse_commands(servers | parse_servers({"c": {"command": "x"}}, "f"), "api", allowed=False)
 
 
 def test_credentials_never_reach_the_store() -> None:
-    servers = {
+    servers: dict[str, dict[str, Any]] = {
         "open": {"url": "https://a.example/mcp"},
         "token": {"url": "https://b.example/mcp", "headers": {"Authorization": "Bearer x"}},
         "key": {"command": "x", "env": {"GITHUB_TOKEN": "y"}},
@@ -551,7 +554,9 @@ def test_a_skills_mcp_servers_are_checked_like_the_file() -> None:
         "---\nname: s\nmcp-servers:\n  git: {command: mcp-server-git, args: [--repository, .]}\n---\nx",
         source="s.md",
     )
-    assert skill.mcp_servers["git"].args == ["--repository", "."] and "mcp-servers" not in skill.metadata
+    git = skill.mcp_servers["git"]
+    assert isinstance(git, StdioServer) and git.args == ["--repository", "."]
+    assert "mcp-servers" not in skill.metadata
     with pytest.raises(InvalidArgument, match=r"s.md: mcp-servers: mcpServers.git.args: must be a list"):
         parse_skill("---\nname: s\nmcp-servers:\n  git: {command: x, args: y}\n---\nx", source="s.md")
 

@@ -135,10 +135,10 @@ async def test_agent_task_runs_a_generation_with_tools_and_reports_progress(
     served: McpServer, fake: FakeLLM, mode: str
 ) -> None:
     fake.script(tool_call("read_file", {"path": "prose.txt"}), text("The needle is on line 2."))
-    progress: list[tuple[float, str | None]] = []
+    reported: list[tuple[float, str | None]] = []
 
-    async def on_progress(step: float, total: float | None, message: str | None) -> None:
-        progress.append((step, message))
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reported.append((progress, message))
 
     async with client_of(served.url, mode) as client:
         result = await client.call_tool(
@@ -156,13 +156,13 @@ async def test_agent_task_runs_a_generation_with_tools_and_reports_progress(
     assert "needle in a haystack" in fake.requests[1].messages[-1]["content"]
     history = await served.app.sessions.history(done["session_id"])
     assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
-    assert [message for _, message in progress] == [
+    assert [message for _, message in reported] == [
         "calling read_file",
         "model turn 1 finished (tool_calls)",
         "read_file done",
         "model turn 2 finished (stop)",
     ]
-    assert [step for step, _ in progress] == [1, 2, 3, 4]
+    assert [step for step, _ in reported] == [1, 2, 3, 4]
 
 
 async def test_agent_task_goes_on_in_the_session_it_is_given(served: McpServer, fake: FakeLLM) -> None:
@@ -190,7 +190,7 @@ async def test_cancelling_agent_task_stops_the_run_and_its_tool(
     fake.script(tool_call("bash", {"command": f"echo $$ > {marker}; sleep 30"}), text("never"))
     running = anyio.Event()
 
-    async def on_progress(step: float, total: float | None, message: str | None) -> None:
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         if message == "calling bash":
             running.set()
 
@@ -290,10 +290,10 @@ async def test_stdio_serves_the_allowed_tools_and_agent_task_with_progress(
     (workspace / "prose.txt").write_text(PROSE)
     fake.script(tool_call("grep", {"pattern": "needle"}), text("prose.txt has it."))
     command = stdio_command(workspace, tmp_path / "data", fake, "--mcp-tools", "read_file,agent_task")
-    progress: list[str | None] = []
+    reported: list[str | None] = []
 
-    async def on_progress(step: float, total: float | None, message: str | None) -> None:
-        progress.append(message)
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reported.append(message)
 
     async with Client(command) as client:
         assert sorted(tool.name for tool in (await client.list_tools()).tools) == ["agent_task", "read_file"]
@@ -304,7 +304,7 @@ async def test_stdio_serves_the_allowed_tools_and_agent_task_with_progress(
         # the agent itself has the server's tools: --mcp-tools narrows what the caller runs directly
         done = await client.call_tool("agent_task", {"task": "which file?"}, progress_callback=on_progress)
     assert texts(done)[0] == "prose.txt has it."
-    assert progress == [
+    assert reported == [
         "calling grep",
         "model turn 1 finished (tool_calls)",
         "grep done",
@@ -317,7 +317,7 @@ async def test_stdio_cancellation_stops_the_run(workspace: Path, tmp_path: Path,
     fake.script(tool_call("bash", {"command": f"echo $$ > {marker}; sleep 30"}), text("never"))
     running = anyio.Event()
 
-    async def on_progress(step: float, total: float | None, message: str | None) -> None:
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         if message == "calling bash":
             running.set()
 
@@ -384,7 +384,11 @@ async def test_serve_offers_mcp_behind_its_token_and_a_stop_ends_a_running_task(
     workspace.mkdir()
     marker = workspace / "pid"
     fake.script(tool_call("bash", {"command": f"echo $$ > {marker}; sleep 30"}), text("never"))
-    env = {**stdio_command(workspace, tmp_path, fake).env, "A3S_AUTH_TOKEN": TOKEN, "A3S_MCP_HTTP": "1"}
+    env = {
+        **(stdio_command(workspace, tmp_path, fake).env or {}),
+        "A3S_AUTH_TOKEN": TOKEN,
+        "A3S_MCP_HTTP": "1",
+    }
     server = ServerProcess(workspace, tmp_path / "data", env={**env, "A3S_GRACE_SECONDS": "0.5"})
     proc = server.proc = subprocess.Popen(  # noqa: ASYNC220 (a ServerProcess holds a Popen)
         server.command(), env=server.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

@@ -121,7 +121,12 @@ def test_a_server_installed_from_the_wheel_lists_the_examples(
     zipfile.ZipFile(wheel).extractall(installed)  # what `pip install` puts in site-packages
     server = ServerProcess(workspace, tmp_path / "data", env={"PYTHONPATH": str(installed)})
     server.proc = subprocess.Popen(  # from elsewhere, so `python -m` cannot import the checkout
-        server.command(), env=server.env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        server.command(),
+        env=server.env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         wait_serving(server.address, 30, server.proc)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
 
 from a3s_agent.proto import code_agent_pb2 as pb
 
@@ -48,7 +48,7 @@ def _type_name(field: FieldDescriptor) -> str:
     return base
 
 
-def _descriptor(name: str):  # type: ignore[no-untyped-def]
+def _descriptor(name: str) -> Descriptor | EnumDescriptor:
     outer, _, inner = name.partition(".")
     message = pb.DESCRIPTOR.message_types_by_name.get(outer)
     if inner:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from a3s_agent.base.models import LLMConfig
 from a3s_agent.llm.anthropic_provider import AnthropicProvider
@@ -23,7 +25,7 @@ OPENAI_REPLY = (
     f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': 'hi'}, 'finish_reason': 'stop'}]})}\n\n"
     "data: [DONE]\n\n"
 )
-ANTHROPIC_EVENTS = [
+ANTHROPIC_EVENTS: list[dict[str, Any]] = [
     {"type": "message_start", "message": {"usage": {"input_tokens": 3, "output_tokens": 0}}},
     {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
     {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}},
@@ -37,7 +39,7 @@ ANTHROPIC_REPLY = b"".join(sse_frames(ANTHROPIC_EVENTS)).decode()
 async def _server(endless: bool) -> AsyncIterator[tuple[str, set[int]]]:
     connections: set[int] = set()
 
-    def replying(body: str) -> web.RequestHandler:
+    def replying(body: str) -> Handler:
         async def reply(request: web.Request) -> web.StreamResponse:
             assert request.transport is not None
             connections.add(id(request.transport))

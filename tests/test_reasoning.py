@@ -198,7 +198,7 @@ def test_the_reasoning_alias_is_shown_once_and_never_sent_back() -> None:
 
 def test_anthropic_thinking_is_shown_and_redacted_thinking_is_not() -> None:
     reader = MessageReader("claude")
-    events = [
+    events: list[dict[str, Any]] = [
         {"type": "message_start", "message": {"usage": {"input_tokens": 5}}},
         {
             "type": "content_block_start",

@@ -150,7 +150,7 @@ async def test_every_chunk_carries_its_seq_strictly_increasing_on_every_face(
     async with http.client.ws_connect("/ws") as ws:
         params = {"session_id": session_id, "messages": [GO]}
         await ws.send_json({"method": "StreamGenerate", "params": params, "id": 1})
-        replies = []
+        replies: list[dict[str, Any]] = []
         while not replies or "result" in replies[-1]:
             replies.append(await ws.receive_json(timeout=WITHIN_S))
     assert replies[-1] == {"id": 1, "done": True}

@@ -6,6 +6,7 @@ program: tests/security/test_sandbox_landlock.py.)"""
 from __future__ import annotations
 
 import errno
+import os
 import re
 import struct
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from a3s_agent.tools.sandbox import seccomp
+from a3s_agent.tools.sandbox.policy import Network
 
 HEADERS = {
     "x86_64": ("/usr/include/x86_64-linux-gnu/asm/unistd_64.h", "/usr/include/asm/unistd_64.h"),
@@ -60,7 +62,7 @@ def run(program: bytes, nr: int, *args: int, arch: int) -> int:
 
 @pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
 @pytest.mark.parametrize("network", ["off", "on", "proxy"])
-def test_the_refused_calls_fail_and_the_ordinary_ones_pass(arch: str, network: seccomp.Network) -> None:
+def test_the_refused_calls_fail_and_the_ordinary_ones_pass(arch: str, network: Network) -> None:
     nr = kernel_numbers(arch)
     program = seccomp.program(network, arch)
     native = AUDIT_ARCH[arch]
@@ -86,7 +88,7 @@ def test_sockets_by_network_mode(arch: str) -> None:
     nr = kernel_numbers(arch)
     native = AUDIT_ARCH[arch]
 
-    def verdicts(network: seccomp.Network) -> list[int]:
+    def verdicts(network: Network) -> list[int]:
         program = seccomp.program(network, arch)
         return [
             run(program, nr["socket"], AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0, arch=native),
@@ -107,7 +109,7 @@ def test_sockets_by_network_mode(arch: str) -> None:
 
 
 def test_an_unknown_architecture_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(seccomp.os, "uname", lambda: type("U", (), {"machine": "riscv64"})())
+    monkeypatch.setattr(os, "uname", lambda: type("U", (), {"machine": "riscv64"})())
     seccomp.program.cache_clear()
     try:
         with pytest.raises(seccomp.Unsupported, match="riscv64"):

@@ -81,9 +81,12 @@ async def test_a_caller_that_gave_up_skips_its_call_only_if_it_had_not_begun() -
 async def test_stop_runs_what_was_queued() -> None:
     worker = SerialThread("a3s-test")
     ran: list[int] = []
-    pending = [
-        asyncio.ensure_future(worker.run(lambda n=n: (time.sleep(0.01), ran.append(n)))) for n in range(3)
-    ]
+
+    def slowly(n: int) -> None:
+        time.sleep(0.01)
+        ran.append(n)
+
+    pending = [asyncio.ensure_future(worker.run(slowly, n)) for n in range(3)]
     await asyncio.sleep(0)  # each caller has queued its call
     worker.stop()
     assert ran == [0, 1, 2]

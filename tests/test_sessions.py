@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from pathlib import Path
 
 import grpc
@@ -12,7 +13,7 @@ from a3s_agent.proto import code_agent_pb2 as pb
 from .conftest import LiveServer
 
 
-async def _status_of(call) -> grpc.StatusCode:  # type: ignore[no-untyped-def]
+async def _status_of(call: Awaitable[object]) -> grpc.StatusCode:
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await call
     return err.value.code()

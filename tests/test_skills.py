@@ -385,8 +385,8 @@ def test_tool_definitions_parse_into_backends() -> None:
     )
     backends = [spec.backend for spec in skill.tools]
     assert backends[0] == ScriptBackend("#!/usr/bin/env -S python3 -u\nprint(1)", ("python3", "-u"))
-    assert backends[1].interpreter == ("bash",)
-    assert backends[2].interpreter == ("node",)
+    assert isinstance(backends[1], ScriptBackend) and backends[1].interpreter == ("bash",)
+    assert isinstance(backends[2], ScriptBackend) and backends[2].interpreter == ("node",)
     assert backends[3] == BinaryBackend(("echo", "${msg}"))
     assert backends[4] == HttpBackend("http://127.0.0.1/${env:X}")
     assert [spec.timeout_ms for spec in skill.tools] == [120_000, 120_000, 120_000, 5, 30_000]

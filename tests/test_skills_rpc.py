@@ -62,7 +62,7 @@ async def test_a_loaded_skill_adds_instructions_and_a_tool_the_model_uses(
     assert "2 lines" in result.tool_calls[0].result.output
     first = fake.requests[0]
     assert "## Skill: word-count" in first.messages[0]["content"]
-    assert "count_lines" in {t["function"]["name"] for t in first.tools}
+    assert first.tools is not None and "count_lines" in {t["function"]["name"] for t in first.tools}
     listed = {
         s.name: s for s in (await skilled.stub.ListSkills(pb.ListSkillsRequest(session_id=session_id))).skills
     }

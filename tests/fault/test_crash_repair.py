@@ -15,7 +15,7 @@ import contextlib
 import json
 import random
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -349,7 +349,9 @@ def stored_run_state(data: Path) -> str:
     return "" if row is None else str(json.loads(row[0])["state"])
 
 
-def insert_messages(data: Path, session_id: str, messages: list[tuple[str, str, dict[str, object]]]) -> None:
+def insert_messages(
+    data: Path, session_id: str, messages: Sequence[tuple[str, str, Mapping[str, object]]]
+) -> None:
     """Append (role, content, data) rows to a session's live history, as a server would have."""
     with closing(sqlite3.connect(data / "sessions.db")) as db, db:
         db.executemany(

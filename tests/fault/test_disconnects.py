@@ -166,7 +166,7 @@ async def test_a_subscriber_whose_channel_closes_leaks_no_task(
 # --- subprocess server: child processes -----------------------------------------------------
 
 
-Running = Callable[[], Awaitable[None]]
+Running = Callable[[], Awaitable[object]]
 """Waits until the model's bash command is running."""
 
 

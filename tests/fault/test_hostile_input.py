@@ -268,16 +268,16 @@ def defuse(message: Message) -> Message:
         for item in value if field.is_repeated else [value]:
             defuse(item)
     if message.DESCRIPTOR.full_name == "a3s.code.agent.v1.LLMConfig":
-        message.provider, message.base_url = "openai", DEAD_LLM_URL  # type: ignore[attr-defined]
-    if "workspace" in message.DESCRIPTOR.fields_by_name and message.workspace:  # type: ignore[attr-defined]
-        safe = message.workspace.replace("\x00", "")[:100]  # type: ignore[attr-defined]
-        message.workspace = f"{NOWHERE}/{safe}"  # type: ignore[attr-defined]
+        message.provider, message.base_url = "openai", DEAD_LLM_URL
+    if "workspace" in message.DESCRIPTOR.fields_by_name and message.workspace:
+        safe = message.workspace.replace("\x00", "")[:100]
+        message.workspace = f"{NOWHERE}/{safe}"
     return message
 
 
 def with_session(message: Message, session_id: str) -> Message:
     if "session_id" in message.DESCRIPTOR.fields_by_name:
-        message.session_id = session_id  # type: ignore[attr-defined]
+        message.session_id = session_id
     return message
 
 
@@ -342,7 +342,7 @@ def bad_json_cases(method: MethodDescriptor, session_id: str) -> list[tuple[str,
         for text in BAD_JSON:
             request = with_session(cls(**{field: text}, **_tool_names(names)), session_id)
             if method.name in GENERATION:
-                request.messages.add(role=pb.Message.ROLE_USER, content="hi")  # type: ignore[attr-defined]
+                request.messages.add(role=pb.Message.ROLE_USER, content="hi")
             cases.append((f"{field}={text!r}", serialized(request)))
     return cases
 

@@ -80,7 +80,9 @@ def test_a_taken_http_port_ends_the_start_before_anything_says_serving(tmp_path:
 def test_grpc_health_says_serving_only_once_the_http_face_is_ready(tmp_path: Path) -> None:
     server = _server(tmp_path)
     with server.log_path.open("w") as log:
-        server.proc = subprocess.Popen(server.command(), env=server.env, stdout=log, stderr=subprocess.STDOUT)
+        server.proc = subprocess.Popen(
+            server.command(), env=server.env, stdout=log, stderr=subprocess.STDOUT, text=True
+        )
     try:
         deadline = time.monotonic() + 60
         while (status := _check(server.address, 0.2)) != "SERVING":
@@ -114,6 +116,7 @@ def test_a_stop_keeps_health_answering_and_gives_running_calls_their_grace(tmp_p
     script = (tool_call("bash", {"command": f"echo $$ > {marker}; exec sleep 60"}), text("never reached"))
     with FakeLLM(*script) as fake, ThreadPoolExecutor(1) as pool:
         server.start()
+        assert server.proc is not None
         try:
             with server.channel() as channel:
                 stub = pb_grpc.CodeAgentServiceStub(channel)
@@ -154,8 +157,8 @@ def _check_stopping(server: LoggedServer, generation: Future[pb.GenerateResponse
     )
     assert _http(f"{base}/health/live")[0] == 200
     assert _http(f"{base}/healthz") == (503, {"status": "shutting_down"})
-    status, body = _http(f"{base}/sessions")
-    assert status == 503 and "shutting down" in str(body)
+    code, body = _http(f"{base}/sessions")
+    assert code == 503 and "shutting down" in str(body)
     with server.channel() as channel:  # a new connection
         stub = pb_grpc.CodeAgentServiceStub(channel)
         with pytest.raises(grpc.RpcError) as refused:

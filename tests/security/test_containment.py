@@ -103,7 +103,7 @@ class Escapes:
         return found
 
     async def wait_gone(self, within_s: float = 10.0) -> None:
-        await eventually(lambda: not self.running(), within_s)
+        await eventually(lambda: not self.running(), "the tagged processes are gone", within_s)
 
 
 def _processes() -> list[tuple[int, list[bytes]]]:

@@ -6,6 +6,7 @@ the JSON came from (INVALID_ARGUMENT / 400, a tool error, UNAVAILABLE), never IN
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable
 from pathlib import Path
 
 import grpc
@@ -30,9 +31,9 @@ def nested(levels: int) -> str:
     return '{"a": ' * levels + "1" + "}" * levels
 
 
-async def refused(call: object) -> grpc.aio.AioRpcError:
+async def refused(call: Awaitable[object]) -> grpc.aio.AioRpcError:
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await call  # type: ignore[misc]
+        await call
     return err.value
 
 
@@ -75,7 +76,7 @@ async def test_json_fields_nest_at_most_a_hundred_levels(agent: LiveServer) -> N
     """JSON that parses but nests past the bound is refused before anything walks it."""
     session = await new_session(agent)
 
-    def check(arguments: str) -> object:
+    def check(arguments: str) -> Awaitable[pb.CheckPermissionResponse]:
         return agent.stub.CheckPermission(
             pb.CheckPermissionRequest(session_id=session, tool_name="bash", arguments=arguments)
         )

@@ -83,7 +83,9 @@ class GuardedServer(LoggedServer):
 
     def start(self, timeout_s: float = 30.0) -> GuardedServer:
         with self.log_path.open("a") as log:
-            self.proc = subprocess.Popen(self.command(), env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                self.command(), env=self.env, stdout=log, stderr=subprocess.STDOUT, text=True
+            )
         deadline = time.monotonic() + timeout_s
         with self.channel() as channel:
             health = health_pb2_grpc.HealthStub(channel)

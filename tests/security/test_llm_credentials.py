@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import grpc
@@ -70,13 +70,13 @@ async def server(workspace: Path, tmp_path: Path) -> AsyncIterator[LiveServer]:
         yield live
 
 
-async def failure(call: object) -> grpc.aio.AioRpcError:
+async def failure(call: Awaitable[object]) -> grpc.aio.AioRpcError:
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await call  # type: ignore[misc]
+        await call
     return err.value
 
 
-def generate(server: LiveServer, session_id: str) -> object:
+def generate(server: LiveServer, session_id: str) -> Awaitable[pb.GenerateResponse]:
     return server.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("hi")]))
 
 

@@ -90,7 +90,7 @@ class Site:
             return web.Response(text=f"{request.method} {request.path_qs} {body}")
 
         if tls is not None:
-            tls.sni_callback = lambda sock, name, context: self.server_names.append(name)  # type: ignore[assignment]
+            tls.sni_callback = lambda sock, name, context: self.server_names.append(name)
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", anything)
         self.runner = web.AppRunner(app)

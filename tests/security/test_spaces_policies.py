@@ -77,7 +77,7 @@ async def test_symlinks_and_hard_links_to_blocked_files_are_blocked(workspace: P
     os.link(root / "plain.txt", root / "twin.txt")
     async with serving(root, tmp_path / "data") as http:
         space = await space_in(http, root)
-        attacks = [
+        attacks: list[dict[str, Any]] = [
             {"type": "readFile", "path": "notes.txt"},
             {"type": "readFile", "path": "key.txt"},
             {"type": "readFile", "path": "cert.txt"},

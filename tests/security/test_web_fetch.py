@@ -62,7 +62,7 @@ class Site:
             return web.Response(text=self.body)
 
         if tls is not None:
-            tls.sni_callback = lambda sock, name, context: self.server_names.append(name)  # type: ignore[assignment]
+            tls.sni_callback = lambda sock, name, context: self.server_names.append(name)
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", anything)
         self.runner = web.AppRunner(app)

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -199,7 +200,9 @@ async def test_a_missing_path_is_a_failure(workspace: Path) -> None:
         {"pattern": "x", "n": 1},
     ],
 )
-async def test_out_of_range_or_unknown_arguments_are_rejected(workspace: Path, arguments: dict) -> None:
+async def test_out_of_range_or_unknown_arguments_are_rejected(
+    workspace: Path, arguments: dict[str, Any]
+) -> None:
     with pytest.raises(InvalidArgument):
         await grep(workspace, **arguments)
 

@@ -274,7 +274,9 @@ async def test_a_slow_disk_does_not_stall_the_event_loop(
             ticks += 1
 
     ticker = asyncio.create_task(tick())
-    arguments = {"content": "new\n"} if tool == "write_file" else {"old_string": "old", "new_string": "new"}
+    arguments: dict[str, Any] = (
+        {"content": "new\n"} if tool == "write_file" else {"old_string": "old", "new_string": "new"}
+    )
     result = await call(workspace, tool, path="a.txt", **arguments)
     ticker.cancel()
     assert result.success and (workspace / "a.txt").read_text() == "new\n"
@@ -418,7 +420,7 @@ ESCAPES = ["../outside/secret.txt", "/etc/passwd", "link/secret.txt", "sub/../..
 async def test_no_path_tool_reaches_outside_the_workspace(workspace: Path, outside: Path, raw: str) -> None:
     (workspace / "link").symlink_to(outside)
     (workspace / "sub").mkdir()
-    attempts = [
+    attempts: list[tuple[str, dict[str, Any]]] = [
         ("read_file", {"path": raw}),
         ("read_file", {"path": raw, "encoding": "base64"}),
         ("write_file", {"path": raw, "content": "pwned"}),
@@ -438,11 +440,12 @@ async def test_no_path_tool_reaches_outside_the_workspace(workspace: Path, outsi
 async def test_a_link_inside_pointing_out_is_neither_read_nor_written(workspace: Path, outside: Path) -> None:
     (workspace / "alias.txt").symlink_to(outside / "secret.txt")
     (workspace / "dangling.txt").symlink_to(outside / "new.txt")
-    for name, arguments in [
+    attempts: list[tuple[str, dict[str, Any]]] = [
         ("read_file", {"path": "alias.txt"}),
         ("write_file", {"path": "alias.txt", "content": "pwned"}),
         ("write_file", {"path": "dangling.txt", "content": "pwned"}),
-    ]:
+    ]
+    for name, arguments in attempts:
         result = await call(workspace, name, **arguments)
         assert not result.success and "outside the workspace" in result.error
     assert not (outside / "new.txt").exists()
@@ -497,11 +500,12 @@ async def test_a_symlink_leading_out_through_dotdot_or_a_loop_is_refused(
     (workspace / "sub/sneaky").symlink_to(f"../../{outside.name}/secret.txt")
     (workspace / "loop").symlink_to("loop")
     for raw in ("sub/up2/outside/secret.txt", "sub/sneaky"):
-        for name, arguments in [
+        attempts: list[tuple[str, dict[str, Any]]] = [
             ("read_file", {"path": raw}),
             ("write_file", {"path": raw, "content": "pwned"}),
             ("edit_file", {"path": raw, "old_string": "top", "new_string": "pwned"}),
-        ]:
+        ]
+        for name, arguments in attempts:
             result = await call(workspace, name, **arguments)
             assert not result.success and "outside the workspace" in result.error, (name, raw, result.error)
     looped = await call(workspace, "read_file", path="loop/x")

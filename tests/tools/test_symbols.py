@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -267,7 +268,7 @@ async def test_a_missing_path_is_a_failure(workspace: Path) -> None:
 @pytest.mark.parametrize(
     "arguments", [{"symbol": "a.b"}, {"symbol": ""}, {"symbol": "x", "language": "cobol"}]
 )
-async def test_malformed_arguments_are_rejected(workspace: Path, arguments: dict) -> None:
+async def test_malformed_arguments_are_rejected(workspace: Path, arguments: dict[str, Any]) -> None:
     with pytest.raises(InvalidArgument):
         await run(workspace, "find_definition", **arguments)
 
