@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .config import ConfigError, Settings, check_address, check_serving, settings_from, store_holds_password
+from .variables import env_note
 
 if TYPE_CHECKING:
     import grpc
@@ -33,22 +34,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"a3s-agent {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help=SERVE, description=f"{SERVE[0].upper()}{SERVE[1:]}.")
-    serve.add_argument("--listen", help="HOST:PORT to listen on (env LISTEN_ADDR; default 127.0.0.1:4088)")
+    serve.add_argument("--listen", help=f"HOST:PORT to listen on {env_note('LISTEN_ADDR')}")
     serve.add_argument(
         "--http-listen",
         help="HOST:PORT for REST, server-sent events, WebSocket and /healthz, or 'off'"
-        " (env A3S_HTTP_LISTEN; default 127.0.0.1:4089)",
+        f" {env_note('A3S_HTTP_LISTEN')}",
     )
+    _workspace_flags(serve)
     serve.add_argument(
-        "--workspace", help="the workspace directory (env WORKSPACE; default: current directory)"
+        "--max-sessions", type=int, help=f"most sessions held at once {env_note('A3S_MAX_SESSIONS')}"
     )
-    serve.add_argument(
-        "--data-dir",
-        help="where sessions are stored (env A3S_DATA_DIR; default"
-        " ~/.local/share/a3s-agent/workspaces/<name>-<hash>, under $XDG_DATA_HOME if set)",
-    )
-    serve.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (env A3S_LOG_LEVEL; default INFO)")
-    serve.add_argument("--max-sessions", type=int, help="most sessions held at once (env A3S_MAX_SESSIONS)")
     serve.add_argument(
         "--auth-token",
         help="refused: a token on the command line is visible to every local user; use --auth-token-file",
@@ -56,105 +51,110 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--auth-token-file",
         help="require 'authorization: Bearer TOKEN' on every call but health checks, TOKEN being this"
-        " file's contents (env A3S_AUTH_TOKEN_FILE, or the token itself in A3S_AUTH_TOKEN)",
+        f" file's contents, else A3S_AUTH_TOKEN's value {env_note('A3S_AUTH_TOKEN_FILE')}",
     )
     serve.add_argument(
         "--allow-unauthenticated",
         action="store_true",
-        help="serve a non-loopback address without a token (env A3S_ALLOW_UNAUTHENTICATED=1)",
+        help=f"serve a non-loopback address without a token {env_note('A3S_ALLOW_UNAUTHENTICATED')}",
     )
     serve.add_argument(
         "--allowed-origin",
         action="append",
         default=[],
         help="a browser Origin the HTTP face accepts, e.g. https://app.example; repeatable"
-        " (env A3S_ALLOWED_ORIGINS, comma-separated; default none)",
+        f" {env_note('A3S_ALLOWED_ORIGINS')}",
     )
     serve.add_argument(
         "--allowed-host",
         action="append",
         default=[],
-        help="a Host name the HTTP face accepts besides its own address; repeatable (env A3S_ALLOWED_HOSTS)",
+        help="a Host name the HTTP face accepts besides its own address; repeatable"
+        f" {env_note('A3S_ALLOWED_HOSTS')}",
     )
-    serve.add_argument("--tls-cert", help="PEM certificate chain for both listeners (env A3S_TLS_CERT)")
-    serve.add_argument("--tls-key", help="PEM private key for both listeners (env A3S_TLS_KEY)")
+    serve.add_argument(
+        "--tls-cert", help=f"PEM certificate chain for both listeners {env_note('A3S_TLS_CERT')}"
+    )
+    serve.add_argument("--tls-key", help=f"PEM private key for both listeners {env_note('A3S_TLS_KEY')}")
     serve.add_argument(
         "--workspace-root",
-        help="session workspaces must lie inside this directory (env A3S_WORKSPACE_ROOT; default the workspace)",
+        help=f"session workspaces must lie inside this directory {env_note('A3S_WORKSPACE_ROOT')}",
     )
     serve.add_argument(
         "--trust-workspace-skills",
         action="store_true",
         help="let skills in <workspace>/.a3s/skills turn their allowed-tools into allow rules"
-        " (env A3S_TRUST_WORKSPACE_SKILLS=1)",
+        f" {env_note('A3S_TRUST_WORKSPACE_SKILLS')}",
     )
     serve.add_argument(
         "--no-project-instructions",
         action="store_true",
         help="do not put AGENTS.md, CLAUDE.md and .a3s/instructions.md from the workspace and the"
         " directories above it (up to the repository root) into the system prompt"
-        " (env A3S_PROJECT_INSTRUCTIONS=0)",
+        f" {env_note('A3S_PROJECT_INSTRUCTIONS')}",
     )
     serve.add_argument(
         "--skills-dir",
         action="append",
         default=[],
-        help="a directory of skills; repeatable (env A3S_SKILL_DIRS)",
+        help=f"a directory of skills; repeatable {env_note('A3S_SKILL_DIRS')}",
     )
     serve.add_argument(
         "--coven-gateway",
-        help="also connect to this coven gateway (HOST:PORT) as an agent (env A3S_COVEN_GATEWAY)",
+        help=f"also connect to this coven gateway (HOST:PORT) as an agent {env_note('A3S_COVEN_GATEWAY')}",
     )
     serve.add_argument(
         "--grace-seconds",
         type=float,
         help="on SIGTERM/SIGINT/Shutdown: how long running calls may go on before they are cancelled"
-        " (env A3S_GRACE_SECONDS; default 10)",
+        f" {env_note('A3S_GRACE_SECONDS')}",
     )
     serve.add_argument(
         "--mcp-http",
         action="store_true",
-        help="also serve the MCP server face at /mcp on the HTTP listener, behind its token (env A3S_MCP_HTTP=1)",
+        help="also serve the MCP server face at /mcp on the HTTP listener, behind its token"
+        f" {env_note('A3S_MCP_HTTP')}",
     )
     _mcp_tools_flag(serve)
     serve.add_argument(
         "--mcp-config",
         help="MCP servers whose tools the agent uses: a JSON or YAML file of the"
-        ' {"mcpServers": {name: {command, args, env, cwd} | {url, headers}}} shape (env A3S_MCP_CONFIG)',
+        ' {"mcpServers": {name: {command, args, env, cwd} | {url, headers}}} shape'
+        f" {env_note('A3S_MCP_CONFIG')}",
     )
     serve.add_argument(
         "--allow-api-mcp-commands",
         action="store_true",
         help="let MCP servers given over the API (Initialize, session metadata, skills sent as content)"
-        " be commands run here, not only URLs (env A3S_ALLOW_API_MCP_COMMANDS=1)",
+        f" be commands run here, not only URLs {env_note('A3S_ALLOW_API_MCP_COMMANDS')}",
     )
     serve.add_argument(
         "--store",
         help="postgresql://user@host:port/database: keep sessions, event logs and leases there, so that"
-        " several replicas serve the same sessions (env A3S_STORE; default the SQLite file in the data"
-        " directory). A password here is refused (ps shows it): set PGPASSWORD, use ~/.pgpass or"
-        " PGPASSFILE, or put the whole URL in A3S_STORE",
+        f" several replicas serve the same sessions {env_note('A3S_STORE')}. A password here is refused"
+        " (ps shows it): set PGPASSWORD, use ~/.pgpass or PGPASSFILE, or put the whole URL in A3S_STORE",
     )
     serve.add_argument(
         "--replica-id",
-        help="this replica's name in leases and logs (env A3S_REPLICA_ID; default host-pid)",
+        help=f"this replica's name in leases and logs {env_note('A3S_REPLICA_ID')}",
     )
     serve.add_argument(
         "--release-identity",
         metavar="DIGEST",
-        help="the sha256:<64 hex> release digest A3S harness requests must name (env"
-        " A3S_RELEASE_IDENTITY; default: any well-formed digest)",
+        help="the sha256:<64 hex> release digest A3S harness requests must name"
+        f" {env_note('A3S_RELEASE_IDENTITY')}",
     )
     serve.add_argument(
         "--model-prices",
         metavar="FILE",
         help='prices for GetCostSummary: a JSON file {"<model>": {"input_per_mtok": 3.0,'
-        ' "output_per_mtok": 15.0}} in USD per million tokens (env A3S_MODEL_PRICES; default: costs 0)',
+        ' "output_per_mtok": 15.0}} in USD per million tokens'
+        f" {env_note('A3S_MODEL_PRICES')}",
     )
     serve.add_argument(
         "--a3s-dialect",
         help="the A3S gRPC dialect: auto (each request's own, told from its bytes), box (the Box-era"
-        " proto) or later (the string dialect of the TypeScript SDK) (env A3S_DIALECT; default auto)",
+        f" proto) or later (the string dialect of the TypeScript SDK) {env_note('A3S_DIALECT')}",
     )
     _sandbox_flags(serve)
     sandbox = commands.add_parser("sandbox", help="the OS sandbox tool processes run in")
@@ -168,28 +168,17 @@ def _parser() -> argparse.ArgumentParser:
     mcp = commands.add_parser(
         "mcp", help="serve the tools and the agent (agent_task) as an MCP server over stdin and stdout"
     )
-    mcp.add_argument(
-        "--workspace", help="the workspace directory (env WORKSPACE; default: current directory)"
-    )
-    mcp.add_argument(
-        "--data-dir",
-        help="where sessions are stored (env A3S_DATA_DIR; default as for serve)",
-    )
-    mcp.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (env A3S_LOG_LEVEL; default INFO)")
+    _workspace_flags(mcp)
     _mcp_tools_flag(mcp)
     acp = commands.add_parser(
         "acp", help="serve an editor over the Agent Client Protocol on stdin and stdout (Zed, JetBrains...)"
     )
-    acp.add_argument(
-        "--workspace", help="the workspace directory (env WORKSPACE; default: current directory)"
-    )
-    acp.add_argument("--data-dir", help="where sessions are stored (env A3S_DATA_DIR; default as for serve)")
+    _workspace_flags(acp)
     acp.add_argument(
         "--workspace-root",
-        help="session directories (the editor's cwd) must lie inside this one (env A3S_WORKSPACE_ROOT;"
-        " default the workspace)",
+        help="session directories (the editor's cwd) must lie inside this one"
+        f" {env_note('A3S_WORKSPACE_ROOT')}",
     )
-    acp.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (env A3S_LOG_LEVEL; default INFO)")
     acp.add_argument(
         "--editor-tools",
         action=argparse.BooleanOptionalAction,
@@ -203,14 +192,7 @@ def _parser() -> argparse.ArgumentParser:
     coven.add_argument(
         "--agent-id", help="a fixed agent id (default: one made once and kept in the data dir)"
     )
-    coven.add_argument(
-        "--workspace", help="the workspace directory (env WORKSPACE; default: current directory)"
-    )
-    coven.add_argument(
-        "--data-dir",
-        help="where sessions are stored (env A3S_DATA_DIR; default"
-        " ~/.local/share/a3s-agent/workspaces/<name>-<hash>, under $XDG_DATA_HOME if set)",
-    )
+    _workspace_flags(coven, log_level=False)
     ops = commands.add_parser("ops", help="run an Agent Spaces operations message and print the events")
     ops.add_argument("file", help="the operations message (JSON)")
     ops.add_argument("--workspace", default=".", help="the directory the operations work in")
@@ -223,7 +205,9 @@ def _parser() -> argparse.ArgumentParser:
     resume = relay_commands.add_parser("resume", help="go on with a relay session (default: the latest)")
     resume.add_argument("--handle", help="the session's 8-hex-digit handle, as in its outbox file names")
     for sub in (new, resume):
-        sub.add_argument("--relay-dir", help="holds outbox/, inbox/ and sessions.json (env A3S_RELAY_DIR)")
+        sub.add_argument(
+            "--relay-dir", help=f"holds outbox/, inbox/ and sessions.json {env_note('A3S_RELAY_DIR')}"
+        )
         sub.add_argument(
             "--wait-timeout", type=float, default=3600.0, help="seconds to wait for each reply (default 3600)"
         )
@@ -238,9 +222,17 @@ def _parser() -> argparse.ArgumentParser:
     health.add_argument(
         "--tls-server-name",
         help="the name to check the server's certificate against, when not the host in --address"
-        " (env A3S_TLS_SERVER_NAME)",
+        f" {env_note('A3S_TLS_SERVER_NAME')}",
     )
     return parser
+
+
+def _workspace_flags(parser: argparse.ArgumentParser, *, log_level: bool = True) -> None:
+    """--workspace, --data-dir and (but for coven) --log-level, as every command serving a workspace takes them."""
+    parser.add_argument("--workspace", help=f"the workspace directory {env_note('WORKSPACE')}")
+    parser.add_argument("--data-dir", help=f"where sessions are stored {env_note('A3S_DATA_DIR')}")
+    if log_level:
+        parser.add_argument("--log-level", help=f"DEBUG, INFO, WARNING or ERROR {env_note('A3S_LOG_LEVEL')}")
 
 
 def _mcp_tools_flag(parser: argparse.ArgumentParser) -> None:
@@ -249,7 +241,7 @@ def _mcp_tools_flag(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         help="the tools the MCP server face offers, comma-separated, e.g. read_file,grep,agent_task;"
-        " repeatable (env A3S_MCP_TOOLS; default: every tool the server has, and agent_task)",
+        f" repeatable {env_note('A3S_MCP_TOOLS')}",
     )
 
 
@@ -257,26 +249,26 @@ def _sandbox_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sandbox",
         help="the OS sandbox every process a tool starts runs in: auto (bwrap, else Landlock; if neither"
-        " works, tools that start processes refuse), bwrap, landlock, or off (unsandboxed) (env A3S_SANDBOX;"
-        " default auto)",
+        " works, tools that start processes refuse), bwrap, landlock, or off (unsandboxed)"
+        f" {env_note('A3S_SANDBOX')}",
     )
     parser.add_argument(
         "--sandbox-network",
         help="what those processes may reach: off, on, or allow:HOST,HOST through the server's proxy"
         " (names, *.domain, *, addresses, each with an optional :PORT; allow: needs bwrap)"
-        " (env A3S_SANDBOX_NETWORK; default off)",
+        f" {env_note('A3S_SANDBOX_NETWORK')}",
     )
-    for kind, what in (
-        ("read", "a further tree they may read"),
-        ("write", "a further tree they may read and write"),
-        ("deny", "a path they may not read even inside those trees"),
+    for kind, what, variable in (
+        ("read", "a further tree they may read", "A3S_SANDBOX_READ"),
+        ("write", "a further tree they may read and write", "A3S_SANDBOX_WRITE"),
+        ("deny", "a path they may not read even inside those trees", "A3S_SANDBOX_DENY"),
     ):
         parser.add_argument(
             f"--sandbox-{kind}",
             action="append",
             default=[],
             metavar="PATH",
-            help=f"{what}; repeatable (env A3S_SANDBOX_{kind.upper()}, ':'-separated)",
+            help=f"{what}; repeatable {env_note(variable)}",
         )
 
 

@@ -442,9 +442,9 @@ def sandbox_settings(
         mechanism=wanted,
         network=mode,
         allowed_hosts=hosts,
-        read=_sandbox_paths(read, env, "read", must_exist=True),
-        write=_sandbox_paths(write, env, "write", must_exist=True),
-        deny=_sandbox_paths(deny, env, "deny", must_exist=False),
+        read=_sandbox_paths(read, env, "A3S_SANDBOX_READ", "--sandbox-read", must_exist=True),
+        write=_sandbox_paths(write, env, "A3S_SANDBOX_WRITE", "--sandbox-write", must_exist=True),
+        deny=_sandbox_paths(deny, env, "A3S_SANDBOX_DENY", "--sandbox-deny", must_exist=False),
         memory_bytes=_size(env, "A3S_SANDBOX_MEMORY"),
         processes=int(_number(env, "A3S_SANDBOX_PROCESSES", DEFAULT_SANDBOX_PROCESSES)),
     )
@@ -480,18 +480,17 @@ def sandbox_network_setting(value: str) -> str:
 
 
 def _sandbox_paths(
-    values: list[str] | None, env: Mapping[str, str], kind: str, *, must_exist: bool
+    values: list[str] | None, env: Mapping[str, str], variable: str, flag: str, *, must_exist: bool
 ) -> tuple[Path, ...]:
-    """Flag values then the `:`-separated A3S_SANDBOX_<KIND>, absolute and symlink-resolved; a tree
-    to read or write must exist."""
-    variable = f"A3S_SANDBOX_{kind.upper()}"
+    """Flag values then the `:`-separated `variable`, absolute and symlink-resolved; a tree to read
+    or write must exist."""
     paths = []
     for value in [*(values or []), *env.get(variable, "").split(os.pathsep)]:
         if not value.strip():
             continue
         path = Path(value).expanduser().resolve()
         if must_exist and not path.exists():
-            raise ConfigError(f"--sandbox-{kind} ({variable}) {value!r}: no such file or directory")
+            raise ConfigError(f"{flag} ({variable}) {value!r}: no such file or directory")
         paths.append(path)
     return tuple(dict.fromkeys(paths))
 
