@@ -32,6 +32,7 @@ from .config import (
     DEFAULT_MAX_SPACE_RUNS,
     DEFAULT_MAX_SPACES,
     DEFAULT_MAX_TOOL_CALLS,
+    DEFAULT_SANDBOX_PROCESSES,
 )
 
 Form = Literal["value", "on", "off", "list", "paths"]
@@ -294,6 +295,12 @@ SECTIONS: dict[str, tuple[Variable, ...]] = {
             "A3S_SANDBOX_MEMORY",
             "the memory of each call's processes, e.g. `4G` (units of 1024)",
             "no limit",
+        ),
+        Variable(
+            "A3S_SANDBOX_PROCESSES",
+            "the processes and threads of one call at once (an MCP server: of the server and all it"
+            " starts), `pids.max` of its cgroup where the server has cgroups",
+            _number(DEFAULT_SANDBOX_PROCESSES),
         ),
         Variable(
             "A3S_TOOL_CGROUPS", "put each tool call in a cgroup of its own where one can be made", form="off"
