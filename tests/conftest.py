@@ -28,11 +28,11 @@ from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.runtime import Runtime
 from a3s_agent.runtime.providers import ProviderFactory
 from a3s_agent.server import AgentServer
+from a3s_agent.testing.fake_llm import FakeLLM
+from a3s_agent.testing.ports import free_port
 from a3s_agent.tools import sandbox
 from a3s_agent.tools.builtin import builtin_registry
 
-from .fake_llm import FakeLLM
-from .ports import free_port
 from .scripted_model import ScriptedProvider
 
 pytest_plugins = ["tests.postgres"]  # a real PostgreSQL server: postgres_server, postgres_url

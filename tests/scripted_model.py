@@ -3,7 +3,8 @@
 The counterpart of openai-agents' `ScriptedModel`. It plugs into the real runtime through
 `Runtime(..., connect=scripted.connect)` (fixture `scripted_agent` in conftest), so tests of the
 agent loop, the context and the control plane run without HTTP. Tests of the wire (the SSE parser,
-HTTP errors and retries, provider error texts) keep the real-HTTP fake server, `tests/fake_llm.py`.
+HTTP errors and retries, provider error texts) keep the real-HTTP fake server,
+`a3s_agent/testing/fake_llm.py`.
 
 Turns reuse the fake server's helpers (`text`, `tool_call`, `tool_calls`, `Reply` with `delay`,
 `chunk_delay` and `break_after`, `hang`, callables of the request body); a turn may also be a domain
@@ -29,8 +30,7 @@ from typing import Any
 from a3s_agent.base.errors import AgentError, ContextOverflow, InvalidArgument, Unavailable
 from a3s_agent.base.models import LLMConfig, Usage
 from a3s_agent.llm.provider import CompletionRequest, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
-
-from .fake_llm import Hang, Reply, _message_problem, _pieces, _usage, text
+from a3s_agent.testing.fake_llm import Hang, Reply, _message_problem, _pieces, _usage, text
 
 ScriptedTurn = Reply | Hang | AgentError | str | Callable[[dict[str, Any]], Any]
 """A turn to play; a callable gets the request body and returns (or, async, resolves to) a turn."""
@@ -145,7 +145,9 @@ class ScriptedProvider:
         if isinstance(turn, str):
             return text(turn)
         if not isinstance(turn, Reply | Hang | AgentError):
-            raise TypeError(f"not a scripted turn: {turn!r} (wire-level turns need tests/fake_llm.py)")
+            raise TypeError(
+                f"not a scripted turn: {turn!r} (wire-level turns need a3s_agent/testing/fake_llm.py)"
+            )
         return turn
 
     async def _events(self, body: dict[str, Any], reply: Reply) -> AsyncIterator[ProviderEvent]:

@@ -13,9 +13,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import FakeLLM
 
 from .conftest import LiveServer, agent_settings, new_session, running
-from .fake_llm import FakeLLM
 
 HEADERS_SEEN = web.AppKey("headers_seen", list[dict[str, str]])
 # Prints its arguments as JSON, so a test sees exactly which argv the tool ran.

@@ -61,10 +61,10 @@ from a3s_agent.faces.acp.content import PromptBlock
 from a3s_agent.faces.acp.permissions import always_rule, options
 from a3s_agent.faces.http import start_http
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_anthropic import FakeAnthropic
+from a3s_agent.testing.fake_llm import FakeLLM, hang, text, tool_call
 
 from .conftest import MCP_FIXTURE, eventually, running
-from .fake_anthropic import FakeAnthropic
-from .fake_llm import FakeLLM, hang, text, tool_call
 from .test_face_boundaries import runtime_imports, runtime_reaches
 
 PNG = base64.b64decode(

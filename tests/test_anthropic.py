@@ -1,6 +1,6 @@
 """Anthropic's Messages API natively (`provider: "anthropic"` or `"claude"`), through the real gRPC
-server against tests/fake_anthropic.py, a real HTTP server speaking the API's event stream and
-refusing what the real API refuses.
+server against a3s_agent/testing/fake_anthropic.py, a real HTTP server speaking the API's event
+stream and refusing what the real API refuses.
 
 The conformance conversations of tests/test_dialects.py (one tool call then an answer, two parallel
 calls in one turn, GenerateStructured), then: signed thinking going back (from the store too),
@@ -31,9 +31,7 @@ from a3s_agent.llm.json_body import BIG_BODY_CHARS, is_big
 from a3s_agent.llm.openai_compat import OpenAICompatibleProvider
 from a3s_agent.llm.provider import CompletionRequest, TurnEnd
 from a3s_agent.proto import code_agent_pb2 as pb
-
-from .conftest import LiveServer, agent_settings, running, user
-from .fake_anthropic import (
+from a3s_agent.testing.fake_anthropic import (
     FakeAnthropic,
     broken_stream,
     call,
@@ -45,7 +43,9 @@ from .fake_anthropic import (
     tool_call,
     tool_calls,
 )
-from .fake_llm import FakeLLM, Raw, TurnLike
+from a3s_agent.testing.fake_llm import FakeLLM, Raw, TurnLike
+
+from .conftest import LiveServer, agent_settings, running, user
 from .test_proxies import proxying
 
 KEY = "sk-ant-api03-Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0L"

@@ -21,10 +21,10 @@ from a3s_agent.core.agent import DoneEvent, GenerateOptions
 from a3s_agent.core.control import ConfirmationPolicy
 from a3s_agent.core.events import EventType
 from a3s_agent.runtime import Runtime
+from a3s_agent.testing.fake_llm import text
 from a3s_agent.tools.builtin import builtin_registry
 
 from .conftest import eventually
-from .fake_llm import text
 from .scripted_model import ScriptedProvider, after
 
 RISKY = {

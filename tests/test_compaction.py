@@ -16,9 +16,9 @@ from a3s_agent.base.errors import Unavailable
 from a3s_agent.faces.grpc.convert import message_from_pb
 from a3s_agent.llm.tokens import TokenCounter
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import Error, FakeLLM, error, text, tool_call
 
 from .conftest import LiveServer, user
-from .fake_llm import Error, FakeLLM, error, text, tool_call
 from .scripted_model import ScriptedProvider, ScriptedTurn, overflow
 
 ROLE = pb.Message

@@ -17,10 +17,10 @@ from a3s_agent.llm.json_body import fixed_json
 from a3s_agent.llm.messages import to_openai, tool_schema
 from a3s_agent.llm.tokens import TokenCounter
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import text
 from a3s_agent.tools.builtin import builtin_tools
 
 from .conftest import LiveServer, new_session, user
-from .fake_llm import text
 from .scripted_model import ScriptedProvider
 from .test_compaction import is_summary_request, summaries
 

@@ -15,6 +15,7 @@ import pytest
 from a3s_agent.base.models import Message
 from a3s_agent.config import SandboxSettings
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import Reply, call, text, tool_call, tool_calls
 
 from .conftest import (
     LiveServer,
@@ -28,7 +29,6 @@ from .conftest import (
     subscribed,
     user,
 )
-from .fake_llm import Reply, call, text, tool_call, tool_calls
 from .scripted_model import ScriptedProvider, after
 
 CHUNK = pb.GenerateChunk

@@ -30,9 +30,9 @@ from a3s_agent.faces.coven.threads import session_id_for
 from a3s_agent.proto import code_agent_pb2 as a3s_pb
 from a3s_agent.proto import coven_pb2 as pb
 from a3s_agent.proto import coven_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import FakeLLM, call, error, text, tool_call, tool_calls
 
 from .conftest import LiveServer, ServerProcess
-from .fake_llm import FakeLLM, call, error, text, tool_call, tool_calls
 
 TIMEOUT_S = 10.0
 TERMINAL = {"done", "error", "cancelled"}

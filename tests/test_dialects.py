@@ -1,9 +1,9 @@
 """Every OpenAI-compatible dialect the fake reproduces, through the real gRPC server.
 
 The conformance suite runs the same three conversations against each dialect of
-`tests/fake_llm.py` (DIALECTS): one tool call then an answer, two parallel calls in one turn, and
-GenerateStructured; each asserts the tools ran with the right arguments, the answer, and the
-usage the server reported. Then focused tests: each error shape surfaces the server's message,
+`a3s_agent/testing/fake_llm.py` (DIALECTS): one tool call then an answer, two parallel calls in one
+turn, and GenerateStructured; each asserts the tools ran with the right arguments, the answer, and
+the usage the server reported. Then focused tests: each error shape surfaces the server's message,
 `stream_options` refused once is not sent to that endpoint again, provider state (DeepSeek's
 reasoning, Gemini's signatures) goes back to its own endpoint only, from the store too.
 """
@@ -29,9 +29,9 @@ from a3s_agent.llm.openai_stream import TurnReader
 from a3s_agent.llm.provider import ToolCallReady
 from a3s_agent.llm.sse import ServerEvent, event_batches
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import DIALECTS, Error, FakeLLM, Raw, call, error, text, tool_call, tool_calls
 
 from .conftest import LiveServer, agent_settings, initialize, new_session, running, user
-from .fake_llm import DIALECTS, Error, FakeLLM, Raw, call, error, text, tool_call, tool_calls
 
 NOTES = "hello from the notes\n"
 
@@ -310,8 +310,8 @@ async def test_sse_multiline_data_utf8_across_reads_and_the_error_field() -> Non
 
 
 def test_the_fake_takes_a_dialect_on_its_command_line() -> None:
-    script = Path(__file__).with_name("fake_llm.py")
-    command = [sys.executable, str(script), "--port", "0", "--dialect", "bare-cr", "--text", "hi"]
+    command = [sys.executable, "-m", "a3s_agent.testing.fake_llm", "--port", "0", "--dialect", "bare-cr",
+               "--text", "hi"]  # fmt: skip
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as proc:
         try:
             assert proc.stdout is not None

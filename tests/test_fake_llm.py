@@ -21,7 +21,7 @@ from openai.types.chat import (
 )
 from pydantic import BaseModel
 
-from tests.fake_llm import (
+from a3s_agent.testing.fake_llm import (
     READY_PREFIX,
     FakeLLM,
     Reply,
@@ -440,8 +440,8 @@ def test_runs_in_a_thread_for_sync_clients() -> None:
 def test_runs_as_a_subprocess(tmp_path: Path) -> None:
     turns = tmp_path / "turns.json"
     turns.write_text(json.dumps([{"error": 429, "retry_after_ms": 1}, "scripted"]))
-    script = Path(__file__).with_name("fake_llm.py")
-    command = [sys.executable, str(script), "--port", "0", "--tool-rounds", "1", "--turns-file", str(turns)]
+    command = [sys.executable, "-m", "a3s_agent.testing.fake_llm", "--port", "0", "--tool-rounds", "1",
+               "--turns-file", str(turns)]  # fmt: skip
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as proc:
         try:
             assert proc.stdout is not None

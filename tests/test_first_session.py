@@ -21,9 +21,9 @@ from a3s_agent.llm import messages, tokens
 from a3s_agent.llm.json_body import fixed_json
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.runtime.warmup import WarmUp
+from a3s_agent.testing.fake_llm import FakeLLM, text
 
 from .conftest import LiveServer, initialize, new_session, running, user
-from .fake_llm import FakeLLM, text
 from .test_http import JSON, serving
 
 ESTIMATED = "a3s-usage-estimated"

@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import FakeLLM, broken_stream, call, error, hang, text, tool_call, tool_calls
 
 from .conftest import (
     LiveServer,
@@ -23,7 +24,6 @@ from .conftest import (
     running,
     user,
 )
-from .fake_llm import FakeLLM, broken_stream, call, error, hang, text, tool_call, tool_calls
 from .scripted_model import ScriptedProvider, after
 
 

@@ -24,9 +24,9 @@ from a3s_agent.app.harness import our_session_id
 from a3s_agent.config import ConfigError, settings_from
 from a3s_agent.faces.readiness import Readiness
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import FakeLLM, call, text, tool_call, tool_calls
 
 from .conftest import agent_settings, eventually, initialize, running
-from .fake_llm import FakeLLM, call, text, tool_call, tool_calls
 from .test_http import Http, serving
 
 RELEASE = "sha256:" + "1" * 64

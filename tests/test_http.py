@@ -22,9 +22,9 @@ from a3s_agent.faces.http import HttpBindError, start_http
 from a3s_agent.faces.http import app as http_app
 from a3s_agent.faces.readiness import Readiness
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import FakeLLM, broken_stream, text, tool_call
 
 from .conftest import LiveServer, alive, eventually, host_pid, new_session, running, subscribed
-from .fake_llm import FakeLLM, broken_stream, text, tool_call
 from .test_spaces_http import spaces_server
 
 USER = "ROLE_USER"

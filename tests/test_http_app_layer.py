@@ -23,9 +23,9 @@ from google.protobuf import json_format
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import FakeLLM, text
 
 from .conftest import ServerProcess, eventually
-from .fake_llm import FakeLLM, text
 
 SERVICE = pb.DESCRIPTOR.services_by_name["CodeAgentService"]
 VOLATILE = {"created_at", "updated_at", "timestamp", "timestamp_ms", "uptime_s", "duration_ms"}

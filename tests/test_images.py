@@ -19,12 +19,12 @@ import pytest
 from a3s_agent.llm.messages import tool_images_after_results
 from a3s_agent.llm.vision import NOT_SHOWN, takes_images
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import FakeLLM, call, text, tool_call, tool_calls
 from a3s_agent.tools.files import TOOLS
 from a3s_agent.tools.images import MAX_IMAGE_BYTES, image_of
 from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry
 
 from .conftest import LiveServer, agent_settings, new_session, running, user
-from .fake_llm import FakeLLM, call, text, tool_call, tool_calls
 from .test_http import serving
 
 REGISTRY = ToolRegistry(TOOLS)

@@ -29,9 +29,9 @@ from a3s_agent.proto import code_agent_later_pb2 as lp
 from a3s_agent.proto import code_agent_later_pb2_grpc as lp_grpc
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 
 from .conftest import LiveServer, agent_settings, running, subscribed, user
-from .fake_llm import FakeLLM, text, tool_call
 from .scripted_model import ScriptedProvider
 
 SERVICE = "/a3s.code.agent.v1.CodeAgentService/"

@@ -23,6 +23,7 @@ from a3s_agent.faces.grpc import later_only
 from a3s_agent.proto import code_agent_later_pb2 as later
 from a3s_agent.proto import code_agent_later_pb2_grpc as later_grpc
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import FakeLLM, call, text, tool_call, tool_calls
 
 from .conftest import (
     LiveServer,
@@ -36,7 +37,6 @@ from .conftest import (
     running,
     user,
 )
-from .fake_llm import FakeLLM, call, text, tool_call, tool_calls
 
 FIXTURE = str(Path(__file__).with_name("mcp_fixture.py"))
 PATH = "/a3s.code.agent.v1.CodeAgentService/"

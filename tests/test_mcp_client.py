@@ -25,6 +25,7 @@ from a3s_agent.core.session import SessionSettings
 from a3s_agent.core.skills import parse_skill
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.runtime.initialization import Initialization
+from a3s_agent.testing.fake_llm import FakeLLM, call, text, tool_call, tool_calls
 from a3s_agent.tools.mcp.config import StdioServer, parse_servers, refuse_commands
 from a3s_agent.tools.mcp.tools import tool_name
 
@@ -41,7 +42,6 @@ from .conftest import (
     running,
     user,
 )
-from .fake_llm import FakeLLM, call, text, tool_call, tool_calls
 from .test_http import serving
 
 FIXTURE = str(Path(__file__).with_name("mcp_fixture.py"))

@@ -32,10 +32,10 @@ from a3s_agent.faces.http import HttpListener, start_http
 from a3s_agent.faces.mcp import McpHttp
 from a3s_agent.runtime import Runtime
 from a3s_agent.runtime.initialization import InitializeRequest
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 from a3s_agent.tools.builtin import builtin_registry
 
 from .conftest import ServerProcess, alive, eventually, host_pid, wait_serving
-from .fake_llm import FakeLLM, text, tool_call
 
 TOKEN = "mcp-test-token"
 MODES = ["legacy", "2026-07-28"]

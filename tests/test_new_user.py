@@ -19,9 +19,9 @@ from a3s_agent.config import Settings
 from a3s_agent.core.skill_catalog import EXAMPLE_SKILLS_DIR
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import FakeLLM
 
 from .conftest import LiveServer, ServerProcess, new_session, running, user, wait_serving
-from .fake_llm import FakeLLM
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = {"python-testing", "word-count"}

@@ -25,9 +25,9 @@ from a3s_agent.base.prices import MAX_FILE_BYTES, ModelPrice, load_prices
 from a3s_agent.config import ConfigError, settings_from
 from a3s_agent.core.store import LogEntry
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import FakeLLM, error, text, tool_call, tool_calls
 
 from .conftest import LiveServer, agent_settings, eventually, initialize, new_session, running, user
-from .fake_llm import FakeLLM, error, text, tool_call, tool_calls
 
 PRICES = {"fake-model": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}
 

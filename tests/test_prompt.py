@@ -20,10 +20,10 @@ from a3s_agent.core.instructions import MAX_FILE_BYTES, MAX_TOTAL_BYTES, Instruc
 from a3s_agent.core.prompts import DEFAULT_SYSTEM_PROMPT, SystemPrompts
 from a3s_agent.core.workspace_facts import FactsCache
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 from a3s_agent.tools.builtin import builtin_registry
 
 from .conftest import LiveServer, agent_settings, initialize, new_session, running, user
-from .fake_llm import FakeLLM, text, tool_call
 
 GIT = shutil.which("git") or "git"
 PLAIN_GIT_ENV = {

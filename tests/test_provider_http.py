@@ -21,8 +21,7 @@ from a3s_agent.llm.anthropic_provider import AnthropicProvider
 from a3s_agent.llm.http import MAX_RETRY_AFTER_S, Retryable, retry_after
 from a3s_agent.llm.openai_compat import OpenAICompatibleProvider
 from a3s_agent.llm.provider import CompletionRequest, TextDelta, TurnEnd
-
-from .fake_anthropic import sse_frames
+from a3s_agent.testing.fake_anthropic import sse_frames
 
 
 @pytest.mark.parametrize(

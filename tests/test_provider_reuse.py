@@ -18,8 +18,7 @@ from a3s_agent.base.models import LLMConfig
 from a3s_agent.llm.anthropic_provider import AnthropicProvider
 from a3s_agent.llm.openai_compat import OpenAICompatibleProvider
 from a3s_agent.llm.provider import CompletionRequest, Provider, TextDelta
-
-from .fake_anthropic import sse_frames
+from a3s_agent.testing.fake_anthropic import sse_frames
 
 OPENAI_REPLY = (
     f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': 'hi'}, 'finish_reason': 'stop'}]})}\n\n"

@@ -20,9 +20,9 @@ import pytest
 from a3s_agent.base.errors import FailedPrecondition
 from a3s_agent.base.proxies import proxy_for
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import FakeLLM, text
 
 from .conftest import LiveServer, agent_settings, new_session, running, user
-from .fake_llm import FakeLLM, text
 from .security import test_web_fetch
 from .security.test_web_fetch import REFUSED, Resolver, Site, _certificate, execute
 

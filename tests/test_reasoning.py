@@ -1,10 +1,10 @@
 """The model's reasoning streamed as it comes and shown, never taken for the answer: DeepSeek's
-`reasoning_content` (tests/fake_llm.py's deepseek-reasoning dialect) and Anthropic's thinking blocks
-(tests/fake_anthropic.py with thinking on) reach an editor over a real ACP pipe as
-`agent_thought_chunk` updates before the answer, and a gRPC StreamGenerate client as METADATA
-chunks of type `reasoning_delta`, never as content; the stored session and Generate's answer hold
-none of it. Then the readers: vLLM's, OpenRouter's and Ollama's `reasoning` alias, and redacted
-thinking (nothing to show)."""
+`reasoning_content` (a3s_agent/testing/fake_llm.py's deepseek-reasoning dialect) and Anthropic's
+thinking blocks (a3s_agent/testing/fake_anthropic.py with thinking on) reach an editor over a real
+ACP pipe as `agent_thought_chunk` updates before the answer, and a gRPC StreamGenerate client as
+METADATA chunks of type `reasoning_delta`, never as content; the stored session and Generate's
+answer hold none of it. Then the readers: vLLM's, OpenRouter's and Ollama's `reasoning` alias, and
+redacted thinking (nothing to show)."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ from a3s_agent.llm.anthropic_stream import MessageReader
 from a3s_agent.llm.openai_stream import TurnReader
 from a3s_agent.llm.provider import ReasoningDelta, TextDelta, TurnEnd
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_anthropic import FakeAnthropic
+from a3s_agent.testing.fake_anthropic import text as claude_text
+from a3s_agent.testing.fake_anthropic import tool_call as claude_tool_call
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 
 from .conftest import agent_settings, initialize, new_session, running, user
-from .fake_anthropic import FakeAnthropic
-from .fake_anthropic import text as claude_text
-from .fake_anthropic import tool_call as claude_tool_call
-from .fake_llm import FakeLLM, text, tool_call
 from .test_acp import Editor, acp_agent
 
 NOTES = "hello from the notes\n"

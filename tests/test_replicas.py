@@ -33,9 +33,9 @@ from a3s_agent.core.repair import INTERRUPTED
 from a3s_agent.core.store import LogEntry
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import FakeLLM, Reply, _message_problem, text, tool_call
 
 from .conftest import eventually, user
-from .fake_llm import FakeLLM, Reply, _message_problem, text, tool_call
 from .fault.conftest import LoggedServer
 from .fault.test_crash_repair import processes_with
 from .postgres import fresh_database

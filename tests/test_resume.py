@@ -22,9 +22,9 @@ import pytest
 from a3s_agent.core.events import EventType
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import Reply, call, text
 
 from .conftest import WITHIN_S, LiveServer, eventually, new_session, subscribed, user
-from .fake_llm import Reply, call, text
 from .scripted_model import ScriptedProvider, after
 from .test_http import Http, serving
 

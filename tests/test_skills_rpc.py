@@ -11,9 +11,9 @@ import pytest
 
 from a3s_agent.core.skill_catalog import EXAMPLE_SKILLS_DIR
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 
 from .conftest import LiveServer, agent_settings, initialize, new_session, running, user
-from .fake_llm import FakeLLM, text, tool_call
 
 SHIPPED = EXAMPLE_SKILLS_DIR
 CLIENT_SKILL = """---

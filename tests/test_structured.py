@@ -9,9 +9,9 @@ import grpc
 import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import FakeLLM, error, text
 
 from .conftest import LiveServer, new_session, user
-from .fake_llm import FakeLLM, error, text
 
 SCHEMA = json.dumps(
     {

@@ -25,6 +25,7 @@ from a3s_agent.llm.modes import tool_mode
 from a3s_agent.llm.openai_compat import OpenAICompatibleProvider
 from a3s_agent.llm.provider import CompletionRequest, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
 from a3s_agent.runtime import Runtime
+from a3s_agent.testing.fake_llm import FakeLLM
 from a3s_agent.text_protocol.commands import ParseError
 from a3s_agent.text_protocol.parser import parse_response
 from a3s_agent.text_protocol.renderer import CONTINUATION_PROMPT, PROTOCOL_INSTRUCTIONS, CommandResult
@@ -46,7 +47,6 @@ from a3s_agent.tools.line_edits import edit_lines as EDIT_LINES_TOOL
 from a3s_agent.tools.registry import ToolContext, ToolOutput
 
 from .conftest import agent_settings
-from .fake_llm import FakeLLM
 
 TOOLS = [tool_schema(EDIT_LINES_TOOL)]
 

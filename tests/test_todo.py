@@ -22,9 +22,9 @@ from a3s_agent.config import Settings
 from a3s_agent.core.events import EVENT, EventType
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 
 from .conftest import LiveServer, ServerProcess, new_session, running, user
-from .fake_llm import FakeLLM, text, tool_call
 from .test_http import serving
 
 PLAN = [

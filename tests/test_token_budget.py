@@ -15,9 +15,9 @@ import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import coven_pb2 as coven_pb
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 
 from .conftest import LiveServer, agent_settings, new_session, running, subscribed, user
-from .fake_llm import FakeLLM, text, tool_call
 from .test_coven import FakeGateway, coven_agent, gateway, send_message
 from .test_http import serving, sse
 

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_anthropic import FakeAnthropic
+from a3s_agent.testing.fake_anthropic import text as claude_text
+from a3s_agent.testing.fake_llm import FakeLLM, text
 from a3s_agent.tools.builtin import builtin_tools
 from a3s_agent.tools.compact_schema import model_schema
 
 from .conftest import LiveServer, agent_settings, new_session, running, user
-from .fake_anthropic import FakeAnthropic
-from .fake_anthropic import text as claude_text
-from .fake_llm import FakeLLM, text
 
 BUDGET = 16_384
 """Bytes of the default `tools` array as sent to the model (compact JSON)."""

@@ -1,8 +1,9 @@
 """Token accounting users can bill by: prompt, completion, cache-read, cache-write and reasoning
-tokens per model turn and per session, read wherever each server dialect of `tests/fake_llm.py`
-reports them, shown in the METADATA chunks, Generate metadata, the session's reply metadata (gRPC
-trailing metadata, HTTP response headers), events and coven's TokenUsage, and stored with the
-session (a store written before these columns existed loads with zeros)."""
+tokens per model turn and per session, read wherever each server dialect of
+`a3s_agent/testing/fake_llm.py` reports them, shown in the METADATA chunks, Generate metadata, the
+session's reply metadata (gRPC trailing metadata, HTTP response headers), events and coven's
+TokenUsage, and stored with the session (a store written before these columns existed loads with
+zeros)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ from a3s_agent.faces.coven.threads import session_id_for
 from a3s_agent.llm.openai_stream import usage_of
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import coven_pb2 as coven_pb
+from a3s_agent.testing.fake_llm import DIALECTS, FakeLLM, text, tool_call
 
 from .conftest import LiveServer, agent_settings, initialize, new_session, running, subscribed, user
-from .fake_llm import DIALECTS, FakeLLM, text, tool_call
 from .test_coven import FakeGateway, coven_agent, gateway, send_message
 from .test_http import serving
 

@@ -37,11 +37,12 @@ from a3s_agent.core.session import Session  # noqa: E402
 from a3s_agent.core.sqlite_store import SqliteStore  # noqa: E402
 from a3s_agent.proto import code_agent_pb2 as pb  # noqa: E402
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc  # noqa: E402
+from a3s_agent.testing.fake_process import FakeServerProcess  # noqa: E402
+from a3s_agent.testing.flood import FLOOD, SERVER_NOFILE, Flood, open_files, raise_own_open_files_limit  # noqa: E402
+from a3s_agent.testing.ports import free_port  # noqa: E402
+from a3s_agent.testing.stored_sessions import write_sessions  # noqa: E402
 from a3s_agent.tools.atomic import write_atomically  # noqa: E402
 from a3s_agent.tools.process import find_binary  # noqa: E402
-from tests.ports import free_port  # noqa: E402
-from tests.security.flood import FLOOD, SERVER_NOFILE, Flood, open_files, raise_own_open_files_limit  # noqa: E402
-from tests.security.stored_sessions import write_sessions  # noqa: E402
 
 CONCURRENCY = 32
 
@@ -376,9 +377,9 @@ async def bench_tools(seconds: float, workspace: Path) -> list[Row]:
     ]
 
 
-class FakeLLMProcess:
-    """tests/fake_llm.py (or `fake`, e.g. fake_anthropic) as a subprocess: each conversation makes
-    `rounds` read_file calls, then answers."""
+class FakeLLMProcess(FakeServerProcess):
+    """a3s_agent/testing/fake_llm.py (or `fake`, e.g. fake_anthropic) as a subprocess: each
+    conversation makes `rounds` read_file calls, then answers."""
 
     def __init__(
         self,
@@ -390,21 +391,11 @@ class FakeLLMProcess:
         fake: str = "fake_llm",
         turns_file: Path | None = None,
     ) -> None:
-        argv = [sys.executable, "-m", f"tests.{fake}", "--port", "0",
-                "--tool-rounds", str(rounds), "--tool-name", tool, "--tool-args", arguments,
-                "--text", answer, *(["--delay-ms", str(delay_ms)] if delay_ms else []),
-                *(["--turns-file", str(turns_file)] if turns_file else [])]  # fmt: skip
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        self.base_url = line.split()[-1]
-
-    def __enter__(self) -> FakeLLMProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
+        super().__init__(
+            f"a3s_agent.testing.{fake}", "--port", "0", "--tool-rounds", str(rounds), "--tool-name", tool,
+            "--tool-args", arguments, "--text", answer, *(["--delay-ms", str(delay_ms)] if delay_ms else []),
+            *(["--turns-file", str(turns_file)] if turns_file else []),
+        )  # fmt: skip
 
 
 async def _initialize(stub: pb_grpc.CodeAgentServiceStub, base_url: str) -> None:

@@ -1,7 +1,7 @@
 """The peer in our benchmark: OpenCode (`opencode serve`, npm) and a3s-agent on the same task.
 
-`python tools/bench.py --peer opencode` runs it. Both servers talk to one fake LLM (tests/fake_llm.py,
-here in its own process: `python tools/peer_opencode.py --fake-llm RECORDS`) that scripts the same
+`python tools/bench.py --peer opencode` runs it. Both servers talk to one fake LLM
+(a3s_agent/testing/fake_llm.py, here in its own process: `python tools/peer_opencode.py --fake-llm RECORDS`) that scripts the same
 six-turn task for each (read → grep → edit → bash → write → answer), with each side's own tool and
 argument names, and appends one JSON line per request it receives to RECORDS. Sizes are of the
 request body re-serialized as compact JSON, the same measure for both sides.
@@ -36,8 +36,8 @@ from bench import ROOT, Process, _checkout_of, _initialize, agent_process
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.ports import free_port
 from a3s_agent.tools.process import find_binary
-from tests.ports import free_port
 
 OPENCODE_VERSION = "1.18.33"
 PROVIDER_PACKAGE = "@ai-sdk/openai-compatible@1.0.61"
@@ -102,7 +102,7 @@ def _text_of(content: object) -> str:
 def scripted_turn(body: dict[str, Any]) -> tuple[str, Any]:
     """The side that sent `body` ("ours", "opencode", or "title" for OpenCode's title request, the
     one without tools), and the turn to play: the next step's tool call, or the final answer."""
-    from tests.fake_llm import text, tool_call
+    from a3s_agent.testing.fake_llm import text, tool_call
 
     names = {t.get("function", {}).get("name") for t in body.get("tools") or ()}
     if not names:
@@ -143,7 +143,7 @@ def request_record(body: dict[str, Any], side: str) -> dict[str, Any]:
 
 def serve_fake(records: Path, delay_ms: float) -> None:
     """The fake LLM for both sides, recording each request to `records` (one JSON line each)."""
-    from tests.fake_llm import READY_PREFIX, FakeLLM
+    from a3s_agent.testing.fake_llm import READY_PREFIX, FakeLLM
 
     lock = threading.Lock()
 

@@ -2,8 +2,8 @@
 
 Exports the SDK checkout (a git directory, bare or not: `--sdk PATH`, env A3S_TS_SDK) at its HEAD
 into ~/.cache/a3s-agent/ts-sdk-<commit>/sdk/typescript, installs and builds it there once per
-commit, starts `a3s-agent serve` and the fake OpenAI-compatible LLM (tests/fake_llm.py) on free
-ports, and runs the SDK's live test file (vitest), every example and a direct check of the SDK's
+commit, starts `a3s-agent serve` and the fake OpenAI-compatible LLM (a3s_agent/testing/fake_llm.py) on
+free ports, and runs the SDK's live test file (vitest), every example and a direct check of the SDK's
 methods (tools/ts_sdk/direct_check.mjs). Prints one row per test, example and check; exits 0 when
 every failure is an RPC group we do not serve or a cause outside our server, 1 otherwise, and 2
 when npm or the checkout is missing (nothing was run).
@@ -51,8 +51,8 @@ import grpc  # noqa: E402
 from a3s_agent.faces.grpc.later_only import NOT_SERVED  # noqa: E402
 from a3s_agent.proto import code_agent_pb2 as pb  # noqa: E402
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc  # noqa: E402
+from a3s_agent.testing.fake_llm import FakeLLM, Reply, text, tool_call  # noqa: E402
 from tests.conftest import ServerProcess  # noqa: E402
-from tests.fake_llm import FakeLLM, Reply, text, tool_call  # noqa: E402
 
 DEFAULT_SDK = Path("/work/.mirror/A3S-Lab+TypeScript-SDK/repo")
 CACHE = Path.home() / ".cache" / "a3s-agent"

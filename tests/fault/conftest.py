@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+from a3s_agent.testing.fake_process import FakeServerProcess
 
 from ..conftest import ServerProcess, wait_serving
 
-FAKE_LLM = Path(__file__).resolve().parent.parent / "fake_llm.py"
 DEAD_LLM_URL = "http://127.0.0.1:9/v1"
 """An LLM endpoint nothing listens on: any request to it is refused at once, on this machine."""
 
@@ -66,32 +66,12 @@ class LoggedServer(ServerProcess):
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-class FakeLLMProcess:
-    """tests/fake_llm.py as a subprocess on 127.0.0.1 (its own CPU, like a real provider)."""
+class FakeLLMProcess(FakeServerProcess):
+    """The fake LLM (a3s_agent/testing/fake_llm.py) as a subprocess on 127.0.0.1 (its own CPU, like a
+    real provider)."""
 
     def __init__(self, *args: str) -> None:
-        argv = [sys.executable, str(FAKE_LLM), "--host", "127.0.0.1", "--port", "0", *args]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line.startswith("FAKE_LLM_READY"):
-            self.close()
-            raise AssertionError(f"the fake LLM did not start: {line!r}")
-        self.base_url = line.split()[-1]
-
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def __enter__(self) -> FakeLLMProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().__init__("a3s_agent.testing.fake_llm", "--host", "127.0.0.1", "--port", "0", *args)
 
 
 def rss_kb(pid: int) -> int:

@@ -16,8 +16,8 @@ import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import FakeLLM, hang, text
 
-from ..fake_llm import FakeLLM, hang, text
 from ..test_compaction import is_summary_request
 from .conftest import LoggedServer
 

@@ -29,11 +29,20 @@ from a3s_agent.base.models import LLMConfig
 from a3s_agent.core.repair import INTERRUPTED
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import (
+    FakeLLM,
+    _message_problem,
+    call,
+    hang,
+    text,
+    tool_call,
+    tool_calls,
+    tool_loop,
+)
 from a3s_agent.tools import procfs
 from a3s_agent.tools.containment import MARKER
 
 from ..conftest import agent_settings, running, user
-from ..fake_llm import FakeLLM, _message_problem, call, hang, text, tool_call, tool_calls, tool_loop
 from ..security.test_containment import _processes
 from ..test_harness import cancel, page_request, start
 from .conftest import LoggedServer, env_number

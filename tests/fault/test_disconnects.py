@@ -25,9 +25,9 @@ import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 
 from ..conftest import WITHIN_S, LiveServer, alive, eventually, host_pid, new_session, subscribed, user
-from ..fake_llm import FakeLLM, text, tool_call
 from .conftest import FakeLLMProcess, LoggedServer, child_pids
 
 pytestmark = pytest.mark.fault

@@ -20,9 +20,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 
 from ..conftest import alive, host_pid, user
-from ..fake_llm import FakeLLM, text, tool_call
 from .conftest import LoggedServer
 
 pytestmark = pytest.mark.fault

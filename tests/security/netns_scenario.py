@@ -30,9 +30,9 @@ from aiohttp import web
 
 from a3s_agent.config import Settings
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 
 from ..conftest import agent_settings, initialize, new_session, running, user
-from ..fake_llm import FakeLLM, text, tool_call
 
 PUBLIC = "1.2.3.4"
 INTERNAL = "127.0.0.1"

@@ -24,6 +24,7 @@ import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 from a3s_agent.tools import cgroups, procfs
 from a3s_agent.tools.containment import CGROUPS_VARIABLE, MARKER
 from a3s_agent.tools.sandbox import bwrap
@@ -38,7 +39,6 @@ from ..conftest import (
     running,
     user,
 )
-from ..fake_llm import FakeLLM, text, tool_call
 from ..fault.conftest import LoggedServer, zombie_children
 from ..test_control import eventually
 

@@ -13,10 +13,10 @@ import grpc
 import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_anthropic import FakeAnthropic
+from a3s_agent.testing.fake_llm import FakeLLM, Raw, text, tool_call
 
 from ..conftest import LiveServer, agent_settings, new_session, running, user
-from ..fake_anthropic import FakeAnthropic
-from ..fake_llm import FakeLLM, Raw, text, tool_call
 from ..test_anthropic import KEY, initialize
 from ..test_http import serving
 

@@ -23,9 +23,10 @@ from a3s_agent.config import DEFAULT_MAX_GRPC_CONNECTIONS, DEFAULT_MAX_HTTP_CONN
 from a3s_agent.faces.open_files import RESERVED_FILES
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.flood import FLOOD, Flood, open_files
 
 from ..conftest import eventually
-from .flood import FLOOD, Flood, healthz, limited_to, open_files, raise_own_open_files_limit
+from .flood import healthz, limited_to, raise_own_open_files_limit
 from .test_listeners import GuardedServer, _self_signed
 from .test_listeners import servers as servers  # the fixture that kills them
 

@@ -16,9 +16,10 @@ from a3s_agent.base.sparse_log import LINES_PER_WINDOW, WINDOW_S
 from a3s_agent.config import DEFAULT_MAX_HTTP_CONNECTIONS
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.flood import FLOOD, Flood, open_files
 
 from ..conftest import eventually
-from .flood import FLOOD, Flood, healthz, limited_to, open_files, raise_own_open_files_limit
+from .flood import healthz, limited_to, raise_own_open_files_limit
 from .test_listeners import GuardedServer
 from .test_listeners import servers as servers  # the fixture that kills them
 

@@ -22,9 +22,9 @@ from a3s_agent.app import Application
 from a3s_agent.config import Settings
 from a3s_agent.faces.http import HttpBindError, connections, start_http
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import FakeLLM, text
 
 from ..conftest import LiveServer, new_session, running
-from ..fake_llm import FakeLLM, text
 from ..test_http import JSON, Http, error_of, serving, sse
 from ..test_spaces_http import spaces_server
 from .test_listeners import _self_signed

@@ -30,9 +30,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import FakeLLM, text
 
 from ..conftest import user
-from ..fake_llm import FakeLLM, text
 from ..fault.conftest import LoggedServer
 from ..test_coven import FakeGateway, gateway  # noqa: F401 - the fake gateway and its fixture
 

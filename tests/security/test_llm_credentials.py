@@ -15,10 +15,10 @@ import grpc
 import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_anthropic import FakeAnthropic
+from a3s_agent.testing.fake_llm import FakeLLM, text
 
 from ..conftest import LiveServer, agent_settings, running, user
-from ..fake_anthropic import FakeAnthropic
-from ..fake_llm import FakeLLM, text
 from ..test_http import serving
 
 pytestmark = pytest.mark.security

@@ -11,9 +11,9 @@ import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import FakeLLM, Raw, error, text
 
 from ..conftest import user
-from ..fake_llm import FakeLLM, Raw, error, text
 from ..fault.conftest import LoggedServer
 
 pytestmark = pytest.mark.security

@@ -27,9 +27,9 @@ import pytest
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 
 from ..conftest import alive, running_with, unique_sleep
-from ..fake_llm import FakeLLM, text, tool_call
 from .sandboxes import MECHANISMS
 from .test_sandbox import TokenServer
 

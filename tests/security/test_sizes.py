@@ -16,12 +16,12 @@ from a3s_agent.config import Settings
 from a3s_agent.faces.agent_service import MAX_REQUEST_MESSAGE_SIZE
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
+from a3s_agent.testing.stored_sessions import session_id, write_sessions
 
 from ..conftest import LiveServer, new_session, running, user
-from ..fake_llm import FakeLLM, text, tool_call
 from ..fault.conftest import LoggedServer
 from ..test_spaces import until_exists
-from .stored_sessions import session_id, write_sessions
 
 pytestmark = pytest.mark.security
 

@@ -14,9 +14,9 @@ import pytest
 
 from a3s_agent.config import Settings
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 
 from ..conftest import LiveServer, agent_settings, initialize, new_session, running, user
-from ..fake_llm import FakeLLM, text, tool_call
 
 pytestmark = pytest.mark.security
 

@@ -30,11 +30,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 from a3s_agent.tools.fetcher import refusal
 from a3s_agent.tools.special_addresses import SPECIAL_BLOCKS, SpecialBlock, special_block
 
 from ..conftest import LiveServer, new_session, user
-from ..fake_llm import FakeLLM, text, tool_call
 from . import netns_scenario as scenario
 
 pytestmark = pytest.mark.security

@@ -4,8 +4,8 @@ It speaks the real wire format on 127.0.0.1: ``POST /v1/messages`` with ``x-api-
 ``anthropic-version``, answered with the Messages API's server-sent events (``event:`` and ``data:``
 lines: message_start, ping, content_block_start/delta/stop, message_delta, message_stop; ``error``
 events mid-stream), so the real ``anthropic`` client can talk to it. Each request consumes the next
-scripted turn (the same turn helpers as tests/fake_llm.py: ``text``, ``tool_call``, ``tool_calls``,
-``error``, ``broken_stream``; plus ``overloaded`` and ``midway_error``); every request is recorded.
+scripted turn (the same turn helpers as fake_llm.py: ``text``, ``tool_call``, ``tool_calls``, ``error``,
+``broken_stream``; plus ``overloaded`` and ``midway_error``); every request is recorded.
 A reply is written at once, or an event at a time ``chunk_delay`` apart (a ``Reply`` field).
 
 It is strict where the real API is: it refuses (HTTP 400 with the API's message, consuming no turn)
@@ -25,7 +25,7 @@ characters // 4 of the JSON.
 
 Subprocess use (benchmarks)::
 
-    python -m tests.fake_anthropic --port 0 --tool-rounds 2
+    python -m a3s_agent.testing.fake_anthropic --port 0 --tool-rounds 2
     # prints "FAKE_ANTHROPIC_READY http://127.0.0.1:<port>" once listening
 """
 
@@ -47,7 +47,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .fake_llm import (
+from a3s_agent.testing.fake_llm import (
     Error,
     Hang,
     Raw,

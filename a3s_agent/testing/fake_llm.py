@@ -18,7 +18,7 @@ Sync use (server on its own loop in a background thread)::
 
 Subprocess use (benchmarks)::
 
-    python tests/fake_llm.py --port 0 --delay-ms 200 --tool-rounds 2
+    python -m a3s_agent.testing.fake_llm --port 0 --delay-ms 200 --tool-rounds 2
     # prints "FAKE_LLM_READY http://127.0.0.1:<port>/v1" once listening
 
 Dialects: ``FakeLLM(dialect="ollama-index0")`` (``--dialect`` on the command line) streams the

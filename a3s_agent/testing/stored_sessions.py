@@ -1,5 +1,5 @@
 """A sessions store of many long sessions, written straight into SQLite (through the server it
-would take minutes): for the ListSessions tests and tools/bench_sizes.py."""
+would take minutes): for the ListSessions tests and the benchmark's `sizes` section."""
 
 from __future__ import annotations
 
