@@ -1,20 +1,19 @@
-"""tools/peer_opencode.py (`tools/bench.py --peer opencode`): the parts that need no npm, our side of
-the task against a real server and the real fake LLM, and the whole comparison where npm is."""
+"""benchmarks/peer_opencode.py (`python -m benchmarks --peer opencode`): the parts that need no npm,
+our side of the task against a real server and the real fake LLM, and the whole comparison where
+npm is."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-
-import peer_opencode as peer  # type: ignore[import-not-found]  # from tools/, put on sys.path above
+from benchmarks import peer_opencode as peer
+from benchmarks.common import checkout_of
 
 
 def test_config_points_only_at_the_fake_and_asks_nothing() -> None:
@@ -187,7 +186,7 @@ async def test_start_figures_of_today_and_of_the_code_before(tmp_path: Path) -> 
     """The start phase on real servers: today's code, and the code of MEMORY_BASELINE unpacked
     beside it, each left idle once (cold start, RSS after ready) and asked for a session once."""
     sides = {"today": peer.Samples(), "before": peer.Samples()}
-    source = {"today": None, "before": peer._checkout_of(peer.MEMORY_BASELINE, tmp_path)}
+    source = {"today": None, "before": checkout_of(peer.MEMORY_BASELINE, tmp_path)}
     with peer.FakeProcess(tmp_path / "requests.jsonl", 0) as fake:
         for name, samples in sides.items():
             for index, measure in enumerate((peer.idle_run, peer.first_session_run)):
@@ -211,7 +210,7 @@ async def test_start_figures_of_today_and_of_the_code_before(tmp_path: Path) -> 
     reason="installs OpenCode from npm and runs it for minutes: set A3S_PEER_BENCH=1 to run it",
 )
 async def test_the_whole_comparison(tmp_path: Path) -> None:
-    table = await peer.run(runs=1, counts=(2,))
+    table = (await peer.run(runs=1, counts=(2,))).markdown()
     assert "OpenCode not run" not in table, table
     assert "prefix stable: yes" in table
     row = next(line for line in table.splitlines() if line.startswith("| server CPU per task"))

@@ -10,7 +10,7 @@ window is ContextOverflow, a rejected key FailedPrecondition, as from any provid
 is redacted of the key.
 
 Why not the `anthropic` package: it streams the same turn at about four times the CPU
-(tools/bench.py, section agent), and brings nothing this needs that the wire format does not give.
+(`python -m benchmarks`, section agent), and brings nothing this needs that the wire format does not give.
 """
 
 from __future__ import annotations

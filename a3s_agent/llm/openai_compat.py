@@ -4,7 +4,7 @@ Spoken directly over aiohttp: the request is JSON, the streamed reply is server-
 (sse.py) of `chat.completion.chunk` objects (openai_stream.py assembles the turn, with each
 server's quirks), read a network read at a time: the text deltas one read brings go on as one
 (delta_runs.py). The `openai` package did the same at several times the CPU per model turn,
-which capped how many sessions one process could drive (tools/bench.py, section agent).
+which capped how many sessions one process could drive (`python -m benchmarks`, section agent).
 Retries, backoff and Retry-After follow the OpenAI client's conventions (http.py). Servers that refuse
 `stream_options` (Groq, Mistral with 422, xAI) are asked again without it, and the provider
 (one per endpoint) remembers not to send it there again.

@@ -7,6 +7,7 @@ import select
 import subprocess
 import sys
 from pathlib import Path
+from typing import Self
 
 READY_WITHIN_S = 30.0
 
@@ -35,7 +36,7 @@ class FakeServerProcess:
             self.proc.kill()
             self.proc.wait(10)
 
-    def __enter__(self) -> FakeServerProcess:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,8 +1,8 @@
 """The peer in our benchmark: OpenCode (`opencode serve`, npm) and a3s-agent on the same task.
 
-`python tools/bench.py --peer opencode` runs it. Both servers talk to one fake LLM
-(a3s_agent/testing/fake_llm.py, here in its own process: `python tools/peer_opencode.py --fake-llm RECORDS`) that scripts the same
-six-turn task for each (read → grep → edit → bash → write → answer), with each side's own tool and
+`python -m benchmarks --peer opencode` runs it. Both servers talk to one fake LLM
+(a3s_agent/testing/fake_llm.py, here in its own process: `python -m benchmarks.peer_opencode
+--fake-llm RECORDS`) that scripts the same six-turn task for each (read → grep → edit → bash → write → answer), with each side's own tool and
 argument names, and appends one JSON line per request it receives to RECORDS. Sizes are of the
 request body re-serialized as compact JSON, the same measure for both sides.
 """
@@ -31,13 +31,16 @@ from typing import Any
 
 import aiohttp
 import grpc
-import psutil
-from bench import ROOT, Process, _checkout_of, _initialize, agent_process
+import psutil  # type: ignore[import-untyped]  # no stubs installed
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_process import FakeServerProcess
 from a3s_agent.testing.ports import free_port
 from a3s_agent.tools.process import find_binary
+
+from .common import ROOT, Process, agent_process, checkout_of, initialize
+from .report import Table
 
 OPENCODE_VERSION = "1.18.33"
 PROVIDER_PACKAGE = "@ai-sdk/openai-compatible@1.0.61"
@@ -163,15 +166,13 @@ def serve_fake(records: Path, delay_ms: float) -> None:
     asyncio.run(run())
 
 
-class FakeProcess:
-    """serve_fake in a subprocess, so that its CPU counts for neither server nor the client."""
+class FakeProcess(FakeServerProcess):
+    """serve_fake in a process of its own, so that its CPU counts for neither server nor the client."""
 
     def __init__(self, records: Path, delay_ms: float) -> None:
+        args = ("--fake-llm", str(records), "--delay-ms", str(delay_ms))
+        super().__init__("benchmarks.peer_opencode", *args, cwd=ROOT)
         self.records = records
-        argv = [sys.executable, __file__, "--fake-llm", str(records), "--delay-ms", str(delay_ms)]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-        assert self.proc.stdout is not None
-        self.base_url = self.proc.stdout.readline().split()[-1]
 
     def mark(self) -> int:
         """The number of requests recorded so far (to slice out the ones of what follows)."""
@@ -181,13 +182,6 @@ class FakeProcess:
         if not self.records.exists():
             return []
         return [json.loads(line) for line in self.records.read_text().splitlines()[since:]]
-
-    def __enter__(self) -> FakeProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
 
 
 # --- OpenCode: install and configure ------------------------------------------------------------
@@ -324,7 +318,7 @@ class Ours(Server):
         healthy = await asyncio.to_thread(self.process.wait_healthy)
         self.channel = grpc.aio.insecure_channel(self.process.address)
         self.stub = pb_grpc.CodeAgentServiceStub(self.channel)
-        await _initialize(self.stub, self.base_url)
+        await initialize(self.stub, self.base_url)
         return healthy
 
     async def create_session(self) -> str:
@@ -606,38 +600,30 @@ def summarize(samples: Samples) -> dict[str, float]:
     return figures
 
 
-def render(rows: list[tuple[str, str, str, str, str]], header: str) -> str:
-    head = ("metric", "ours", "OpenCode", "ratio", "goal")
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
-    lines = [header, "| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]  # fmt: skip
-    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def machine() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())  # fmt: skip
-    return f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, {model}"
-
-
 PHASES = ("start", "task", "concurrent")
 """What `--peer opencode` runs: start-up (each side and the code before: cold start, first session,
 idle RSS), the task at 0 and 200 ms model latency, and the concurrent sessions."""
 
 
-async def run(runs: int = 5, counts: tuple[int, ...] = (20, 100), phases: Sequence[str] = PHASES) -> str:
-    """The comparison's `phases`; returns the table (our side only, with the reason, without OpenCode)."""
+def unavailable() -> str:
+    """Why OpenCode cannot run here, "" when it can (installing it first where npm is)."""
     binary = install()
-    rg = find_binary("rg")
-    skipped = binary if isinstance(binary, str) else ("rg is not installed" if rg is None else "")
+    if isinstance(binary, str):
+        return binary
+    return "rg is not installed" if find_binary("rg") is None else ""
+
+
+async def run(runs: int = 5, counts: tuple[int, ...] = (20, 100), phases: Sequence[str] = PHASES) -> Table:
+    """The comparison's `phases`; returns its table (our side only, with the reason, without OpenCode)."""
+    skipped = unavailable()
+    binary, rg = (None, None) if skipped else (install(), find_binary("rg"))  # installed by now
     sides: dict[str, Samples] = {OURS: Samples()}
     if not skipped:
         sides[PEER] = Samples()
     before = Samples()
     with tempfile.TemporaryDirectory(prefix="a3s-peer-") as tmp:
         workspaces = iter(range(10**6))
-        old_source = _checkout_of(MEMORY_BASELINE, Path(tmp)) if "start" in phases else None
+        old_source = checkout_of(MEMORY_BASELINE, Path(tmp)) if "start" in phases else None
 
         def server(side: str, base_url: str, folders: int = 2) -> Server:
             workspace = Path(tmp) / f"{side}-{next(workspaces)}"
@@ -682,22 +668,11 @@ async def run(runs: int = 5, counts: tuple[int, ...] = (20, 100), phases: Sequen
     ours = summarize(sides[OURS])
     peer = summarize(sides[PEER]) if PEER in sides else None
     old = start_figures(before) if before.start_s else None
-    lines = [render(table_rows(ours, peer, old), f"a3s-agent vs OpenCode {OPENCODE_VERSION}, {machine()}")]
-    if "task" in phases:
-        lines.append(f"prefix stable: {'yes' if sides[OURS].prefix_stable else 'no'}")
+    notes = [f"prefix stable: {'yes' if sides[OURS].prefix_stable else 'no'}"] if "task" in phases else []
     if skipped:
-        lines.append(f"OpenCode not run: {skipped}")
-    return "\n".join(lines)
-
-
-def bench_main(runs: int = 5, phases: Sequence[str] = ()) -> None:
-    """The `--peer opencode` entry of tools/bench.py (`--only`: some of PHASES)."""
-    unknown = set(phases) - set(PHASES)
-    if unknown:
-        raise SystemExit(
-            f"--peer opencode --only takes {', '.join(PHASES)}, not {', '.join(sorted(unknown))}"
-        )
-    print(asyncio.run(run(runs, phases=phases or PHASES)))
+        notes.append(f"OpenCode not run: {skipped}")
+    head = ("metric", "ours", f"OpenCode {OPENCODE_VERSION}", "ratio", "goal")
+    return Table(head, list(table_rows(ours, peer, old)), notes)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,114 @@
+"""`python -m benchmarks`: the command line (see README.md beside this file)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+
+from . import cpu, faces, generation, hardening, replicas, server, startup, tool_calls
+from .report import Row, Skipped, Table, machine, rows_table, today
+
+SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
+    "foundation": server.bench_foundation,
+    "tools": tool_calls.bench_tools,
+    "agent": generation.bench_agent,
+    "context": generation.bench_context,
+    "control": generation.bench_control,
+    "http": faces.bench_http,
+    "security": hardening.bench_security,
+    "sizes": hardening.bench_sizes,
+    "flood": hardening.bench_flood,
+    "durability": server.bench_durability,
+    "mcp": tool_calls.bench_mcp,
+    "acp": faces.bench_acp,
+    "replicas": replicas.bench_replicas,
+    "dialect": faces.bench_dialect,
+    "sandbox": tool_calls.bench_sandbox,
+    "task_cpu": cpu.bench_task_cpu,
+    "turn_cpu": cpu.bench_turn_cpu,
+    "first": startup.bench_first,
+}
+
+
+async def run_sections(names: Sequence[str], seconds: float) -> dict[str, Table | Skipped]:
+    """Each section of `names` in a workspace of its own: its table, or why it was skipped."""
+    results: dict[str, Table | Skipped] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            workspace = Path(tmp) / name
+            workspace.mkdir()
+            try:
+                results[name] = rows_table(await SECTIONS[name](seconds, workspace))
+            except Skipped as skipped:
+                results[name] = skipped
+            print(f"[{name} done]", file=sys.stderr, flush=True)
+    return results
+
+
+def one_table(results: Mapping[str, Table | Skipped]) -> Table:
+    """The sections' rows in one table, as the terminal shows them."""
+    rows: list[tuple[str, ...]] = []
+    for name, result in results.items():
+        rows += [(name, f"skipped: {result}", "")] if isinstance(result, Skipped) else result.rows
+    return Table(("metric", "value", "target"), rows)
+
+
+def _positive(kind: type[float] | type[int]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names it in "invalid float value"
+    return parse
+
+
+def _arguments() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Benchmarks of a3s-agent, as ratios against baselines measured in the same run "
+        "(benchmarks/README.md).",
+    )
+    parser.add_argument(
+        "--seconds", type=_positive(float), default=5.0, help="duration of each throughput run"
+    )
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=[],
+        metavar="NAME",
+        help=f"sections to run: {', '.join(SECTIONS)} (with --peer: its phases start, task, concurrent)",
+    )
+    parser.add_argument(
+        "--peer", choices=["opencode"], help="compare with a peer (benchmarks/peer_opencode.py)"
+    )
+    parser.add_argument("--runs", type=_positive(int), default=5, help="runs of each side with --peer")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = _arguments()
+    args = parser.parse_args(argv)
+    if args.peer:
+        from . import peer_opencode as peer  # psutil, from the test extra
+
+        if unknown := sorted(set(args.only) - set(peer.PHASES)):
+            parser.error(f"--peer opencode --only takes {', '.join(peer.PHASES)}, not {', '.join(unknown)}")
+        table = asyncio.run(peer.run(args.runs, phases=args.only or peer.PHASES))
+        print(f"a3s-agent vs OpenCode {peer.OPENCODE_VERSION}, {today()}, {machine()}")
+    else:
+        if unknown := sorted(set(args.only) - set(SECTIONS)):
+            parser.error(f"--only: no section {', '.join(unknown)}; the sections: {', '.join(SECTIONS)}")
+        names = [name for name in SECTIONS if not args.only or name in args.only]
+        table = one_table(asyncio.run(run_sections(names, args.seconds)))
+        print(f"a3s-agent benchmark, {today()}, {machine()}")
+    print(table.markdown())
+
+
+if __name__ == "__main__":
+    main()
