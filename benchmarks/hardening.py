@@ -324,7 +324,7 @@ async def health_during_big_requests(workspace: Path, megabytes: int) -> list[Ro
                     Row(
                         f"HealthCheck p99 during a {megabytes} MB {name} (ms)",
                         f"{_p99(latencies) * 1000:.1f}",
-                        "< 100",
+                        "report",
                     )
                 )
     return rows
@@ -351,7 +351,7 @@ async def list_sessions_after_restart(workspace: Path, sessions: int, messages: 
     label = f"{sessions:,} sessions x {messages:,} messages"
     return [
         Row(f"start-up with {label} (s)", f"{startup:.2f}"),
-        Row(f"ListSessions with {label} (ms, median of 5)", f"{sorted(times)[2] * 1000:.1f}", "< 100"),
+        Row(f"ListSessions with {label} (ms, median of 5)", f"{sorted(times)[2] * 1000:.1f}", "report"),
     ]
 
 

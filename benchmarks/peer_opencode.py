@@ -512,7 +512,8 @@ async def concurrent_run(server: Server, counts: tuple[int, ...], latency_ms: in
 
 @dataclass(frozen=True)
 class Goal:
-    """A goal on a row: on our value alone (`limit`), on the ratio ours / OpenCode (`ratio`), or both."""
+    """A goal on a row: on the ratio ours / OpenCode (`ratio`), or on a size of ours alone (`limit`:
+    bytes, which the machine does not move, unlike a time)."""
 
     text: str
     limit: float | None = None
@@ -529,11 +530,11 @@ class Goal:
 
 IDLE_RSS = f"idle RSS {IDLE_AFTER_S:g} s after ready, process tree (MB)"
 GOALS = {
-    "first session after ready (ms)": Goal("<= 20 ms and ratio <= 0.05", limit=20, ratio=0.05),
+    "first session after ready (ms)": Goal("ratio <= 0.05", ratio=0.05),
     IDLE_RSS: Goal("ratio <= 0.25", ratio=0.25),
-    "tool schemas per request (KB)": Goal("<= 16 KB", limit=16),
+    "tool schemas per request (KB)": Goal("<= 16 KB", limit=16),  # bytes: the machine does not move them
     "request bytes per turn (KB)": Goal("ratio <= 0.7", ratio=0.7),
-    "server CPU per task (ms)": Goal("<= 15 ms and ratio <= 0.1", limit=15, ratio=0.1),
+    "server CPU per task (ms)": Goal("ratio <= 0.1", ratio=0.1),
     # the goal is on the ratios: ours at most 0.2 x OpenCode's (with a model's latency: at 0 ms
     # both servers only show how busy 2 cores are)
     "100 concurrent / one session, 200 ms model latency (ratio)": Goal("ratio <= 0.2x OpenCode's", ratio=0.2),

@@ -39,8 +39,8 @@ async def bench_foundation(seconds: float, workspace: Path) -> list[Row]:
         Row("HealthCheck calls/s: a3s-agent", f"{agent_rate:,.0f}"),
         Row("HealthCheck calls/s: bare grpc.aio server", f"{bare_rate:,.0f}"),
         Row("HealthCheck ratio (agent / bare)", f"{agent_rate / bare_rate:.2f}", ">= 0.9"),
-        Row("start to SERVING (s)", f"{startup_s:.2f}", "< 1"),
-        Row("idle RSS (MB)", f"{idle_rss:.1f}", "< 80"),
+        Row("start to SERVING (s)", f"{startup_s:.2f}", "report"),
+        Row("idle RSS (MB)", f"{idle_rss:.1f}", "report"),
         Row("CreateSession+GetSession pairs/s (SQLite)", f"{pairs:,.0f}", "report"),
     ]
 
