@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from . import cpu, faces, generation, hardening, replicas, server, startup, tool_calls
+from .page import PAGE, write_page
 from .report import Row, Skipped, Table, machine, rows_table, today
 
 SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
@@ -32,6 +33,8 @@ SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "turn_cpu": cpu.bench_turn_cpu,
     "first": startup.bench_first,
 }
+PEER_SECTION = "opencode"
+"""The performance page's section of `--peer opencode`, after the others."""
 
 
 async def run_sections(names: Sequence[str], seconds: float) -> dict[str, Table | Skipped]:
@@ -88,6 +91,15 @@ def _arguments() -> argparse.ArgumentParser:
         "--peer", choices=["opencode"], help="compare with a peer (benchmarks/peer_opencode.py)"
     )
     parser.add_argument("--runs", type=_positive(int), default=5, help="runs of each side with --peer")
+    parser.add_argument(
+        "--write-docs",
+        nargs="?",
+        const=PAGE,
+        type=Path,
+        metavar="PAGE",
+        help="also write the results into the performance page (default docs/performance.md), "
+        "replacing the sections that ran and keeping the others",
+    )
     return parser
 
 
@@ -99,15 +111,28 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         if unknown := sorted(set(args.only) - set(peer.PHASES)):
             parser.error(f"--peer opencode --only takes {', '.join(peer.PHASES)}, not {', '.join(unknown)}")
+        if args.write_docs and args.only:
+            parser.error("--write-docs writes the opencode section from all its phases: drop --only")
+        if args.write_docs and (missing := peer.unavailable()):
+            parser.error(
+                f"--write-docs with --peer opencode needs OpenCode, which cannot run here: {missing}"
+            )
         table = asyncio.run(peer.run(args.runs, phases=args.only or peer.PHASES))
+        results: dict[str, Table | Skipped] = {PEER_SECTION: table}
+        options = f"--peer opencode --runs {args.runs}"
         print(f"a3s-agent vs OpenCode {peer.OPENCODE_VERSION}, {today()}, {machine()}")
     else:
         if unknown := sorted(set(args.only) - set(SECTIONS)):
             parser.error(f"--only: no section {', '.join(unknown)}; the sections: {', '.join(SECTIONS)}")
         names = [name for name in SECTIONS if not args.only or name in args.only]
-        table = one_table(asyncio.run(run_sections(names, args.seconds)))
+        results = asyncio.run(run_sections(names, args.seconds))
+        table = one_table(results)
+        options = f"--seconds {args.seconds:g}"
         print(f"a3s-agent benchmark, {today()}, {machine()}")
     print(table.markdown())
+    if args.write_docs:
+        written = write_page(args.write_docs, results, [*SECTIONS, PEER_SECTION], options)
+        print(f"[{args.write_docs}: {', '.join(written) or 'no section'} written]", file=sys.stderr)
 
 
 if __name__ == "__main__":

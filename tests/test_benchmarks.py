@@ -1,9 +1,13 @@
 """`python -m benchmarks` (the package benchmarks/) as a developer runs it: from the repository's root,
 a real subprocess. Only its cheapest section runs here; the figures are not looked at (no timed
-assertions), only that the rows come out, and that bad options are refused before anything runs."""
+assertions), only that the rows come out, where `--write-docs` puts them in the performance page
+and what it keeps there, and that bad options are refused before anything runs."""
 
 from __future__ import annotations
 
+import os
+import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +17,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def bench(*args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
+def bench(
+    *args: str, timeout_s: float = 180, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "benchmarks", *args],
         cwd=ROOT,
+        env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -41,6 +48,7 @@ def test_a_section_runs_and_prints_its_table() -> None:
         (("--seconds", "soon"), "--seconds: invalid float value: 'soon'"),
         (("--peer", "opencode", "--runs", "-1"), "--runs: must be above 0, not -1"),
         (("--peer", "opencode", "--only", "start", "dialect"), "takes start, task, concurrent, not dialect"),
+        (("--peer", "opencode", "--only", "start", "--write-docs"), "from all its phases: drop --only"),
     ],
 )
 def test_bad_options_are_refused_naming_what_is_wrong(args: tuple[str, ...], named: str) -> None:
@@ -48,3 +56,70 @@ def test_bad_options_are_refused_naming_what_is_wrong(args: tuple[str, ...], nam
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert named in done.stderr and done.stdout == ""
     assert "done]" not in done.stderr  # nothing ran
+
+
+SANDBOX_KEPT = """## sandbox
+
+Measured long ago; kept as it was.
+
+| metric | value | target |
+|---|---|---|
+| a figure | 1 | |
+"""
+
+
+def test_write_docs_rewrites_the_sections_that_ran_and_keeps_the_others(tmp_path: Path) -> None:
+    page = tmp_path / "performance.md"
+    page.write_text(
+        "# Performance\n\nAn introduction edited by hand.\n\n## dialect\n\nOLD FIGURES\n\n"
+        f"## gone\n\nA section no longer measured.\n\n{SANDBOX_KEPT}"
+    )
+    done = bench("--only", "dialect", "--seconds", "0.2", "--write-docs", str(page))
+    assert done.returncode == 0, done.stderr
+    assert f"[{page}: dialect written]" in done.stderr
+    header, *sections = page.read_text().split("\n## ")
+    assert header.startswith("# Performance\n") and "An introduction" not in header
+    assert "[Benchmarks](contributing/benchmarks.md)" in header  # the method, where d-docs includes it
+    assert [section.split("\n", 1)[0] for section in sections] == ["dialect", "sandbox"]  # their order
+    assert f"## {sections[1]}" == SANDBOX_KEPT
+    dialect = sections[0].splitlines()
+    machine = f"{os.cpu_count()} cores, .+, {platform.system()} {re.escape(platform.release())}, Python "
+    measured = (
+        rf"Measured \d{{4}}-\d\d-\d\d on {machine}{platform.python_version()}; `--seconds 0.2`; commit \w+"
+    )
+    assert re.fullmatch(measured + r"( with uncommitted changes)?\.", dialect[2]), dialect[2]
+    assert [cell.strip() for cell in dialect[4].split("|")] == ["", "metric", "value", "target", ""]
+    assert any(line.startswith("| detection / one HealthCheck's server time ") for line in dialect)
+
+
+def test_a_skipped_section_keeps_its_last_figures_on_the_page(tmp_path: Path) -> None:
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "pgserver.py").write_text('raise ImportError("hidden by the test")\n')
+    without_pgserver = {"PYTHONPATH": str(hidden)}
+    page, fresh = tmp_path / "performance.md", tmp_path / "fresh.md"
+    page.write_text("# Performance\n\n## replicas\n\nLAST FIGURES\n")
+    for target in (page, fresh):
+        done = bench("--only", "replicas", "--write-docs", str(target), env=without_pgserver, timeout_s=60)
+        assert done.returncode == 0, done.stderr
+        assert "| skipped: pgserver (the test extra) is not installed |" in done.stdout
+        assert f"[{target}: no section written]" in done.stderr
+    assert page.read_text().endswith("\n## replicas\n\nLAST FIGURES\n")
+    assert fresh.read_text().endswith(
+        "\n## replicas\n\nNot measured yet: pgserver (the test extra) is not installed.\n"
+    )
+
+
+def test_write_docs_with_the_peer_needs_the_peer(tmp_path: Path) -> None:
+    """Without OpenCode (none installed in this HOME, no npm on PATH) the comparison would be our
+    side alone: the page's is not replaced by it."""
+    done = bench(
+        "--peer",
+        "opencode",
+        "--write-docs",
+        str(tmp_path / "page.md"),
+        env={"HOME": str(tmp_path), "PATH": str(tmp_path)},
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "needs OpenCode, which cannot run here: npm is not on PATH" in done.stderr
+    assert not (tmp_path / "page.md").exists()
