@@ -32,6 +32,7 @@ from a3s_agent.testing.fake_llm import FakeLLM
 from a3s_agent.testing.ports import free_port
 from a3s_agent.tools import sandbox
 from a3s_agent.tools.builtin import builtin_registry
+from a3s_agent.tools.registry import ToolRegistry
 
 from .scripted_model import ScriptedProvider
 
@@ -99,10 +100,12 @@ def workspace(tmp_path: Path) -> Path:
 
 
 @asynccontextmanager
-async def running(settings: Settings, connect: ProviderFactory | None = None) -> AsyncIterator[LiveServer]:
+async def running(
+    settings: Settings, connect: ProviderFactory | None = None, registry: ToolRegistry | None = None
+) -> AsyncIterator[LiveServer]:
     """The real server in this process on a free port, and a real client channel to it; `connect`
-    replaces the HTTP provider (e.g. with `ScriptedProvider.connect`)."""
-    runtime = Runtime(settings, registry=builtin_registry(), connect=connect)
+    replaces the HTTP provider (e.g. with `ScriptedProvider.connect`), `registry` the built-in tools."""
+    runtime = Runtime(settings, registry=registry or builtin_registry(), connect=connect)
     server = AgentServer(Application(runtime))
     port = server.bind("127.0.0.1:0")
     await runtime.start()

@@ -11,11 +11,14 @@ from pathlib import Path
 
 import grpc
 import pytest
+from pydantic import BaseModel
 
 from a3s_agent.base.models import Message
 from a3s_agent.config import SandboxSettings
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.testing.fake_llm import Reply, call, text, tool_call, tool_calls
+from a3s_agent.tools.builtin import builtin_tools
+from a3s_agent.tools.registry import PATH, ToolContext, ToolRegistry, tool
 
 from .conftest import (
     LiveServer,
@@ -427,6 +430,52 @@ async def test_ask_rules_without_confirmation_fall_back_to_the_timeout_action(
     )
     assert not (scripted_agent.workspace / "w.txt").exists()
     assert reply.tool_calls[0].result.error.startswith("rejected by user")
+
+
+class ShelveArgs(BaseModel):
+    path: str
+
+
+async def test_a_new_tool_is_checked_on_the_path_it_declares(
+    workspace: Path, tmp_path: Path, scripted: ScriptedProvider
+) -> None:
+    """A tool is its definition plus one registration: declaring its path argument is all it takes
+    for path rules to govern it, relative to the workspace and normalised, as the file tools are."""
+    shelved: list[str] = []
+
+    @tool("shelve", family="file", lane="execute", rule_subject=PATH)
+    async def shelve(args: ShelveArgs, ctx: ToolContext) -> str:
+        """Put a file on the shelf."""
+        shelved.append(args.path)
+        return "shelved"
+
+    registry = ToolRegistry([*builtin_tools(), shelve])
+    settings = agent_settings(workspace, tmp_path / "data")
+    async with running(settings, connect=scripted.connect, registry=registry) as server:
+        await initialize(server)
+        session_id = await new_session(server)
+        policy = pb.PermissionPolicy(enabled=True, deny=[pb.PermissionRule(rule="shelve(secret/**)")])
+        await server.stub.SetPermissionPolicy(
+            pb.SetPermissionPolicyRequest(session_id=session_id, policy=policy)
+        )
+        scripted.script(
+            tool_call("shelve", {"path": "notes/../secret/key.pem"}),
+            tool_call("shelve", {"path": "notes/todo.txt"}),
+            text("done"),
+        )
+        reply = await server.stub.Generate(
+            pb.GenerateRequest(session_id=session_id, messages=[user("shelve")])
+        )
+        assert [call.result.error for call in reply.tool_calls] == ["denied by policy: shelve(secret/**)", ""]
+        assert shelved == ["notes/todo.txt"]
+        checked = await server.stub.CheckPermission(
+            pb.CheckPermissionRequest(
+                session_id=session_id,
+                tool_name="Shelve",
+                arguments=json.dumps({"path": f"{workspace}/secret/a"}),
+            )
+        )
+        assert checked.decision == pb.PERMISSION_DECISION_DENY
 
 
 async def test_permission_policy_rpcs(live: LiveServer) -> None:

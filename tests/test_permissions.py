@@ -10,16 +10,36 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from a3s_agent.base.errors import InvalidArgument
+from a3s_agent.core import permissions
 from a3s_agent.core.permission_matching import workspace_path
 from a3s_agent.core.permission_rules import GIT_TOOLS, Rule, RuleType, canonical_tool_name, parse_rule
-from a3s_agent.core.permissions import Evaluation, PermissionPolicy, add_rule, evaluate
+from a3s_agent.core.permissions import Evaluation, PermissionPolicy, add_rule
 from a3s_agent.core.shell_split import split_command
+from a3s_agent.tools.builtin import builtin_registry
+from a3s_agent.tools.registry import RuleSubject
 
 WORKSPACE = "/home/dev/project"
 
 
+SUBJECTS = {tool.name: tool.rule_subject for tool in builtin_registry().registered()}
+
+
+def subject_of(tool: str) -> RuleSubject | None:
+    """The rule subject the built-in tool a name means declares (None for any other tool)."""
+    return SUBJECTS.get(canonical_tool_name(tool))
+
+
+def evaluate(
+    policy: PermissionPolicy, tool: str, arguments: dict[str, Any], workspace: str | None = None
+) -> Evaluation:
+    """The decision on a call, its arguments matched as the built-in tool of that name declares."""
+    return permissions.evaluate(policy, tool, arguments, workspace, subject=subject_of(tool))
+
+
 def matches(rule: str, tool: str, rule_type: RuleType = "allow", **arguments: Any) -> bool:
-    return parse_rule(rule).matches(tool, arguments, rule_type=rule_type, workspace=WORKSPACE)
+    return parse_rule(rule).matches(
+        tool, arguments, rule_type=rule_type, subject=subject_of(tool), workspace=WORKSPACE
+    )
 
 
 def bash_allows(rule: str, command: str) -> bool:
@@ -781,8 +801,9 @@ def test_a_compound_is_allowed_only_when_every_part_is(parts: list[str]) -> None
 @given(rule=RULES, command=COMMANDS, path=st.text(alphabet="ab/.", max_size=10))
 def test_whatever_an_allow_rule_matches_a_deny_rule_matches(rule: str, command: str, path: str) -> None:
     for tool, arguments in (("bash", {"command": command}), ("read_file", {"path": path})):
-        if parse_rule(rule).matches(tool, arguments, rule_type="allow"):
-            assert parse_rule(rule).matches(tool, arguments, rule_type="deny")
+        subject = subject_of(tool)
+        if parse_rule(rule).matches(tool, arguments, rule_type="allow", subject=subject):
+            assert parse_rule(rule).matches(tool, arguments, rule_type="deny", subject=subject)
 
 
 @settings(max_examples=100, deadline=None)

@@ -6,8 +6,11 @@ from dataclasses import replace
 
 from ..base.errors import InvalidArgument
 from ..base.jsontext import parse_json
+from ..core.permission_rules import canonical_tool_name
 from ..core.permissions import Evaluation, PermissionPolicy, add_rule, evaluated
+from ..core.session import Session
 from ..runtime import Runtime
+from ..tools.registry import RuleSubject
 
 
 class Permissions:
@@ -32,10 +35,19 @@ class Permissions:
         )
 
     async def check(self, session_id: str, tool_name: str, arguments: str) -> Evaluation:
-        """The decision for a call of `tool_name` with `arguments` (JSON object text; empty: {})."""
+        """The decision for a call of `tool_name` with `arguments` (JSON object text; empty: {}),
+        matched as the tool of that name declares (its rule subject)."""
         policy = await self.get(session_id)
         parsed = parse_json(arguments or "{}", "arguments")
         if not isinstance(parsed, dict):
             raise InvalidArgument("arguments must be a JSON object")
-        workspace = self._rt.sessions.get(session_id).config.workspace
-        return await evaluated(policy, tool_name, parsed, workspace)
+        session = self._rt.sessions.get(session_id)
+        subject = self._subject(session, tool_name)
+        return await evaluated(policy, tool_name, parsed, session.config.workspace, subject=subject)
+
+    def _subject(self, session: Session, tool_name: str) -> RuleSubject | None:
+        """The rule subject of the tool `tool_name` names (as rules name tools: any case, aliases
+        too): a registered one, enabled or not, or one the session may call; None for no tool."""
+        wanted = canonical_tool_name(tool_name)
+        tools = (*self._rt.registry.registered(), *self._rt.tools_for(session))
+        return next((tool.rule_subject for tool in tools if canonical_tool_name(tool.name) == wanted), None)

@@ -19,14 +19,19 @@ The pattern is matched against the tool's key argument:
   tripwire, not a sandbox: a program spelt at run time (`$CMD`), one run by an interpreter
   (`python -c`) or by a wrapper not modelled is not seen, nor is anything in a command the parser
   cannot read or one longer than 64 KiB (their text is still matched).
-- file tools, `path` (git_commit: each of `paths`; run_script: `path`, else its `code` as text):
-  the path relative to the workspace, normalised lexically (`./` dropped, `..` collapsed; an
-  absolute path inside the workspace made relative), as a glob where `**` spans directories and
-  `*` and `?` stay within one name. A missing path is `.`, the workspace root; `src/**` matches
-  `src` itself too. The policy is not the sandbox: tools refuse paths outside the workspace.
-- web_fetch, `url`: `domain:example.com` matches that host and its subdomains; any other pattern
-  is a glob over the URL. web_search: `query`. ask_user: `question`.
-- any other tool: its arguments as JSON text (`json.dumps(arguments, sort_keys=True)`).
+- any other tool, the argument its definition declares as its rule subject (`RuleSubject`,
+  tools/registry.py), read as the subject's kind says:
+  - a path (`path` of the file, code and git tools; each of git_commit's `paths`; run_script's
+    `path`, else its `code` as text): the path relative to the workspace, normalised lexically
+    (`./` dropped, `..` collapsed; an absolute path inside the workspace made relative), as a glob
+    where `**` spans directories and `*` and `?` stay within one name. A missing path is `.`, the
+    workspace root; `src/**` matches `src` itself too. The policy is not the sandbox: tools refuse
+    paths outside the workspace.
+  - a URL (web_fetch's `url`): `domain:example.com` matches that host and its subdomains; any
+    other pattern is a glob over the URL.
+  - text (web_search's `query`, ask_user's `question`): a glob over it.
+- a tool that declares no subject (MCP, skill and client tools): its arguments as JSON text
+  (`json.dumps(arguments, sort_keys=True)`).
 
 Globs other than paths have only `*`; matching is case-sensitive except tool names and domains.
 With several subjects (bash parts, git_commit paths) allow rules must match all, deny and ask any.
@@ -43,30 +48,12 @@ from pathlib import PurePath, PurePosixPath
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from ..tools.registry import RuleSubject
 from .shell_commands import CommandLine
 from .shell_grants import parsed_line, proving_rules
 from .shell_rules import compile_pattern, leads
 from .shell_split import split_command, squeeze
 
-_PATH_TOOLS: Final = frozenset(
-    {
-        "read_file",
-        "write_file",
-        "edit_file",
-        "delete_file",
-        "list_files",
-        "search_files",
-        "grep",
-        "find_definition",
-        "find_references",
-        "format_code",
-        "lint_code",
-        "git_status",
-        "git_diff",
-        "git_log",
-    }
-)
-_TEXT_KEYS: Final = {"web_search": "query", "ask_user": "question"}
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=\S*")
 _SHELL_KEYWORDS: Final = frozenset(
     {"!", "{", "}", "if", "then", "elif", "else", "do", "while", "until", "time"}
@@ -81,22 +68,26 @@ def text_argument(arguments: Mapping[str, Any], key: str) -> str:
 
 
 def subjects(
-    tool: str, pattern: str, arguments: Mapping[str, Any], workspace: str | PurePath | None
+    subject: RuleSubject | None, pattern: str, arguments: Mapping[str, Any], workspace: str | PurePath | None
 ) -> tuple[list[str], Callable[[str], bool]]:
-    """What a non-bash tool's pattern is matched against, and the test for one subject."""
-    if tool in _PATH_TOOLS or (tool == "run_script" and arguments.get("path")):
-        return [workspace_path(text_argument(arguments, "path"), workspace)], _path_test(pattern)
-    if tool == "git_commit":
-        paths = arguments.get("paths") or ["."]
-        paths = [paths] if isinstance(paths, str) else paths
-        return [workspace_path(str(path), workspace) for path in paths], _path_test(pattern)
-    if tool == "run_script":
-        return [text_argument(arguments, "code")], _text_test(pattern)
-    if tool == "web_fetch":
-        return [text_argument(arguments, "url")], _url_test(pattern)
-    if tool in _TEXT_KEYS:
-        return [text_argument(arguments, _TEXT_KEYS[tool])], _text_test(pattern)
-    return [json.dumps(dict(arguments), sort_keys=True, ensure_ascii=False, default=str)], _text_test(pattern)
+    """What a non-bash tool's pattern is matched against, as the tool declares (`subject`), and
+    the test for one of them."""
+    if subject is None:
+        text = json.dumps(dict(arguments), sort_keys=True, ensure_ascii=False, default=str)
+        return [text], _text_test(pattern)
+    if subject.kind == "url":
+        return [text_argument(arguments, subject.argument)], _url_test(pattern)
+    if subject.kind == "text":
+        return [text_argument(arguments, subject.argument)], _text_test(pattern)
+    value = arguments.get(subject.argument)
+    if not value and subject.otherwise is not None:
+        return subjects(subject.otherwise, pattern, arguments, workspace)
+    paths = (
+        [str(path) for path in value]
+        if isinstance(value, list)
+        else [text_argument(arguments, subject.argument)]
+    )
+    return [workspace_path(path, workspace) for path in paths or ["."]], _path_test(pattern)
 
 
 def workspace_path(raw: str, workspace: str | PurePath | None = None) -> str:

@@ -1,13 +1,13 @@
 """Permission rules: their syntax, the tools their names stand for, and whether one matches a call.
 
-A rule is `Tool` (every call of the tool) or `Tool(pattern)` (calls whose key argument matches;
-how, is permission_matching.py's job). Tool names are case-insensitive. Besides our own names
-(`bash`, `read_file`, ...) the rules accept the aliases in `TOOL_ALIASES` (Read, Write,
-Edit/MultiEdit, Delete, LS/List, Glob, WebFetch, WebSearch; Git means the four built-in git_*
-tools), and `*` means every tool; calls checked by an alias, or with A3S Code's argument names
-(tools/aliases.py), match as ours do. Any other name made of letters, digits, `_` and `-` is taken
-as a tool registered later; one that ends in `*` covers every tool whose name starts with what
-precedes it (`mcp__git__*`: the tools of the MCP server `git`).
+A rule is `Tool` (every call of the tool) or `Tool(pattern)` (calls whose key argument, the rule
+subject the tool declares, matches; how, is permission_matching.py's job). Tool names are
+case-insensitive. Besides our own names (`bash`, `read_file`, ...) the rules accept the aliases in
+`TOOL_ALIASES` (Read, Write, Edit/MultiEdit, Delete, LS/List, Glob, WebFetch, WebSearch; Git means
+the four built-in git_* tools), and `*` means every tool; calls checked by an alias, or with A3S
+Code's argument names (tools/aliases.py), match as ours do. Any other name made of letters,
+digits, `_` and `-` is taken as a tool registered later; one that ends in `*` covers every tool
+whose name starts with what precedes it (`mcp__git__*`: the tools of the MCP server `git`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Final, Literal, get_args
 
 from ..base.errors import InvalidArgument
 from ..tools.aliases import TOOL_NAMES
+from ..tools.registry import RuleSubject
 from .permission_matching import bash_matches, subjects, text_argument
 
 Decision = Literal["allow", "deny", "ask"]
@@ -77,9 +78,11 @@ class Rule:
         arguments: Mapping[str, Any],
         *,
         rule_type: RuleType,
+        subject: RuleSubject | None,
         workspace: str | PurePath | None = None,
     ) -> bool:
-        """Whether this rule, used as a `rule_type` rule, matches the call.
+        """Whether this rule, used as a `rule_type` rule, matches the call of a tool whose rule
+        subject (what its pattern is matched against) is `subject`.
 
         Allow rules must match every subject of the call (each program a command runs, each path
         of git_commit); deny and ask rules match when any one does. `workspace` makes absolute
@@ -89,12 +92,11 @@ class Rule:
             return False
         if self.pattern is None:
             return True
-        tool = canonical_tool_name(tool_name)
-        if tool == "bash":
+        if canonical_tool_name(tool_name) == "bash":
             return bash_matches(
                 self.pattern, text_argument(arguments, "command"), strict=rule_type == "allow"
             )
-        found, test = subjects(tool, self.pattern, arguments, workspace)
+        found, test = subjects(subject, self.pattern, arguments, workspace)
         combine = all if rule_type == "allow" else any
         return combine(test(subject) for subject in found)
 

@@ -29,6 +29,7 @@ from typing import Any, Final, cast
 
 from ..base.errors import InvalidArgument
 from ..tools.aliases import our_arguments
+from ..tools.registry import PATH, RuleSubject
 from .permission_matching import bash_allowing_rules, beyond_workspace, text_argument, workspace_path
 from .permission_rules import (
     RULE_TYPES,
@@ -119,19 +120,22 @@ def evaluate(
     tool_name: str,
     arguments: Mapping[str, Any],
     workspace: str | PurePath | None = None,
+    *,
+    subject: RuleSubject | None,
 ) -> Evaluation:
     """The decision for one call: the strongest group with a matching rule, else the default.
 
-    `matching_rules` lists the deciding group's matching rules, in policy order. A bash command is
-    also decided on each file it writes (see the module's docstring). A3S Code's argument names
-    (`file_path`...) count as ours; one given under both names with different values is
-    InvalidArgument.
+    `subject` is what the tool declares its rules' patterns are matched against (its
+    `rule_subject`; None: its arguments as JSON text). `matching_rules` lists the deciding group's
+    matching rules, in policy order. A bash command is also decided on each file it writes (see
+    the module's docstring). A3S Code's argument names (`file_path`...) count as ours; one given
+    under both names with different values is InvalidArgument.
     """
     tool = canonical_tool_name(tool_name)
     arguments = our_arguments(tool, arguments)
     if not policy.enabled:
         return Evaluation("allow")
-    decided = _by_rules(policy, tool_name, arguments, workspace)
+    decided = _by_rules(policy, tool_name, arguments, workspace, subject)
     if tool != "bash" or not _writes_can_matter(policy):
         return decided
     line = parsed_line(text_argument(arguments, "command"))
@@ -152,7 +156,7 @@ def write_evaluation(
     command runs is denied or asked by the rules about every write (`Write`, `*`) and allowed by
     none, as it may be outside the workspace."""
     if write.path is not None:
-        decided = _by_rules(policy, WRITE_TOOL, {"path": write.path}, workspace)
+        decided = _by_rules(policy, WRITE_TOOL, {"path": write.path}, workspace, PATH)
         if decided.decision != "allow" or not beyond_workspace(workspace_path(write.path, workspace)):
             return decided
         # Outside the workspace, only a rule naming an absolute path allows the write.
@@ -182,10 +186,14 @@ def strictest(first: Evaluation, *others: Evaluation) -> Evaluation:
 
 
 def _by_rules(
-    policy: PermissionPolicy, tool_name: str, arguments: Mapping[str, Any], workspace: str | PurePath | None
+    policy: PermissionPolicy,
+    tool_name: str,
+    arguments: Mapping[str, Any],
+    workspace: str | PurePath | None,
+    subject: RuleSubject | None,
 ) -> Evaluation:
     for rule_type in PRECEDENCE:
-        matching = _matching(policy, rule_type, tool_name, arguments, workspace)
+        matching = _matching(policy, rule_type, tool_name, arguments, workspace, subject)
         if matching:
             return Evaluation(rule_type, matching)
     return Evaluation(policy.default_decision)
@@ -197,6 +205,7 @@ def _matching(
     tool_name: str,
     arguments: Mapping[str, Any],
     workspace: str | PurePath | None,
+    subject: RuleSubject | None,
 ) -> tuple[str, ...]:
     """The rules of one group that match the call; bash's allow rules together (each program the
     command runs proved by one of them)."""
@@ -207,7 +216,9 @@ def _matching(
     return tuple(
         text
         for text in rules
-        if parse_rule(text).matches(tool_name, arguments, rule_type=rule_type, workspace=workspace)
+        if parse_rule(text).matches(
+            tool_name, arguments, rule_type=rule_type, subject=subject, workspace=workspace
+        )
     )
 
 
@@ -226,12 +237,14 @@ async def evaluated(
     tool_name: str,
     arguments: Mapping[str, Any],
     workspace: str | PurePath | None = None,
+    *,
+    subject: RuleSubject | None,
 ) -> Evaluation:
     """`evaluate`, on a worker thread when the call has a long command: parsing one takes about
     10 µs a character, which on the event loop would hold up every session."""
     if len(str(arguments.get("command") or "")) > _PARSED_ON_THE_LOOP:
-        return await asyncio.to_thread(evaluate, policy, tool_name, arguments, workspace)
-    return evaluate(policy, tool_name, arguments, workspace)
+        return await asyncio.to_thread(evaluate, policy, tool_name, arguments, workspace, subject=subject)
+    return evaluate(policy, tool_name, arguments, workspace, subject=subject)
 
 
 def add_rule(policy: PermissionPolicy, rule_type: str, rule: str) -> PermissionPolicy:

@@ -103,7 +103,7 @@ class ToolGate:
         lane = lane_of(tool)
         permissions = session.settings.permission_policy
         # By the tool's own name: a call of A3S Code's `read` is governed as read_file is.
-        verdict = await evaluated(permissions, tool.name, arguments, ctx.workspace)
+        verdict = await evaluated(permissions, tool.name, arguments, ctx.workspace, subject=tool.rule_subject)
         if verdict.decision == "deny":
             rule = ", ".join(verdict.matching_rules) or "the default decision"
             self._events.publish(

@@ -57,6 +57,7 @@ from ..core.permissions import (
 from ..core.shell_commands import CommandLine, Unparsable, parse_command
 from ..core.shell_grants import FileWrite, Grant, file_writes, proving_rules
 from ..core.shell_rules import CommandPattern, Match, compile_pattern, match
+from ..tools.registry import PATH
 from .validation import MAX_TIMEOUT_MS, MIN_TIMEOUT_MS
 
 PolicySpec = str | Mapping[str, Any]
@@ -194,7 +195,7 @@ class SpacePolicy:
         return max(verdicts, key=lambda verdict: STRENGTH[verdict.decision])
 
     def _check_path(self, tool: str, kind: str, path: str, name: str) -> Verdict:
-        evaluation = evaluate(self._rules_for(tool), tool, {"path": name})
+        evaluation = evaluate(self._rules_for(tool), tool, {"path": name}, subject=PATH)
         if evaluation.decision == "allow":
             return ALLOWED
         origin = self._origin(evaluation)
@@ -270,6 +271,7 @@ class SpacePolicy:
             PermissionPolicy(deny=rules.deny, ask=rules.ask, enabled=rules.enabled),
             "bash",
             {"command": command},
+            subject=None,
         )
         if evaluation.decision == "deny" or (evaluation.decision == "ask" and self.unparsed != "deny"):
             return self._rule_verdict(evaluation.decision, evaluation.matching_rules[0], command)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .containment import tool_call
 from .environment import tool_environment
 from .process import WatchedChild, find_binary
-from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+from .registry import PATH, Tool, ToolContext, ToolFailure, ToolOutput, tool
 from .workspace_paths import relative_to_workspace, resolve_in_workspace
 
 _RG_TIMEOUT_S = 60.0
@@ -154,7 +154,13 @@ def _failure_message(stderr: str) -> str:
     return f"grep failed: {stderr or 'ripgrep exited with status 2'}"
 
 
-@tool("grep", family="code", lane="query", truncation_hint="narrow the pattern, path or glob to see the rest")
+@tool(
+    "grep",
+    family="code",
+    lane="query",
+    truncation_hint="narrow the pattern, path or glob to see the rest",
+    rule_subject=PATH,
+)
 async def grep(args: GrepArgs, ctx: ToolContext) -> ToolOutput:
     """Search file contents with a regular expression (ripgrep): `path:line:text` per matching
     line. The way to find where text occurs; for a symbol's definition or uses find_definition

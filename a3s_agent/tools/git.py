@@ -17,7 +17,7 @@ from typing import Annotated, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+from .registry import PATH, RuleSubject, Tool, ToolContext, ToolFailure, ToolOutput, tool
 from .safe_git import SafeGit, base_git
 from .workspace_paths import relative_to_workspace, resolve_in_workspace
 
@@ -297,7 +297,7 @@ async def _status(args: GitStatusArgs, checkout: _Checkout) -> ToolOutput:
     )
 
 
-@tool("git_status", family="git", lane="query")
+@tool("git_status", family="git", lane="query", rule_subject=PATH)
 async def git_status(args: GitStatusArgs, ctx: ToolContext) -> ToolOutput:
     """The repository's branch, how far it is ahead of or behind its upstream, and the changed
     files: staged, unstaged and untracked. Use it to orient yourself and before committing.
@@ -364,6 +364,7 @@ async def _diff(args: GitDiffArgs, checkout: _Checkout) -> ToolOutput:
     family="git",
     lane="query",
     truncation_hint="diff fewer files with path, or look at git_status first",
+    rule_subject=PATH,
 )
 async def git_diff(args: GitDiffArgs, ctx: ToolContext) -> ToolOutput:
     """A unified diff: unstaged changes by default, staged ones (the next commit) with staged, or
@@ -411,7 +412,13 @@ async def _log(args: GitLogArgs, checkout: _Checkout) -> ToolOutput:
     return ToolOutput(output=output, metadata={"commits": commits, "count": len(commits)})
 
 
-@tool("git_log", family="git", lane="query", truncation_hint="ask for fewer commits with max_count")
+@tool(
+    "git_log",
+    family="git",
+    lane="query",
+    truncation_hint="ask for fewer commits with max_count",
+    rule_subject=PATH,
+)
 async def git_log(args: GitLogArgs, ctx: ToolContext) -> ToolOutput:
     """Recent commits, newest first: short sha, author, date, subject; of one file or directory
     with path.
@@ -529,7 +536,7 @@ async def _commit(args: GitCommitArgs, checkout: _Checkout) -> ToolOutput:
     )
 
 
-@tool("git_commit", family="git", lane="execute")
+@tool("git_commit", family="git", lane="execute", rule_subject=RuleSubject("paths"))
 async def git_commit(args: GitCommitArgs, ctx: ToolContext) -> ToolOutput:
     """Commit and return the sha: the given paths (other staged changes stay out), all tracked
     changes, or, with neither, what is staged. Check git_status first.

@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from .files import rewrite_text_file
-from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+from .registry import PATH, Tool, ToolContext, ToolFailure, ToolOutput, tool
 
 
 def _lines_with_endings(text: str) -> list[str]:
@@ -73,7 +73,7 @@ def _edit_lines(workspace: Path, args: EditLinesArgs) -> str:
     return rewrite_text_file(workspace, args.path, replace_lines, "edit_lines", missing)[0]
 
 
-@tool("edit_lines", family="file", lane="execute", text_protocol_only=True)
+@tool("edit_lines", family="file", lane="execute", text_protocol_only=True, rule_subject=PATH)
 async def edit_lines(args: EditLinesArgs, ctx: ToolContext) -> ToolOutput:
     """Replace lines start_line..end_line (numbered from 1, inclusive) of a text file with `content`.
 

@@ -17,7 +17,7 @@ from ..base.jsontext import model_json
 from .files import rewrite_text_file
 from .process import ProcessResult, find_binary, run_process
 from .quality_config import editorconfig_mirror, prettier_options, ruff_invocation, shellcheck_options
-from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+from .registry import PATH, Tool, ToolContext, ToolFailure, ToolOutput, tool
 from .workspace_paths import open_in_workspace, relative_to_workspace, resolve_in_workspace
 
 _TIMEOUT_S = 120.0
@@ -118,7 +118,7 @@ class LintCodeArgs(BaseModel):
     fix: bool = Field(default=False, description="Apply ruff's safe fixes first.")
 
 
-@tool("format_code", family="code", lane="execute")
+@tool("format_code", family="code", lane="execute", rule_subject=PATH)
 async def format_code(args: FormatCodeArgs, ctx: ToolContext) -> ToolOutput:
     """Format a file or text with the project's formatter and its configuration (ruff format for
     Python, shfmt for shell, prettier for JS/TS, JSON, CSS, Markdown, YAML); returns the diff.
@@ -219,7 +219,13 @@ def _unified_diff(before: str, after: str, name: str) -> str:
     )
 
 
-@tool("lint_code", family="code", lane="execute", truncation_hint="lint a narrower path to see the rest")
+@tool(
+    "lint_code",
+    family="code",
+    lane="execute",
+    truncation_hint="lint a narrower path to see the rest",
+    rule_subject=PATH,
+)
 async def lint_code(args: LintCodeArgs, ctx: ToolContext) -> ToolOutput:
     """Lint Python (ruff, with the project's configuration) or shell scripts (shellcheck):
     `file:line:col: CODE message` per problem. Run it on code you changed.

@@ -92,6 +92,23 @@ class ToolContext:
 ToolFunction = Callable[[Any, ToolContext], Awaitable[ToolOutput | str]]
 
 
+@dataclass(frozen=True)
+class RuleSubject:
+    """What the pattern of a permission rule about the tool (`Read(src/**)`) is matched against:
+    the call's argument `argument`, read as `kind` (core/permission_matching.py): a workspace path
+    (a list: each of its paths), a URL (`domain:` patterns) or text. A path argument not given is
+    the workspace root, unless `otherwise` names what to match instead. A tool that declares no
+    subject has its arguments matched as JSON text; bash's command is the engine's own."""
+
+    argument: str
+    kind: Literal["path", "url", "text"] = "path"
+    otherwise: RuleSubject | None = None
+
+
+PATH = RuleSubject("path")
+"""The rule subject of a tool that works on the workspace path in its `path` argument."""
+
+
 @dataclass
 class Tool:
     name: str
@@ -108,6 +125,7 @@ class Tool:
     json_schema: dict[str, Any] | None = None
     # Offered only to a model speaking the CodingAgent text protocol (edit_lines, for its EDIT_FILE).
     text_protocol_only: bool = False
+    rule_subject: RuleSubject | None = None
     _schema: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
@@ -236,8 +254,10 @@ def tool(
     truncation_hint: str | None = None,
     external: bool = False,
     text_protocol_only: bool = False,
+    rule_subject: RuleSubject | None = None,
 ) -> Callable[[ToolFunction], Tool]:
-    """Make a Tool of an async function `(args: Model, ctx: ToolContext)`; its docstring describes it."""
+    """Make a Tool of an async function `(args: Model, ctx: ToolContext)`; its docstring describes
+    it, `rule_subject` what permission rules about it match (PATH: a tool taking a workspace path)."""
 
     def wrap(fn: ToolFunction) -> Tool:
         hints = get_type_hints(fn)
@@ -254,6 +274,7 @@ def tool(
             lane,
             external=external,
             text_protocol_only=text_protocol_only,
+            rule_subject=rule_subject,
             **extra,
         )
 
@@ -296,6 +317,10 @@ class ToolRegistry:
     def names(self) -> list[str]:
         """Every registered tool, enabled or not."""
         return list(self._tools)
+
+    def registered(self) -> list[Tool]:
+        """Every registered tool, enabled or not, those offered only to text-protocol models too."""
+        return [*self._tools.values(), *self._text_protocol_tools.values()]
 
     def has(self, name: str) -> bool:
         """Registered, whether enabled or not."""

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .process import ProcessResult, find_binary, run_process
-from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+from .registry import RuleSubject, Tool, ToolContext, ToolFailure, ToolOutput, tool
 from .sandbox import Place
 from .workspace_paths import resolve_in_workspace
 
@@ -68,7 +68,13 @@ async def bash(args: BashArgs, ctx: ToolContext) -> ToolOutput:
     return command_output(result, args.timeout_ms)
 
 
-@tool("run_script", family="command", lane="execute", truncation_hint=_REDIRECT_HINT)
+@tool(
+    "run_script",
+    family="command",
+    lane="execute",
+    truncation_hint=_REDIRECT_HINT,
+    rule_subject=RuleSubject("path", otherwise=RuleSubject("code", "text")),
+)
 async def run_script(args: RunScriptArgs, ctx: ToolContext) -> ToolOutput:
     """Run a script given as code, or a workspace file's path, with args, in the workspace root;
     results as for bash. Better than bash for a multi-line program. Python is the agent's own.

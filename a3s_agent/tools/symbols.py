@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tree_sitter import Language, Node, Parser, Query, QueryCursor, Tree
 
 from .process import find_binary, run_process
-from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+from .registry import PATH, Tool, ToolContext, ToolFailure, ToolOutput, tool
 from .workspace_paths import relative_to_workspace, resolve_in_workspace
 
 LanguageName = Literal["python", "javascript", "typescript", "go", "rust", "java", "c", "cpp"]
@@ -393,7 +393,7 @@ def _nothing_found(what: str, args: _SymbolArgs, target: str, scan: _Scan) -> st
     )
 
 
-@tool("find_definition", family="code", lane="query", truncation_hint=_TRUNCATION_HINT)
+@tool("find_definition", family="code", lane="query", truncation_hint=_TRUNCATION_HINT, rule_subject=PATH)
 async def find_definition(args: FindDefinitionArgs, ctx: ToolContext) -> ToolOutput:
     """Find where a function, class, method, variable or type is defined: `path:line: kind: first
     line`. Parses the code (tree-sitter), so unlike grep it skips comments, strings and mere uses.
@@ -405,7 +405,7 @@ async def find_definition(args: FindDefinitionArgs, ctx: ToolContext) -> ToolOut
     return ToolOutput(output=output, metadata=_metadata(scan))
 
 
-@tool("find_references", family="code", lane="query", truncation_hint=_TRUNCATION_HINT)
+@tool("find_references", family="code", lane="query", truncation_hint=_TRUNCATION_HINT, rule_subject=PATH)
 async def find_references(args: FindReferencesArgs, ctx: ToolContext) -> ToolOutput:
     """Find every use of a name (calls, reads, imports, annotations): `path:line:column: text`.
     Parses the code, so comments, strings and longer names do not match; same-named symbols of

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+from .registry import RuleSubject, Tool, ToolContext, ToolFailure, ToolOutput, tool
 
 NOBODY_CAN_ANSWER = (
     "nobody can answer: ask_user is answered by the host through external tasks during a generation"
@@ -39,7 +39,13 @@ class AskUserArgs(BaseModel):
         return cleaned
 
 
-@tool("ask_user", family="interaction", lane="query", external=True)
+@tool(
+    "ask_user",
+    family="interaction",
+    lane="query",
+    external=True,
+    rule_subject=RuleSubject("question", "text"),
+)
 async def ask_user(args: AskUserArgs, ctx: ToolContext) -> ToolOutput:
     """Ask the user and wait for the answer: only when you cannot go on without a decision or fact
     only they have. If nobody answers, the call fails: then choose sensibly and say so.

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..base.jsontext import model_json
 from ..base.secrets import withheld
 from .fetcher import USER_AGENT, connection_problem, decode, private_allowed, tool_proxy
-from .registry import Tool, ToolContext, ToolFailure, ToolOutput, tool
+from .registry import RuleSubject, Tool, ToolContext, ToolFailure, ToolOutput, tool
 
 if TYPE_CHECKING:
     import httpx
@@ -153,7 +153,13 @@ def _format_results(results: list[dict[str, str]]) -> str:
     )
 
 
-@tool("web_search", family="web", lane="query", truncation_hint="ask for fewer max_results")
+@tool(
+    "web_search",
+    family="web",
+    lane="query",
+    truncation_hint="ask for fewer max_results",
+    rule_subject=RuleSubject("query", "text"),
+)
 async def web_search(args: WebSearchArgs, ctx: ToolContext) -> ToolOutput:
     """Search the web: title, URL and snippet per result. For documentation, error messages and
     anything not in the workspace; web_fetch a page before relying on its details.
@@ -337,6 +343,7 @@ def _readable(page_html: str, fmt: Literal["markdown", "text"], url: str) -> str
     family="web",
     lane="query",
     truncation_hint='the page is longer than the output limit; format "text" is shorter',
+    rule_subject=RuleSubject("url", "url"),
 )
 async def web_fetch(args: WebFetchArgs, ctx: ToolContext) -> ToolOutput:
     """Read a public http(s) URL: documentation, issues, raw files, JSON APIs. An HTML page comes

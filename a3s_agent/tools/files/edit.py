@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from ..atomic import write_atomically_at
 from ..beneath import Located
 from ..edit_diff import replacement_diff
-from ..registry import ToolContext, ToolFailure, ToolOutput, tool
+from ..registry import PATH, ToolContext, ToolFailure, ToolOutput, tool
 from .access import locate, missing, regular
 
 
@@ -147,7 +147,7 @@ def _edit(workspace: Path, raw: str, args: EditFileArgs) -> ToolOutput:
     return edit_output(shown, before, args, counted[0])
 
 
-@tool("edit_file", family="file", lane="execute")
+@tool("edit_file", family="file", lane="execute", rule_subject=PATH)
 async def edit_file(args: EditFileArgs, ctx: ToolContext) -> ToolOutput:
     """Change part of a file: replace old_string with new_string; returns the diff. The way to edit
     an existing file. old_string is copied from read_file's output (without the line numbers) and

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..gitignore import TreeEntry, walk_tree
-from ..registry import ToolContext, ToolFailure, ToolOutput, tool
+from ..registry import PATH, ToolContext, ToolFailure, ToolOutput, tool
 from ..workspace_paths import relative_to_workspace, workspace_root
 from .access import locate
 
@@ -84,7 +84,7 @@ def _list(workspace: Path, start: Path, max_depth: int | None, include_hidden: b
     )
 
 
-@tool("list_files", family="file", lane="query")
+@tool("list_files", family="file", lane="query", rule_subject=PATH)
 async def list_files(args: ListFilesArgs, ctx: ToolContext) -> ToolOutput:
     """List a directory's entries (type, size, path; 1000 at most) to see a project's layout: its
     own entries unless recursive or max_depth. Entries .gitignore ignores, .git and dot-names are
@@ -196,7 +196,7 @@ def _search(workspace: Path, start: Path, pattern: str, patterns: list[list[str]
     return ToolOutput(output="\n".join(lines), metadata={"count": len(found), "truncated": truncated})
 
 
-@tool("search_files", family="file", lane="query")
+@tool("search_files", family="file", lane="query", rule_subject=PATH)
 async def search_files(args: SearchFilesArgs, ctx: ToolContext) -> ToolOutput:
     """Find files by name: the paths matching a glob (1000 at most). "*.py" matches only directly
     in path, "**/*.py" at any depth; dot-names match only when spelled (".github/**"), ignored

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...base.models import Attachment
 from ..images import MAGIC_BYTES, MAX_IMAGE_BYTES, MAX_IMAGE_SIDE, image_of, looks_like_image
-from ..registry import ToolContext, ToolFailure, ToolOutput, tool
+from ..registry import PATH, ToolContext, ToolFailure, ToolOutput, tool
 from ..workspace_paths import open_in_workspace
 from .access import missing, regular
 
@@ -191,6 +191,7 @@ def _open_file(workspace: Path, raw: str) -> BinaryIO:
     family="file",
     lane="query",
     truncation_hint="read a smaller range with offset and limit",
+    rule_subject=PATH,
 )
 async def read_file(args: ReadFileArgs, ctx: ToolContext) -> ToolOutput:
     """Read a file you know the path of. Text comes numbered as by `cat -n` (number, tab, line); the

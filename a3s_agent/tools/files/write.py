@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..atomic import write_atomically_at
 from ..beneath import Located
-from ..registry import ToolContext, ToolFailure, ToolOutput, tool
+from ..registry import PATH, ToolContext, ToolFailure, ToolOutput, tool
 from ..workspace_paths import locate_in_workspace
 from .access import locate, regular
 
@@ -71,7 +71,7 @@ def _write(workspace: Path, raw: str, data: bytes, overwrite: bool) -> tuple[str
     return place.rel, existing is None
 
 
-@tool("write_file", family="file", lane="execute")
+@tool("write_file", family="file", lane="execute", rule_subject=PATH)
 async def write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolOutput:
     """Create a new file, or replace a file's whole content, atomically (parent directories are
     created). To change part of an existing file use edit_file instead.
@@ -94,7 +94,7 @@ class DeleteFileArgs(BaseModel):
     path: str
 
 
-@tool("delete_file", family="file", lane="execute")
+@tool("delete_file", family="file", lane="execute", rule_subject=PATH)
 async def delete_file(args: DeleteFileArgs, ctx: ToolContext) -> ToolOutput:
     """Delete one file or symlink (not its target); directories are refused. There is no undo."""
     with locate(ctx.workspace, args.path, follow_final=False) as place:
