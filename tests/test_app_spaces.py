@@ -17,9 +17,9 @@ from a3s_agent.app.standalone import standalone
 from a3s_agent.base.errors import FailedPrecondition, NotFound, ResourceExhausted
 from a3s_agent.base.models import LLMConfig, Message, SessionConfig
 from a3s_agent.config import Settings
-from a3s_agent.core.agent import DoneEvent, GenerateOptions
-from a3s_agent.core.control import ConfirmationPolicy
-from a3s_agent.core.events import EventType
+from a3s_agent.core.loop.agent import DoneEvent, GenerateOptions
+from a3s_agent.core.sessions.control import ConfirmationPolicy
+from a3s_agent.core.store.events import EventType
 from a3s_agent.runtime import Runtime
 from a3s_agent.testing.fake_llm import text
 from a3s_agent.tools.builtin import builtin_registry

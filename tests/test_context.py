@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from a3s_agent.base.errors import Unavailable
 from a3s_agent.base.models import Message, ToolCall
-from a3s_agent.core.context import _count, byte_bound
+from a3s_agent.core.loop.context import _count, byte_bound
 from a3s_agent.llm.json_body import fixed_json
 from a3s_agent.llm.messages import to_openai, tool_schema
 from a3s_agent.llm.tokens import TokenCounter

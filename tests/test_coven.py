@@ -24,7 +24,7 @@ import pytest
 
 from a3s_agent.app import Application
 from a3s_agent.base.models import SessionConfig
-from a3s_agent.core.control import ConfirmationPolicy
+from a3s_agent.core.sessions.control import ConfirmationPolicy
 from a3s_agent.faces.coven import CovenAgent, CovenConfig
 from a3s_agent.faces.coven.threads import session_id_for
 from a3s_agent.proto import code_agent_pb2 as a3s_pb

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from a3s_agent.config import Settings
-from a3s_agent.core.context import byte_bound
+from a3s_agent.core.loop.context import byte_bound
 from a3s_agent.llm import messages, tokens
 from a3s_agent.llm.json_body import fixed_json
 from a3s_agent.proto import code_agent_pb2 as pb

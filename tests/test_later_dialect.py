@@ -21,7 +21,7 @@ from a3s_agent import cli
 from a3s_agent.app import Application
 from a3s_agent.base.models import LLMConfig
 from a3s_agent.config import ConfigError, Settings, settings_from
-from a3s_agent.core.skill_catalog import EXAMPLE_SKILLS_DIR
+from a3s_agent.core.skills.catalog import EXAMPLE_SKILLS_DIR
 from a3s_agent.faces.grpc import dialect, later_convert
 from a3s_agent.faces.grpc.dialect import BOX, LATER
 from a3s_agent.faces.grpc.later_only import SERVED

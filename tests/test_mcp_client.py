@@ -21,8 +21,8 @@ import grpc
 import pytest
 
 from a3s_agent.base.errors import FailedPrecondition, InvalidArgument
-from a3s_agent.core.session import SessionSettings
-from a3s_agent.core.skills import parse_skill
+from a3s_agent.core.skills.skill import parse_skill
+from a3s_agent.core.store.session import SessionSettings
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.runtime.initialization import Initialization
 from a3s_agent.testing.fake_llm import FakeLLM, call, text, tool_call, tool_calls

@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from a3s_agent.config import Settings
-from a3s_agent.core.skill_catalog import EXAMPLE_SKILLS_DIR
+from a3s_agent.core.skills.catalog import EXAMPLE_SKILLS_DIR
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.testing.fake_llm import FakeLLM

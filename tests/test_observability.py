@@ -23,7 +23,7 @@ from a3s_agent.app.observability import CostSummary, LaneStats, Observability, Q
 from a3s_agent.base.errors import InvalidArgument, NotFound
 from a3s_agent.base.prices import MAX_FILE_BYTES, ModelPrice, load_prices
 from a3s_agent.config import ConfigError, settings_from
-from a3s_agent.core.store import LogEntry
+from a3s_agent.core.store.protocol import LogEntry
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.testing.fake_llm import FakeLLM, error, text, tool_call, tool_calls
 

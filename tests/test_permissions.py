@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from a3s_agent.base.errors import InvalidArgument
-from a3s_agent.core import permissions
-from a3s_agent.core.permission_matching import workspace_path
-from a3s_agent.core.permission_rules import GIT_TOOLS, Rule, RuleType, canonical_tool_name, parse_rule
-from a3s_agent.core.permissions import Evaluation, PermissionPolicy, add_rule
-from a3s_agent.core.shell_split import split_command
+from a3s_agent.core.policy import permissions
+from a3s_agent.core.policy.matching import workspace_path
+from a3s_agent.core.policy.permissions import Evaluation, PermissionPolicy, add_rule
+from a3s_agent.core.policy.rules import GIT_TOOLS, Rule, RuleType, canonical_tool_name, parse_rule
+from a3s_agent.core.policy.shell_split import split_command
 from a3s_agent.tools.builtin import builtin_registry
 from a3s_agent.tools.registry import RuleSubject
 

@@ -15,10 +15,10 @@ import pytest
 
 from a3s_agent.cli import _parser
 from a3s_agent.config import ConfigError, settings_from
-from a3s_agent.core import workspace_facts
-from a3s_agent.core.instructions import MAX_FILE_BYTES, MAX_TOTAL_BYTES, InstructionsCache
-from a3s_agent.core.prompts import DEFAULT_SYSTEM_PROMPT, SystemPrompts
-from a3s_agent.core.workspace_facts import FactsCache
+from a3s_agent.core.prompt import workspace_facts
+from a3s_agent.core.prompt.instructions import MAX_FILE_BYTES, MAX_TOTAL_BYTES, InstructionsCache
+from a3s_agent.core.prompt.system import DEFAULT_SYSTEM_PROMPT, SystemPrompts
+from a3s_agent.core.prompt.workspace_facts import FactsCache
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 from a3s_agent.tools.builtin import builtin_registry

@@ -27,10 +27,10 @@ import grpc
 import psycopg
 import pytest
 
-from a3s_agent.core.events import EVENT, EventType
-from a3s_agent.core.postgres_store import PostgresStore
-from a3s_agent.core.repair import INTERRUPTED
-from a3s_agent.core.store import LogEntry
+from a3s_agent.core.loop.repair import INTERRUPTED
+from a3s_agent.core.store.events import EVENT, EventType
+from a3s_agent.core.store.postgres_store import PostgresStore
+from a3s_agent.core.store.protocol import LogEntry
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.testing.fake_llm import FakeLLM, Reply, _message_problem, text, tool_call

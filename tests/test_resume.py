@@ -19,7 +19,7 @@ import aiohttp
 import grpc
 import pytest
 
-from a3s_agent.core.events import EventType
+from a3s_agent.core.store.events import EventType
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.testing.fake_llm import Reply, call, text

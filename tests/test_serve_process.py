@@ -18,7 +18,7 @@ import pytest
 
 from a3s_agent.base.models import LLMConfig
 from a3s_agent.config import Settings
-from a3s_agent.core.sqlite_store import SqliteStore
+from a3s_agent.core.store.sqlite_store import SqliteStore
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.runtime import Runtime

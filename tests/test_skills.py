@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from a3s_agent.base.errors import InvalidArgument, NotFound
-from a3s_agent.core.skill_catalog import EXAMPLE_SKILLS_DIR
-from a3s_agent.core.skills import Skill, load_skill_file, parse_skill, scan_skill_dirs
+from a3s_agent.core.skills.catalog import EXAMPLE_SKILLS_DIR
+from a3s_agent.core.skills.skill import Skill, load_skill_file, parse_skill, scan_skill_dirs
 from a3s_agent.tools.registry import ToolContext, ToolOutput, ToolRegistry
 from a3s_agent.tools.skill_backends import BinaryBackend, HttpBackend, ScriptBackend
 
@@ -764,7 +764,7 @@ def test_scan_finds_both_layouts_and_the_first_duplicate_wins(
     write(first / "broken.md", "no frontmatter")
     write(second / "gamma" / "SKILL.md", "---\nname: gamma\n---\n")
     write(second / "alpha.md", "---\nname: alpha\n---\nfrom second\n")
-    with caplog.at_level(logging.WARNING, logger="a3s_agent.core.skills"):
+    with caplog.at_level(logging.WARNING, logger="a3s_agent.core.skills.skill"):
         skills = scan_skill_dirs([first, second, tmp_path / "missing"])
     assert sorted(skills) == ["alpha", "beta", "gamma"]
     assert skills["alpha"].instructions == "from first"

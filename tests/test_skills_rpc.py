@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from a3s_agent.core.skill_catalog import EXAMPLE_SKILLS_DIR
+from a3s_agent.core.skills.catalog import EXAMPLE_SKILLS_DIR
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 

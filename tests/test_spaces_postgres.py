@@ -18,7 +18,7 @@ import pytest
 
 from a3s_agent.base.errors import AlreadyExists, NotFound, ResourceExhausted, Unavailable
 from a3s_agent.config import DEFAULT_MAX_SPACES
-from a3s_agent.core import postgres_bounds
+from a3s_agent.core.store import postgres_bounds
 from a3s_agent.spaces.postgres_store import PostgresSpacesStore
 from a3s_agent.spaces.service import Spaces
 from a3s_agent.spaces.storage import RunRecord, SpaceRecord

@@ -1,4 +1,4 @@
-"""The store protocol (a3s_agent/core/store.py), one suite run against both stores: SQLite on a file
+"""The store protocol (a3s_agent/core/store/protocol.py), one suite run against both stores: SQLite on a file
 of the test's own, PostgreSQL on a database of the test's own on a real server (tests/postgres.py).
 The tests at the end are PostgreSQL's alone: two replicas on one database."""
 
@@ -20,10 +20,10 @@ import pytest
 
 from a3s_agent.base.errors import AlreadyExists, Unavailable
 from a3s_agent.base.models import LLMConfig, Message, SessionConfig, SessionState, ToolCall, Usage
-from a3s_agent.core import postgres_bounds, postgres_channel
-from a3s_agent.core.channel_seal import ChannelSeal
-from a3s_agent.core.events import EventBus, Filter
-from a3s_agent.core.postgres_channel import (
+from a3s_agent.core.store import postgres_bounds, postgres_channel
+from a3s_agent.core.store.channel_seal import ChannelSeal
+from a3s_agent.core.store.events import EventBus, Filter
+from a3s_agent.core.store.postgres_channel import (
     CONTROL_CHANNEL,
     HORIZON_EVERY_S,
     LISTENER_NAME,
@@ -34,11 +34,11 @@ from a3s_agent.core.postgres_channel import (
     control_text,
     log_payloads,
 )
-from a3s_agent.core.postgres_schema import MIGRATIONS
-from a3s_agent.core.postgres_store import CONTROL_KEPT_MS, PostgresStore
-from a3s_agent.core.session import Session, SessionSettings
-from a3s_agent.core.sqlite_store import SqliteStore
-from a3s_agent.core.store import LeaseLost, LogEntry, StaleHeader, Store
+from a3s_agent.core.store.postgres_schema import MIGRATIONS
+from a3s_agent.core.store.postgres_store import CONTROL_KEPT_MS, PostgresStore
+from a3s_agent.core.store.protocol import LeaseLost, LogEntry, StaleHeader, Store
+from a3s_agent.core.store.session import Session, SessionSettings
+from a3s_agent.core.store.sqlite_store import SqliteStore
 
 from .conftest import WITHIN_S, eventually
 
@@ -744,7 +744,7 @@ async def test_the_listener_reconnects_and_delivers_what_was_appended_while_it_w
     got = await first_entry_heard(a, b)
     await asyncio.sleep(0.5)
 
-    with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_channel"):
+    with caplog.at_level(logging.WARNING, logger="a3s_agent.core.store.postgres_channel"):
         await drop_listeners(admin, listening.database)
         await eventually(lambda: caplog.text.count("lost its connection") >= 2, "a failed reconnect")
         await a.append_log([entry("s", n) for n in range(1, 4)])  # on a's open connection
@@ -783,7 +783,7 @@ async def test_an_entry_committed_out_of_id_order_while_the_listener_was_down_is
         await a.append_log([entry("late", 2)])  # a larger id, committed first
         await eventually(lambda: [(e.session_id, e.seq) for e in got] == [("late", 1)], "the later id")
         await asyncio.sleep(0.5)  # at 0.1 s, b samples its horizon several times meanwhile
-        with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_channel"):
+        with caplog.at_level(logging.WARNING, logger="a3s_agent.core.store.postgres_channel"):
             await drop_listeners(admin, database)
             await eventually(lambda: "lost its connection" in caplog.text, "b's listener down")
             await slow.commit()  # the earlier id, while nobody hears of it
@@ -859,7 +859,7 @@ async def test_a_listening_connection_whose_server_stops_answering_is_replaced(
     [(frozen,)] = await cursor.fetchall()
     os.kill(frozen, signal.SIGSTOP)
     try:
-        with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_channel"):
+        with caplog.at_level(logging.WARNING, logger="a3s_agent.core.store.postgres_channel"):
             await eventually(lambda: "no answer within 0.3 s" in caplog.text, "the silence noticed")
         await a.append_log([entry("s", 1)])
         await eventually(lambda: [e.seq for e in got] == [1, 2], "an entry on the new connection")
@@ -925,7 +925,10 @@ async def test_a_dropped_pooled_connection_fails_one_call_unavailable_naming_no_
                 (database["dbname"],),
             )
         failing = pytest.raises(Unavailable, match=r"store \(--store\) failed \(\w+; the server's log has")
-        with caplog.at_level(logging.WARNING, logger="a3s_agent.core.postgres_bounds"), failing as failed:
+        with (
+            caplog.at_level(logging.WARNING, logger="a3s_agent.core.store.postgres_bounds"),
+            failing as failed,
+        ):
             await store.list_sessions()
         said = str(failed.value)
         for private in (database.get("host"), database.get("user"), database["dbname"]):

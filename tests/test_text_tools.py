@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from a3s_agent.base.models import LLMConfig, Message, SessionConfig, ToolCall
-from a3s_agent.core.agent import DoneEvent, GenerateOptions
-from a3s_agent.core.tool_runner import tool_message
+from a3s_agent.core.loop.agent import DoneEvent, GenerateOptions
+from a3s_agent.core.loop.tool_runner import tool_message
 from a3s_agent.llm.messages import to_openai, tool_schema
 from a3s_agent.llm.modes import tool_mode
 from a3s_agent.llm.openai_compat import OpenAICompatibleProvider

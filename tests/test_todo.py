@@ -19,7 +19,7 @@ from a3s_agent.app import Application
 from a3s_agent.base.errors import InvalidArgument, NotFound
 from a3s_agent.base.models import Todo
 from a3s_agent.config import Settings
-from a3s_agent.core.events import EVENT, EventType
+from a3s_agent.core.store.events import EVENT, EventType
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from a3s_agent.base.sqlite import connect
-from a3s_agent.core.sqlite_store import MIGRATIONS
+from a3s_agent.core.store.sqlite_store import MIGRATIONS
 from a3s_agent.faces.coven.threads import session_id_for
 from a3s_agent.llm.openai_stream import usage_of
 from a3s_agent.proto import code_agent_pb2 as pb

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..core.context import Compaction, ContextUsage
+from ..core.loop.context import Compaction, ContextUsage
 from ..runtime import Runtime
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..base.errors import NotFound
 from ..base.models import Message
-from ..core.control import ConfirmationPolicy, Lane, LaneHandler, PendingTask
+from ..core.sessions.control import ConfirmationPolicy, Lane, LaneHandler, PendingTask
 from ..runtime import Runtime
 
 
@@ -96,7 +96,7 @@ class Control:
         return [PendingTask(**{**task, "lane": Lane(task["lane"])}) for task in listed]
 
     async def lane_stats(self, session_id: str) -> dict[str, dict[str, int]]:
-        """How busy each lane of the session is (core/control.py lane_stats), as the replica that
+        """How busy each lane of the session is (core/sessions/control.py lane_stats), as the replica that
         runs its generation sees it, else this one."""
         stats: dict[str, dict[str, int]] = await self._route(session_id, "lane_stats", {})
         return stats

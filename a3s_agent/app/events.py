@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 
 from ..base.errors import InvalidArgument, NotFound
-from ..core.events import EVENT, Event, EventType, Filter, Subscription, entry_event, parse_event_types
-from ..core.store import LogEntry
+from ..core.store.events import EVENT, Event, EventType, Filter, Subscription, entry_event, parse_event_types
+from ..core.store.protocol import LogEntry
 from ..runtime import Runtime
 
 MAX_PAGE = 1000

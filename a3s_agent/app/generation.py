@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator
 
 from ..base.models import Message
-from ..core.agent import AgentEvent, DoneEvent, GenerateOptions
-from ..core.agent import Generation as Result
-from ..core.structured import StructuredDone, run_structured
+from ..core.loop.agent import AgentEvent, DoneEvent, GenerateOptions
+from ..core.loop.agent import Generation as Result
+from ..core.loop.structured import StructuredDone, run_structured
 from ..runtime import Runtime
 from ..runtime.runs import Chunk
 

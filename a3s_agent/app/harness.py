@@ -6,7 +6,7 @@ gRPC and REST see the session, its history and its log. The harness's session id
 is a valid id of ours (`[A-Za-z0-9._:-]{1,128}`), else `harness-` and 40 hex digits of its SHA-256.
 A run's events are its chunks in the session's durable log, in A3S's turns (harness_runs.py),
 numbered from 0 after a first `agent_start`. Each run's record (its prompt, state, where its
-chunks are, its git trees) is in the store (core/store.py `*_harness_run`), so that a host
+chunks are, its git trees) is in the store (core/store/protocol.py `*_harness_run`), so that a host
 retrying after a restart gets a replay, not a second run. A run whose process died once its generation began is failed when the lease
 of its generation is taken over (runtime/replicas.py; at the next start on the same data
 directory): its record names the generation's run id from its admission. One that died before
@@ -27,9 +27,9 @@ from typing import Any
 
 from ..base.errors import AgentError, Cancelled, NotFound, ResourceExhausted
 from ..base.models import Message, SessionConfig
-from ..core.agent import DoneEvent, GenerateOptions
-from ..core.events import CHUNK, now_ms
-from ..core.sessions import SESSION_ID_PATTERN
+from ..core.loop.agent import DoneEvent, GenerateOptions
+from ..core.sessions.manager import SESSION_ID_PATTERN
+from ..core.store.events import CHUNK, now_ms
 from ..runtime import Runtime
 from ..tools.git_trees import TreeUnavailable, capture_tree, keep_tree, tree_patch
 from .harness_events import bounded, chunk_event, entry_kind, event_kind

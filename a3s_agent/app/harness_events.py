@@ -1,6 +1,6 @@
 """A run's log entries as the A3S harness protocol's events (type and payload), bounded in size.
 
-One generation chunk of the run (core/chunks.py) is one event: text → `text_delta`, thinking →
+One generation chunk of the run (core/loop/chunks.py) is one event: text → `text_delta`, thinking →
 `reasoning_delta`, a tool call → `tool_execution_start`, its result → `tool_end`, a model turn →
 `turn_end`, the result → `agent_end`, the entry that ends a run without one → `error`, a notice →
 `notice` (the protocol's event types are an open set). `agent_start` and `turn_start` are made
@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from ..base.jsontext import model_json
-from ..core.agent import (
+from ..core.loop.agent import (
     AgentEvent,
     DoneEvent,
     NoticeEvent,

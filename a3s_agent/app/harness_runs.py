@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.events import now_ms
+from ..core.store.events import now_ms
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 

@@ -1,7 +1,7 @@
 """Observability: tool metrics and cost summaries from the event log, queue statistics from the
 lanes (the later dialect's GetToolMetrics, GetCostSummary, GetQueueStats; fields as its messages).
 
-Tool calls and model use are read from the log (core/accounting.py), so every replica answers
+Tool calls and model use are read from the log (core/loop/accounting.py), so every replica answers
 alike and the numbers survive a restart, as far back as the log's retention keeps entries. A
 query over the whole server reads the log a page at a time. Queue statistics are live counts:
 the replica running the session's generation answers (else this one), since it started."""
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
 from ..base.errors import InvalidArgument
-from ..core.accounting import Spending, ToolUse, spending_of, tool_use_of
-from ..core.events import PAGE
-from ..core.store import LogEntry
+from ..core.loop.accounting import Spending, ToolUse, spending_of, tool_use_of
+from ..core.store.events import PAGE
+from ..core.store.protocol import LogEntry
 from ..runtime import Runtime
 from .control import Control
 

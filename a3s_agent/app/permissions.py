@@ -6,9 +6,9 @@ from dataclasses import replace
 
 from ..base.errors import InvalidArgument
 from ..base.jsontext import parse_json
-from ..core.permission_rules import canonical_tool_name
-from ..core.permissions import Evaluation, PermissionPolicy, add_rule, evaluated
-from ..core.session import Session
+from ..core.policy.permissions import Evaluation, PermissionPolicy, add_rule, evaluated
+from ..core.policy.rules import canonical_tool_name
+from ..core.store.session import Session
 from ..runtime import Runtime
 from ..tools.registry import RuleSubject
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from ..base.errors import NotFound
 from ..base.models import Message, SessionConfig
-from ..core.context import ContextUsage
-from ..core.control import ConfirmationPolicy
-from ..core.session import Session, SessionSettings
-from ..core.sessions import listing_key
+from ..core.loop.context import ContextUsage
+from ..core.sessions.control import ConfirmationPolicy
+from ..core.sessions.manager import listing_key
+from ..core.store.session import Session, SessionSettings
 from ..runtime import Runtime
 from ..runtime.mcp import ServersGiven
 

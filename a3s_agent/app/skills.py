@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..core.skill_catalog import Listed
+from ..core.skills.catalog import Listed
 from ..runtime import Runtime
 
 

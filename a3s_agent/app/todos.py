@@ -1,4 +1,4 @@
-"""Todo lists: a session's, as GetTodos/SetTodos read and replace it (core/todos.py keeps them)."""
+"""Todo lists: a session's, as GetTodos/SetTodos read and replace it (core/sessions/todos.py keeps them)."""
 
 from __future__ import annotations
 

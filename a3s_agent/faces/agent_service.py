@@ -10,10 +10,10 @@ from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from ..app.lifecycle import Health
 from ..base.errors import InvalidArgument, NotWaiting, ResourceExhausted
 from ..base.models import Message, Usage
-from ..core.agent import DEFAULT_MAX_TOOL_CALLS, GenerateOptions, Generation, ThinkingEvent, TurnEvent
-from ..core.control import HandlerMode, Lane, LaneHandler
-from ..core.events import Event
-from ..core.structured import StructuredDone
+from ..core.loop.agent import DEFAULT_MAX_TOOL_CALLS, GenerateOptions, Generation, ThinkingEvent, TurnEvent
+from ..core.loop.structured import StructuredDone
+from ..core.sessions.control import HandlerMode, Lane, LaneHandler
+from ..core.store.events import Event
 
 # What GetCapabilities advertises: every RPC of the service is served.
 FEATURES = [

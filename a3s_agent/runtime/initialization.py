@@ -14,13 +14,13 @@ from typing import Any
 
 from ..base.models import LLMConfig
 from ..base.secrets import is_secret_name
-from ..core.budget import parse_budget
+from ..core.loop.budget import parse_budget
 from ..llm.redact import url_secrets
 from ..tools.mcp.config import storable
 
 STORED_VERSION = 1
 TOKEN_BUDGET_KEY = "token_budget"
-"""The `config.custom` key of the server-wide token budget (core/budget.py); other keys are ignored."""
+"""The `config.custom` key of the server-wide token budget (core/loop/budget.py); other keys are ignored."""
 SANDBOX_NETWORK_KEY = "sandbox_network"
 """The `config.custom` key narrowing the network commands get (off, on, allow:host,...): within the
 operator's --sandbox-network only (tools/sandbox/)."""

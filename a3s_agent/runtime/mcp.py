@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..config import Settings
-from ..core.session import Session
-from ..core.skill_catalog import SkillCatalog
+from ..core.skills.catalog import SkillCatalog
+from ..core.store.session import Session
 from ..tools.fetcher import private_allowed
 from ..tools.mcp.config import (
     MAX_API_CONFIG_CHARS,

@@ -19,11 +19,11 @@ from typing import Any
 
 from ..base import errors
 from ..base.errors import AgentError, NotFound, Unavailable
-from ..core.chunks import failure_entry
-from ..core.events import EventBus, EventType, event_entry, now_ms
-from ..core.repair import answer_interrupted_calls
-from ..core.sessions import SessionManager
-from ..core.store import Lease, LeaseLost, LogEntry, Store
+from ..core.loop.chunks import failure_entry
+from ..core.loop.repair import answer_interrupted_calls
+from ..core.sessions.manager import SessionManager
+from ..core.store.events import EventBus, EventType, event_entry, now_ms
+from ..core.store.protocol import Lease, LeaseLost, LogEntry, Store
 
 log = logging.getLogger(__name__)
 

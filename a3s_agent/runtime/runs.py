@@ -13,11 +13,11 @@ from dataclasses import replace
 
 from ..base.errors import AgentError, InvalidArgument, Unavailable
 from ..base.models import Message
-from ..core.agent import Agent, AgentEvent, DoneEvent, GenerateOptions
-from ..core.chunks import chunk_entry, entry_chunk, failure_entry
-from ..core.events import CHUNK, EventBus, Filter, Subscription
-from ..core.sessions import SessionManager
-from ..core.store import LeaseLost, LogEntry
+from ..core.loop.agent import Agent, AgentEvent, DoneEvent, GenerateOptions
+from ..core.loop.chunks import chunk_entry, entry_chunk, failure_entry
+from ..core.sessions.manager import SessionManager
+from ..core.store.events import CHUNK, EventBus, Filter, Subscription
+from ..core.store.protocol import LeaseLost, LogEntry
 
 log = logging.getLogger(__name__)
 

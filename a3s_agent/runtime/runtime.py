@@ -1,5 +1,5 @@
 """The Runtime: the server's parts, built from Settings and owned for its lifetime; the agent
-loop's AgentHost (core/host.py). Only the application layer (app/) is given it."""
+loop's AgentHost (core/loop/host.py). Only the application layer (app/) is given it."""
 
 from __future__ import annotations
 
@@ -16,20 +16,20 @@ from .. import DESCRIPTION, HOMEPAGE, LICENSE, NAME, __version__
 from ..base.errors import FailedPrecondition, InvalidArgument, NotFound
 from ..base.models import LLMConfig, Message
 from ..config import BOX_SKILLS_DIR, Settings
-from ..core.agent import Agent
-from ..core.budget import effective_budget
-from ..core.client_tools import ClientTools
-from ..core.context import ContextManager
-from ..core.control import ControlPlane
-from ..core.events import EventBus
-from ..core.prompts import SystemPrompts
-from ..core.session import Session
-from ..core.sessions import SessionManager, existing_directory
-from ..core.skill_catalog import SkillCatalog
-from ..core.sqlite_store import SqliteStore
-from ..core.store import LogEntry, Store
-from ..core.todos import TodoLists
-from ..core.tool_runner import ToolRunner
+from ..core.loop.agent import Agent
+from ..core.loop.budget import effective_budget
+from ..core.loop.context import ContextManager
+from ..core.loop.tool_runner import ToolRunner
+from ..core.prompt.system import SystemPrompts
+from ..core.sessions.client_tools import ClientTools
+from ..core.sessions.control import ControlPlane
+from ..core.sessions.manager import SessionManager, existing_directory
+from ..core.sessions.todos import TodoLists
+from ..core.skills.catalog import SkillCatalog
+from ..core.store.events import EventBus
+from ..core.store.protocol import LogEntry, Store
+from ..core.store.session import Session
+from ..core.store.sqlite_store import SqliteStore
 from ..datadir import DataDirLock, make_data_dir
 from ..llm.endpoints import credentials_clash
 from ..llm.modes import speaks_text_protocol
@@ -64,7 +64,7 @@ class AgentInfo:
 
 
 class Runtime:
-    """Holds the server's parts; it is the agent loop's AgentHost (core/host.py)."""
+    """Holds the server's parts; it is the agent loop's AgentHost (core/loop/host.py)."""
 
     def __init__(
         self,
@@ -443,7 +443,7 @@ def _as_async(action: Callable[[str, dict[str, Any]], Any]) -> Callable[[str, di
 def _store(settings: Settings) -> Store:
     """The SQLite file in the data directory, or PostgreSQL when --store names it."""
     if settings.store:
-        from ..core.postgres_store import PostgresStore  # psycopg only when asked for
+        from ..core.store.postgres_store import PostgresStore  # psycopg only when asked for
 
         return PostgresStore(settings.store, settings.replica_id)
     return SqliteStore(settings.resolved_data_dir / "sessions.db", settings.durability)

@@ -11,7 +11,7 @@ Rust code holding the lock throughout), so a call arriving during them waits: cl
 at ready and go on at once (Initialize, CreateSession, Generate) come before them; a Generate that
 does imports the provider modules itself (~11 ms, once). Nothing waits for the tokenizer meanwhile:
 from the warm-up's first step, which announces its load, until the load is done, session replies
-estimate their usage (core/context.py `shown_usage`) and the auto-compaction check settles by a
+estimate their usage (core/loop/context.py `shown_usage`) and the auto-compaction check settles by a
 byte bound (`over_threshold`); a call that needs the exact count waits for the same load, never
 repeats it. Stopping skips the steps not begun; a failure is logged, never fatal (the first calls
 then load what they need, as without a warm-up)."""

@@ -1,6 +1,6 @@
 """Space policies: the restrictive, standard and permissive presets and custom rules.
 
-Every policy is a `PermissionPolicy` of the permission engine (`core/permissions.py`): deny beats
+Every policy is a `PermissionPolicy` of the permission engine (`core/policy/permissions.py`): deny beats
 ask, ask beats allow, `defaultDecision` when no rule matches. Operations are checked as these
 engine tools, on this subject:
 
@@ -19,13 +19,13 @@ The presets' settings become rules:
 A file operation is decided on every name its file has in the workspace (`names`, found by the
 runner: the symlink-resolved target and the other hard links); the strictest decision wins.
 
-A shell command is parsed (core/shell_commands.py) and the rules about bash are matched against
-every program it runs, wrappers seen through and flags normalised (core/shell_rules.py). A command
+A shell command is parsed (core/policy/shell_commands.py) and the rules about bash are matched against
+every program it runs, wrappers seen through and flags normalised (core/policy/shell_rules.py). A command
 that cannot be parsed, or that a deny or ask rule might match only through a value known when it
 runs ($VAR, globs), gets the preset's `unparsed` decision: restrictive deny, standard ask,
 permissive none (the deny and ask rules matched as text, then the default); without a preset, ask
 (deny with defaultDecision deny). Allow rules are matched as session policies match them
-(core/shell_grants.py): they must prove every program, and a command that sets a variable is never
+(core/policy/shell_grants.py): they must prove every program, and a command that sets a variable is never
 allowed by them. Each file the command writes through a redirection or `tee` is decided as a
 createFile of it (`> .env` meets the blocked path `.*`), and the strictest decision wins.
 Restrictive, standard and custom policies refuse PATH, LD_PRELOAD and the like
@@ -43,9 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from ..base.errors import InvalidArgument
-from ..core.permission_matching import workspace_path
-from ..core.permission_rules import RULE_TYPES, Decision, check_decision, check_rules, parse_rule
-from ..core.permissions import (
+from ..core.policy.matching import workspace_path
+from ..core.policy.permissions import (
     DEFAULT_DECISION,
     STRENGTH,
     WRITE_TOOL,
@@ -54,9 +53,10 @@ from ..core.permissions import (
     evaluate,
     write_evaluation,
 )
-from ..core.shell_commands import CommandLine, Unparsable, parse_command
-from ..core.shell_grants import FileWrite, Grant, file_writes, proving_rules
-from ..core.shell_rules import CommandPattern, Match, compile_pattern, match
+from ..core.policy.rules import RULE_TYPES, Decision, check_decision, check_rules, parse_rule
+from ..core.policy.shell_commands import CommandLine, Unparsable, parse_command
+from ..core.policy.shell_grants import FileWrite, Grant, file_writes, proving_rules
+from ..core.policy.shell_rules import CommandPattern, Match, compile_pattern, match
 from ..tools.registry import PATH
 from .validation import MAX_TIMEOUT_MS, MIN_TIMEOUT_MS
 

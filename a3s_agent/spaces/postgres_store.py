@@ -25,8 +25,8 @@ from psycopg import errors
 from psycopg_pool import AsyncConnectionPool
 
 from ..base.errors import AlreadyExists, NotFound, Unavailable
-from ..core.postgres_bounds import bound_waits, pooled
-from ..core.postgres_schema import CONNECT_TIMEOUT_S, NOW_MS, migrate
+from ..core.store.postgres_bounds import bound_waits, pooled
+from ..core.store.postgres_schema import CONNECT_TIMEOUT_S, NOW_MS, migrate
 from .storage import RunRecord, SpaceDeletion, SpaceRecord
 
 # Each entry moves the schema one version up; a3s_spaces_schema records the version (one row).
@@ -258,7 +258,7 @@ class PostgresSpacesStore:
 
     def _connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[tuple[Any, ...]]]:
         """A pooled connection in a transaction of its own, committed when the block ends; what
-        fails on the database raises Unavailable (core/postgres_bounds.py)."""
+        fails on the database raises Unavailable (core/store/postgres_bounds.py)."""
         if self._pool is None:
             raise RuntimeError("the Agent Spaces store is not open")
         return pooled(self._pool, _STORE_NAME)

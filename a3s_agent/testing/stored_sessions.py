@@ -8,7 +8,7 @@ from pathlib import Path
 
 from a3s_agent.base.models import SessionConfig
 from a3s_agent.base.sqlite import connect
-from a3s_agent.core.sqlite_store import MIGRATIONS
+from a3s_agent.core.store.sqlite_store import MIGRATIONS
 
 CREATED_AT = 1_700_000_000_000
 

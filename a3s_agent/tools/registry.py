@@ -95,7 +95,7 @@ ToolFunction = Callable[[Any, ToolContext], Awaitable[ToolOutput | str]]
 @dataclass(frozen=True)
 class RuleSubject:
     """What the pattern of a permission rule about the tool (`Read(src/**)`) is matched against:
-    the call's argument `argument`, read as `kind` (core/permission_matching.py): a workspace path
+    the call's argument `argument`, read as `kind` (core/policy/matching.py): a workspace path
     (a list: each of its paths), a URL (`domain:` patterns) or text. A path argument not given is
     the workspace root, unless `otherwise` names what to match instead. A tool that declares no
     subject has its arguments matched as JSON text; bash's command is the engine's own."""

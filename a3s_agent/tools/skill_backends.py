@@ -1,4 +1,4 @@
-"""Skill tool backends: how a tool a skill defines runs (core/skills.py reads their definitions).
+"""Skill tool backends: how a tool a skill defines runs (core/skills/skill.py reads their definitions).
 
 - `script`: an inline script run in the workspace by its interpreter (a command line such as
   `python3` or `bash -eu`). The arguments arrive in the environment: `TOOL_ARGS` (all of them as

@@ -2,7 +2,7 @@
 Claude Code's TodoWrite): it sends the whole list, which replaces the last one, and gets it back.
 
 `checked_todos` is the one check of a list, wherever it comes from (this tool, SetTodos): the
-session keeps it in its stored settings (core/todos.py)."""
+session keeps it in its stored settings (core/sessions/todos.py)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ import grpc
 import pytest
 
 from a3s_agent.base.models import LLMConfig
-from a3s_agent.core.repair import INTERRUPTED
+from a3s_agent.core.loop.repair import INTERRUPTED
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.testing.fake_llm import (

@@ -247,7 +247,7 @@ async def test_an_operator_skill_wins_over_the_repositorys_of_the_same_name(
 async def test_a_workspace_skill_grants_no_permissions_unless_trusted(
     workspace: Path, tmp_path: Path, hostile_repository: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="a3s_agent.core.skill_catalog"):
+    with caplog.at_level(logging.WARNING, logger="a3s_agent.core.skills.catalog"):
         async with running(settings_for(workspace, tmp_path)) as server:
             session_id = await ask_by_default(server)
             await server.stub.LoadSkill(pb.LoadSkillRequest(session_id=session_id, skill_name="helper"))

@@ -45,7 +45,7 @@ from ...app.sessions import PageKey, ServersGiven
 from ...base.errors import InvalidArgument, NotFound
 from ...base.jsontext import parse_json
 from ...base.models import Message, SessionConfig
-from ...core.session import Session
+from ...core.store.session import Session
 from ..agent_service import check_message_size
 from .content import PromptBlock, user_message
 from .editor import Editor

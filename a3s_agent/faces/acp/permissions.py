@@ -21,9 +21,9 @@ from acp.schema import AllowedOutcome, PermissionOption, ToolCallUpdate
 
 from ...app import Application
 from ...base.errors import AgentError, NotFound
-from ...core.control import ConfirmationPolicy, Lane
-from ...core.permissions import PermissionPolicy
-from ...core.shell_grants import file_writes, parsed_line
+from ...core.policy.permissions import PermissionPolicy
+from ...core.policy.shell_grants import file_writes, parsed_line
+from ...core.sessions.control import ConfirmationPolicy, Lane
 from ...tools.registry import Tool
 from .plan import PLAN_TOOL
 

@@ -15,8 +15,8 @@ from acp.schema import TerminalToolCallContent, ToolCallProgress, ToolCallStatus
 
 from ...app.events import Feed
 from ...base.models import ToolCall
-from ...core.events import Event, EventType
-from ...core.tool_runner import tool_message
+from ...core.loop.tool_runner import tool_message
+from ...core.store.events import Event, EventType
 from ...tools.registry import Tool, ToolOutput
 from .describe import ToolContent, arguments_of, output_content, shown_output, started
 from .outbox import SessionUpdate

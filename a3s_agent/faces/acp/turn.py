@@ -14,7 +14,7 @@ from acp.schema import AgentMessageChunk, AgentThoughtChunk, StopReason, UsageUp
 from ...app import Application
 from ...base.errors import Cancelled
 from ...base.models import Message
-from ...core.agent import (
+from ...core.loop.agent import (
     AgentEvent,
     DoneEvent,
     GenerateOptions,

@@ -13,7 +13,7 @@ import grpc
 
 from ...app import Application
 from ...base.backoff import Backoff
-from ...core.control import ConfirmationPolicy
+from ...core.sessions.control import ConfirmationPolicy
 from ...proto import coven_pb2 as pb
 from ...proto import coven_pb2_grpc as pb_grpc
 from .register import registration, stored_agent_id

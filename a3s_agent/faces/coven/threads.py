@@ -8,8 +8,8 @@ from dataclasses import replace
 
 from ...app.sessions import Sessions
 from ...base.models import SessionConfig
-from ...core.control import ConfirmationPolicy
-from ...core.sessions import SESSION_ID_PATTERN
+from ...core.sessions.control import ConfirmationPolicy
+from ...core.sessions.manager import SESSION_ID_PATTERN
 
 SESSION_PREFIX = "coven:"
 _HASH_CHARS = 16

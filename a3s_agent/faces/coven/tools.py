@@ -11,8 +11,8 @@ from ...app.control import Control
 from ...app.events import Feed
 from ...base.errors import NotFound
 from ...base.models import ToolCall
-from ...core.events import Event, EventType
-from ...core.tool_runner import tool_message
+from ...core.loop.tool_runner import tool_message
+from ...core.store.events import Event, EventType
 from ...proto import coven_pb2 as pb
 from ...tools.registry import ToolOutput
 

@@ -9,7 +9,7 @@ from typing import cast
 from ...app.lifecycle import AgentInfo
 from ...base.errors import InvalidArgument
 from ...base.models import Attachment, LLMConfig, Message, SessionConfig, ToolCall, Usage
-from ...core.agent import (
+from ...core.loop.agent import (
     AgentEvent,
     DoneEvent,
     GenerateOptions,
@@ -21,11 +21,11 @@ from ...core.agent import (
     ToolResultEvent,
     TurnEvent,
 )
-from ...core.context import ContextUsage
-from ...core.control import ConfirmationPolicy, LaneHandler, PendingTask
-from ...core.events import Event
-from ...core.permissions import PermissionPolicy
-from ...core.session import Session
+from ...core.loop.context import ContextUsage
+from ...core.policy.permissions import PermissionPolicy
+from ...core.sessions.control import ConfirmationPolicy, LaneHandler, PendingTask
+from ...core.store.events import Event
+from ...core.store.session import Session
 from ...proto import code_agent_pb2 as pb
 from ...tools.registry import Tool, ToolOutput
 from ..agent_service import (

@@ -12,7 +12,7 @@ from typing import cast
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from ...base.errors import InvalidArgument
-from ...core.events import Event, EventType, parse_event_types
+from ...core.store.events import Event, EventType, parse_event_types
 from ...proto import code_agent_later_pb2 as lp
 from ...proto import code_agent_pb2 as pb
 
@@ -42,7 +42,7 @@ _CHUNK_TYPES = {
 _SERVED_STORAGE = (lp.STORAGE_TYPE_UNSPECIFIED, lp.STORAGE_TYPE_MEMORY, lp.STORAGE_TYPE_FILE)
 CONTEXT_COMPACTED = cast("pb.AgentEvent.EventType", lp.AgentEvent.EVENT_TYPE_CONTEXT_COMPACTED)
 """20, in a Box AgentEvent (the enum is open) for a later-dialect client."""
-_COMPACTED_MESSAGE = "context_compacted"  # the INFO event core/context.py publishes on compaction
+_COMPACTED_MESSAGE = "context_compacted"  # the INFO event core/loop/context.py publishes on compaction
 _LATER_EVENT_TYPES = {
     pb_name.removeprefix("EVENT_TYPE_"): number
     for pb_name, number in lp.AgentEvent.EventType.items()

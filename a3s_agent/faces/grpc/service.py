@@ -15,10 +15,10 @@ from ...app.lifecycle import InitializeRequest
 from ...base.errors import InvalidArgument
 from ...base.models import Message as CoreMessage
 from ...base.models import ToolCall
-from ...core.agent import TextEvent
-from ...core.context import ContextUsage
-from ...core.session import Session
-from ...core.structured import StructuredDone
+from ...core.loop.agent import TextEvent
+from ...core.loop.context import ContextUsage
+from ...core.loop.structured import StructuredDone
+from ...core.store.session import Session
 from ...proto import code_agent_pb2 as pb
 from ...proto import code_agent_pb2_grpc as pb_grpc
 from .. import call_metadata

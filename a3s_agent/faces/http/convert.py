@@ -13,7 +13,7 @@ from typing import Any
 from ...app.lifecycle import AgentInfo
 from ...base.errors import InvalidArgument
 from ...base.models import Attachment, LLMConfig, Message, SessionConfig, ToolCall, Usage
-from ...core.agent import (
+from ...core.loop.agent import (
     AgentEvent,
     DoneEvent,
     GenerateOptions,
@@ -25,11 +25,11 @@ from ...core.agent import (
     ToolResultEvent,
     TurnEvent,
 )
-from ...core.context import ContextUsage
-from ...core.control import ConfirmationPolicy, LaneHandler, PendingTask
-from ...core.events import Event
-from ...core.permissions import PermissionPolicy
-from ...core.session import Session
+from ...core.loop.context import ContextUsage
+from ...core.policy.permissions import PermissionPolicy
+from ...core.sessions.control import ConfirmationPolicy, LaneHandler, PendingTask
+from ...core.store.events import Event
+from ...core.store.session import Session
 from ...tools.registry import Tool, ToolOutput
 from ..agent_service import (
     check_message_count,

@@ -23,9 +23,9 @@ from typing import Any
 from ...app import Application
 from ...app.events import MAX_PAGE
 from ...base.errors import AgentError, InvalidArgument
-from ...core.chunks import entry_chunk
-from ...core.events import Event
-from ...core.store import LogEntry
+from ...core.loop.chunks import entry_chunk
+from ...core.store.events import Event
+from ...core.store.protocol import LogEntry
 from ..call_metadata import seq_number
 from ..status import failure
 from . import convert

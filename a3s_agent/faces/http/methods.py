@@ -27,8 +27,8 @@ from ...app.lifecycle import InitializeRequest
 from ...app.sessions import SessionView
 from ...base.errors import InvalidArgument
 from ...base.models import Message
-from ...core.agent import TextEvent
-from ...core.structured import StructuredDone
+from ...core.loop.agent import TextEvent
+from ...core.loop.structured import StructuredDone
 from .. import agent_service as service
 from .. import call_metadata
 from ..call_metadata import Metadata, Pairs

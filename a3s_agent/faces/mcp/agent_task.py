@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ...app import Application
 from ...base.errors import AgentError, InvalidArgument
 from ...base.models import Message, SessionConfig
-from ...core.agent import (
+from ...core.loop.agent import (
     AgentEvent,
     DoneEvent,
     GenerateOptions,

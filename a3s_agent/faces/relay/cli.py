@@ -20,7 +20,7 @@ from ...app.standalone import standalone
 from ...base.errors import AgentError
 from ...base.models import LLMConfig, Message, SessionConfig
 from ...config import Settings
-from ...core.agent import AgentEvent, DoneEvent, GenerateOptions, ToolResultEvent
+from ...core.loop.agent import AgentEvent, DoneEvent, GenerateOptions, ToolResultEvent
 from ...llm.modes import RELAY_PROVIDER
 from ...llm.provider import Provider
 from ...text_protocol.relay import RELAY_SCHEME, RelayProvider, RelayTiming, load_sessions
