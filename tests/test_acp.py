@@ -56,9 +56,10 @@ from acp.schema import (
 
 from a3s_agent import faces
 from a3s_agent.app import Application
+from a3s_agent.app.permissions import always_rule
 from a3s_agent.config import Settings
 from a3s_agent.faces.acp.content import PromptBlock
-from a3s_agent.faces.acp.permissions import always_rule, options
+from a3s_agent.faces.acp.permissions import options
 from a3s_agent.faces.http import start_http
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.testing.fake_anthropic import FakeAnthropic

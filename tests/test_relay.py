@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
+from a3s_agent.app.relay import relay_llm
 from a3s_agent.app.standalone import standalone
 from a3s_agent.base.errors import FailedPrecondition, Unavailable
 from a3s_agent.base.models import Message, SessionConfig
 from a3s_agent.config import Settings
 from a3s_agent.core.loop.agent import DoneEvent, GenerateOptions
-from a3s_agent.faces.relay import relay_llm, relay_new, relay_resume
+from a3s_agent.faces.relay import relay_new, relay_resume
 from a3s_agent.llm.messages import tool_schema
 from a3s_agent.llm.provider import CompletionRequest, ProviderEvent, TextDelta, ToolCallReady, TurnEnd
 from a3s_agent.text_protocol.relay import RelayProvider, RelayTiming, load_sessions, relay_dir_of

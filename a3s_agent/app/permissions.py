@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 from dataclasses import replace
+from typing import Any
 
 from ..base.errors import InvalidArgument
 from ..base.jsontext import parse_json
 from ..core.policy.permissions import Evaluation, PermissionPolicy, add_rule, evaluated
 from ..core.policy.rules import canonical_tool_name
+from ..core.policy.shell_grants import file_writes, parsed_line
 from ..core.store.session import Session
 from ..runtime import Runtime
 from ..tools.registry import RuleSubject
+
+_COMMAND_WORD = re.compile(r"[A-Za-z0-9_./+-]+")
 
 
 class Permissions:
@@ -51,3 +57,23 @@ class Permissions:
         wanted = canonical_tool_name(tool_name)
         tools = (*self._rt.registry.registered(), *self._rt.tools_for(session))
         return next((tool.rule_subject for tool in tools if canonical_tool_name(tool.name) == wanted), None)
+
+
+def always_rule(tool_name: str, arguments: dict[str, Any]) -> str | None:
+    """The allow rule "allow always" adds: the command's first word for bash (`bash(pytest:*)`),
+    the whole tool otherwise. None when such a rule would not allow the command again: it has no
+    plain first word, the parser cannot read it, or it writes a file through a redirection or
+    `tee` (a rule for the program does not cover that write)."""
+    if tool_name != "bash":
+        return tool_name
+    command = arguments.get("command")
+    try:
+        words = shlex.split(command) if isinstance(command, str) else []
+    except ValueError:
+        return None
+    if not words or "=" in words[0] or not _COMMAND_WORD.fullmatch(words[0]):
+        return None
+    line = parsed_line(str(command))
+    if line is None or file_writes(line):
+        return None
+    return f"bash({words[0]}:*)"

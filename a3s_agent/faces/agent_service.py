@@ -8,12 +8,20 @@ import json
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 
 from ..app.lifecycle import Health
+from ..app.types import (
+    DEFAULT_MAX_TOOL_CALLS,
+    Event,
+    GenerateOptions,
+    Generation,
+    HandlerMode,
+    Lane,
+    LaneHandler,
+    StructuredDone,
+    ThinkingEvent,
+    TurnEvent,
+)
 from ..base.errors import InvalidArgument, NotWaiting, ResourceExhausted
 from ..base.models import Message, Usage
-from ..core.loop.agent import DEFAULT_MAX_TOOL_CALLS, GenerateOptions, Generation, ThinkingEvent, TurnEvent
-from ..core.loop.structured import StructuredDone
-from ..core.sessions.control import HandlerMode, Lane, LaneHandler
-from ..core.store.events import Event
 
 # What GetCapabilities advertises: every RPC of the service is served.
 FEATURES = [

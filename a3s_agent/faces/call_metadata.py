@@ -31,9 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..app.sessions import PageKey, ServersGiven, SessionView
+from ..app.types import Resync, parse_budget
 from ..base.errors import InvalidArgument
-from ..core.loop.budget import parse_budget
-from ..core.store.events import Resync
 from .agent_service import MAX_PAGE_SIZE, usage_metadata
 
 CONFIG_MODE_KEY = "a3s-config-mode"

@@ -14,8 +14,8 @@ import resource
 import socket
 from typing import Any
 
+from ..app.types import Settings
 from ..base.sparse_log import SparseLog
-from ..config import Settings
 
 log = logging.getLogger(__name__)
 

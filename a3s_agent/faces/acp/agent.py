@@ -42,10 +42,10 @@ from acp.schema import (
 from ... import NAME, __version__
 from ...app import Application
 from ...app.sessions import PageKey, ServersGiven
+from ...app.types import Session
 from ...base.errors import InvalidArgument, NotFound
 from ...base.jsontext import parse_json
 from ...base.models import Message, SessionConfig
-from ...core.store.session import Session
 from ..agent_service import check_message_size
 from .content import PromptBlock, user_message
 from .editor import Editor

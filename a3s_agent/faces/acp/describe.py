@@ -18,10 +18,10 @@ from acp.schema import (
     ToolKind,
 )
 
+from ...app.tool_kit import resolve_in_workspace
+from ...app.types import Tool, ToolFailure
 from ...base.jsontext import model_json
 from ...base.models import Message, ToolCall
-from ...tools.registry import Tool, ToolFailure
-from ...tools.workspace_paths import resolve_in_workspace
 from .content import text_block
 
 ToolContent = ContentToolCallContent | FileEditToolCallContent | TerminalToolCallContent

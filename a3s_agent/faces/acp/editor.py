@@ -28,11 +28,26 @@ from acp.interfaces import Client
 from acp.schema import ClientCapabilities, EnvVariable, WaitForTerminalExitResponse
 from pydantic import BaseModel
 
-from ...tools import files, shell
-from ...tools.images import MAGIC_BYTES, looks_like_image
-from ...tools.process import ProcessResult
-from ...tools.registry import Tool, ToolContext, ToolFailure, ToolOutput
-from ...tools.workspace_paths import relative_to_workspace, resolve_in_workspace
+from ...app.tool_kit import (
+    MAGIC_BYTES,
+    MAX_WRITE_BYTES,
+    BashArgs,
+    EditFileArgs,
+    ProcessResult,
+    ReadFileArgs,
+    ToolContext,
+    WriteFileArgs,
+    apply_edit,
+    check_edit,
+    command_output,
+    edit_output,
+    looks_like_image,
+    output_cap,
+    read_text,
+    relative_to_workspace,
+    resolve_in_workspace,
+)
+from ...app.types import Tool, ToolFailure, ToolOutput
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +128,7 @@ async def _asked(what: str, request: Awaitable[_T]) -> _T:
 
 
 async def read_file(
-    editor: Editor, client: Client, session_id: str, args: files.ReadFileArgs, ctx: ToolContext
+    editor: Editor, client: Client, session_id: str, args: ReadFileArgs, ctx: ToolContext
 ) -> ToolOutput | None:
     if args.encoding == "base64":
         return None
@@ -125,17 +140,17 @@ async def read_file(
     ).content
     data = text.encode("utf-8")
     # The same numbered lines and footer as from the disk (and the same refusals: binary, not ascii).
-    return files.read_text(io.BytesIO(data), args.path, args, len(data), ctx.max_output_bytes)
+    return read_text(io.BytesIO(data), args.path, args, len(data), ctx.max_output_bytes)
 
 
 async def write_file(
-    editor: Editor, client: Client, session_id: str, args: files.WriteFileArgs, ctx: ToolContext
+    editor: Editor, client: Client, session_id: str, args: WriteFileArgs, ctx: ToolContext
 ) -> ToolOutput | None:
     if args.encoding != "utf-8":
         return None
     size = len(args.content.encode("utf-8"))
-    if size > files.MAX_WRITE_BYTES:
-        raise ToolFailure(f"content is {size} bytes; write_file writes at most {files.MAX_WRITE_BYTES} bytes")
+    if size > MAX_WRITE_BYTES:
+        raise ToolFailure(f"content is {size} bytes; write_file writes at most {MAX_WRITE_BYTES} bytes")
     path = resolve_in_workspace(ctx.workspace, args.path)
     existed = path.exists()
     if existed and not path.is_file():
@@ -157,22 +172,22 @@ async def write_file(
 
 
 async def edit_file(
-    editor: Editor, client: Client, session_id: str, args: files.EditFileArgs, ctx: ToolContext
+    editor: Editor, client: Client, session_id: str, args: EditFileArgs, ctx: ToolContext
 ) -> ToolOutput | None:
-    files.check_edit(args)
+    check_edit(args)
     path = resolve_in_workspace(ctx.workspace, args.path)
     before = (
         await _asked("fs/read_text_file", client.read_text_file(session_id=session_id, path=str(path)))
     ).content
-    after, count = files.apply_edit(before, args, args.path)
+    after, count = apply_edit(before, args, args.path)
     await _asked(
         "fs/write_text_file", client.write_text_file(session_id=session_id, path=str(path), content=after)
     )
-    return files.edit_output(relative_to_workspace(ctx.workspace, path), before, args, count)
+    return edit_output(relative_to_workspace(ctx.workspace, path), before, args, count)
 
 
 async def bash(
-    editor: Editor, client: Client, session_id: str, args: shell.BashArgs, ctx: ToolContext
+    editor: Editor, client: Client, session_id: str, args: BashArgs, ctx: ToolContext
 ) -> ToolOutput | None:
     """`bash -c` in a terminal of the editor, shown in the tool call while it runs; the same
     timeout, output cap and result as the local bash."""
@@ -187,7 +202,7 @@ async def bash(
             args=["-c", args.command],
             env=[EnvVariable(name=name, value=value) for name, value in ctx.env.items()],
             cwd=str(cwd),
-            output_byte_limit=shell.output_cap(ctx),
+            output_byte_limit=output_cap(ctx),
         ),
     )
     terminal = created.terminal_id
@@ -217,7 +232,7 @@ async def bash(
         duration_ms=round((time.perf_counter() - started) * 1000, 3),
         truncated=output.truncated,
     )
-    return shell.command_output(result, args.timeout_ms)
+    return command_output(result, args.timeout_ms)
 
 
 def _is_image(path: Path) -> bool:

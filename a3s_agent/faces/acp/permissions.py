@@ -11,8 +11,6 @@ it. A session made elsewhere keeps its own policies.
 from __future__ import annotations
 
 import logging
-import re
-import shlex
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,11 +18,9 @@ from acp.interfaces import Client
 from acp.schema import AllowedOutcome, PermissionOption, ToolCallUpdate
 
 from ...app import Application
+from ...app.permissions import always_rule
+from ...app.types import ConfirmationPolicy, Lane, PermissionPolicy, Tool
 from ...base.errors import AgentError, NotFound
-from ...core.policy.permissions import PermissionPolicy
-from ...core.policy.shell_grants import file_writes, parsed_line
-from ...core.sessions.control import ConfirmationPolicy, Lane
-from ...tools.registry import Tool
 from .plan import PLAN_TOOL
 
 log = logging.getLogger(__name__)
@@ -33,7 +29,6 @@ ALLOW_ONCE, ALLOW_ALWAYS, REJECT = "allow-once", "allow-always", "reject-once"
 READ_ONLY_FAMILIES = frozenset({"file", "code", "git"})
 CONFIRMATION_TIMEOUT_MS = 30 * 60_000
 """How long a call waits for the editor's answer before it is rejected."""
-_COMMAND_WORD = re.compile(r"[A-Za-z0-9_./+-]+")
 
 
 def editor_policy(tools: Iterable[Tool]) -> PermissionPolicy:
@@ -49,26 +44,6 @@ def editor_confirmation() -> ConfirmationPolicy:
     return ConfirmationPolicy(
         enabled=True, default_timeout_ms=CONFIRMATION_TIMEOUT_MS, yolo_lanes=[int(lane) for lane in Lane]
     )
-
-
-def always_rule(tool_name: str, arguments: dict[str, Any]) -> str | None:
-    """The allow rule "allow always" adds: the command's first word for bash (`bash(pytest:*)`),
-    the whole tool otherwise. None when such a rule would not allow the command again: it has no
-    plain first word, the parser cannot read it, or it writes a file through a redirection or
-    `tee` (a rule for the program does not cover that write)."""
-    if tool_name != "bash":
-        return tool_name
-    command = arguments.get("command")
-    try:
-        words = shlex.split(command) if isinstance(command, str) else []
-    except ValueError:
-        return None
-    if not words or "=" in words[0] or not _COMMAND_WORD.fullmatch(words[0]):
-        return None
-    line = parsed_line(str(command))
-    if line is None or file_writes(line):
-        return None
-    return f"bash({words[0]}:*)"
 
 
 def options(rule: str | None) -> list[PermissionOption]:

@@ -8,8 +8,9 @@ from typing import Literal
 from acp.schema import AgentPlanUpdate, PlanEntry
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...app.tool_kit import ToolContext, tool
+from ...app.types import ToolOutput
 from ...base.jsontext import model_json
-from ...tools.registry import ToolContext, ToolOutput, tool
 
 PLAN_TOOL = "update_plan"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from acp.schema import AgentMessageChunk, ToolCallProgress
 
+from ...app.types import Tool
 from ...base.models import Message, ToolCall
-from ...tools.registry import Tool
 from .content import text_block, user_chunks
 from .describe import ToolContent, shown_output, started
 from .outbox import SessionUpdate

@@ -16,7 +16,7 @@ from typing import cast
 from acp import Agent, run_agent
 
 from ...app.standalone import standalone
-from ...config import Settings
+from ...app.types import Settings
 from .agent import EditorAgent
 from .editor import Editor
 from .stdio import open_stdio

@@ -14,10 +14,8 @@ from pathlib import Path
 from acp.schema import TerminalToolCallContent, ToolCallProgress, ToolCallStatus, ToolCallUpdate
 
 from ...app.events import Feed
+from ...app.types import Event, EventType, Tool, ToolOutput, tool_message
 from ...base.models import ToolCall
-from ...core.loop.tool_runner import tool_message
-from ...core.store.events import Event, EventType
-from ...tools.registry import Tool, ToolOutput
 from .describe import ToolContent, arguments_of, output_content, shown_output, started
 from .outbox import SessionUpdate
 from .permissions import Asker

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...tools.builtin import builtin_tools
-from ...tools.registry import ToolRegistry
+from ...app.tool_kit import ToolRegistry, builtin_tools
 from . import editor as through
 from .editor import Editor, Remote, routed
 from .plan import update_plan

@@ -12,20 +12,20 @@ from pathlib import Path
 from acp.schema import AgentMessageChunk, AgentThoughtChunk, StopReason, UsageUpdate
 
 from ...app import Application
-from ...base.errors import Cancelled
-from ...base.models import Message
-from ...core.loop.agent import (
+from ...app.types import (
     AgentEvent,
     DoneEvent,
     GenerateOptions,
     NoticeEvent,
     TextEvent,
     ThinkingEvent,
+    Tool,
     ToolCallEvent,
     ToolResultEvent,
     TurnEvent,
 )
-from ...tools.registry import Tool
+from ...base.errors import Cancelled
+from ...base.models import Message
 from .content import text_block
 from .outbox import Outbox, SessionUpdate
 from .permissions import Asker

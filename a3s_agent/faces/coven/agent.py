@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import grpc
 
 from ...app import Application
+from ...app.types import ConfirmationPolicy
 from ...base.backoff import Backoff
-from ...core.sessions.control import ConfirmationPolicy
 from ...proto import coven_pb2 as pb
 from ...proto import coven_pb2_grpc as pb_grpc
 from .register import registration, stored_agent_id

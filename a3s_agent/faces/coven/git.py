@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...app.tool_kit import base_git
+from ...app.types import ToolFailure
 from ...proto import coven_pb2 as pb
-from ...tools.registry import ToolFailure
-from ...tools.safe_git import base_git
 
 
 async def git_info(directory: Path) -> pb.GitInfo | None:

@@ -10,16 +10,9 @@ from contextlib import aclosing
 from typing import Any
 
 from ...app import Application
+from ...app.types import DoneEvent, GenerateOptions, TextEvent, ToolCallEvent, ToolResultEvent, TurnEvent
 from ...base.errors import AgentError, Cancelled, InvalidArgument, NotFound
 from ...base.models import Attachment, Message, Usage
-from ...core.loop.agent import (
-    DoneEvent,
-    GenerateOptions,
-    TextEvent,
-    ToolCallEvent,
-    ToolResultEvent,
-    TurnEvent,
-)
 from ...proto import coven_pb2 as pb
 from .threads import Threads, session_id_for
 from .tools import WATCHED_EVENTS, ToolStates

@@ -7,9 +7,8 @@ import re
 from dataclasses import replace
 
 from ...app.sessions import Sessions
+from ...app.types import SESSION_ID_PATTERN, ConfirmationPolicy
 from ...base.models import SessionConfig
-from ...core.sessions.control import ConfirmationPolicy
-from ...core.sessions.manager import SESSION_ID_PATTERN
 
 SESSION_PREFIX = "coven:"
 _HASH_CHARS = 16

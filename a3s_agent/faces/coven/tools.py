@@ -9,12 +9,10 @@ from collections.abc import Callable
 
 from ...app.control import Control
 from ...app.events import Feed
+from ...app.types import Event, EventType, ToolOutput, tool_message
 from ...base.errors import NotFound
 from ...base.models import ToolCall
-from ...core.loop.tool_runner import tool_message
-from ...core.store.events import Event, EventType
 from ...proto import coven_pb2 as pb
-from ...tools.registry import ToolOutput
 
 log = logging.getLogger(__name__)
 

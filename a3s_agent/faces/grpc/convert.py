@@ -7,27 +7,30 @@ from collections.abc import Sequence
 from typing import cast
 
 from ...app.lifecycle import AgentInfo
-from ...base.errors import InvalidArgument
-from ...base.models import Attachment, LLMConfig, Message, SessionConfig, ToolCall, Usage
-from ...core.loop.agent import (
+from ...app.types import (
     AgentEvent,
+    ConfirmationPolicy,
+    ContextUsage,
     DoneEvent,
+    Event,
     GenerateOptions,
     Generation,
+    LaneHandler,
     NoticeEvent,
+    PendingTask,
+    PermissionPolicy,
+    Session,
     TextEvent,
     ThinkingEvent,
+    Tool,
     ToolCallEvent,
+    ToolOutput,
     ToolResultEvent,
     TurnEvent,
 )
-from ...core.loop.context import ContextUsage
-from ...core.policy.permissions import PermissionPolicy
-from ...core.sessions.control import ConfirmationPolicy, LaneHandler, PendingTask
-from ...core.store.events import Event
-from ...core.store.session import Session
+from ...base.errors import InvalidArgument
+from ...base.models import Attachment, LLMConfig, Message, SessionConfig, ToolCall, Usage
 from ...proto import code_agent_pb2 as pb
-from ...tools.registry import Tool, ToolOutput
 from ..agent_service import (
     check_message_count,
     check_message_size,

@@ -19,8 +19,8 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf.message import Message
 
+from ...app.types import A3S_DIALECTS
 from ...base.errors import InvalidArgument
-from ...config import A3S_DIALECTS
 from ...proto import code_agent_later_pb2 as lp
 from ..status import MAX_MESSAGE_CHARS, shortened
 from . import dialect, later_convert

@@ -11,8 +11,8 @@ from typing import cast
 
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
+from ...app.types import Event, EventType, parse_event_types
 from ...base.errors import InvalidArgument
-from ...core.store.events import Event, EventType, parse_event_types
 from ...proto import code_agent_later_pb2 as lp
 from ...proto import code_agent_pb2 as pb
 

@@ -12,13 +12,10 @@ from google.protobuf.message import Message
 
 from ...app import Application
 from ...app.lifecycle import InitializeRequest
+from ...app.types import ContextUsage, Session, StructuredDone, TextEvent
 from ...base.errors import InvalidArgument
 from ...base.models import Message as CoreMessage
 from ...base.models import ToolCall
-from ...core.loop.agent import TextEvent
-from ...core.loop.context import ContextUsage
-from ...core.loop.structured import StructuredDone
-from ...core.store.session import Session
 from ...proto import code_agent_pb2 as pb
 from ...proto import code_agent_pb2_grpc as pb_grpc
 from .. import call_metadata

@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
-from ...core.store.events import Resync
+from ...app.types import Resync
 from ..status import DISCONNECTED, MAX_MESSAGE_CHARS, call_log, failure, log_call, shortened
 
 T = TypeVar("T")

@@ -22,10 +22,8 @@ from typing import Any
 
 from ...app import Application
 from ...app.events import MAX_PAGE
+from ...app.types import Event, LogEntry, entry_chunk
 from ...base.errors import AgentError, InvalidArgument
-from ...core.loop.chunks import entry_chunk
-from ...core.store.events import Event
-from ...core.store.protocol import LogEntry
 from ..call_metadata import seq_number
 from ..status import failure
 from . import convert

@@ -10,7 +10,7 @@ from pathlib import Path
 from aiohttp import web
 
 from ...app import Application
-from ...config import Settings
+from ...app.types import Settings
 from ..readiness import Readiness
 from ..refusals import RefusalLog
 from .app import build_app

@@ -25,10 +25,9 @@ from typing import Any
 from ...app import Application
 from ...app.lifecycle import InitializeRequest
 from ...app.sessions import SessionView
+from ...app.types import StructuredDone, TextEvent
 from ...base.errors import InvalidArgument
 from ...base.models import Message
-from ...core.loop.agent import TextEvent
-from ...core.loop.structured import StructuredDone
 from .. import agent_service as service
 from .. import call_metadata
 from ..call_metadata import Metadata, Pairs

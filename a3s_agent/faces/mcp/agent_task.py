@@ -17,9 +17,7 @@ from mcp import types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...app import Application
-from ...base.errors import AgentError, InvalidArgument
-from ...base.models import Message, SessionConfig
-from ...core.loop.agent import (
+from ...app.types import (
     AgentEvent,
     DoneEvent,
     GenerateOptions,
@@ -29,6 +27,8 @@ from ...core.loop.agent import (
     ToolResultEvent,
     TurnEvent,
 )
+from ...base.errors import AgentError, InvalidArgument
+from ...base.models import Message, SessionConfig
 from .convert import error_result
 from .tools import AGENT_TASK
 

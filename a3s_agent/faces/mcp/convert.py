@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mcp import types
 
-from ...tools.registry import Tool, ToolOutput
+from ...app.types import Tool, ToolOutput
 from ..status import failure
 
 

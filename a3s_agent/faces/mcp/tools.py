@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterable
 
 from ...app import Application
-from ...tools.registry import Tool
+from ...app.types import Tool
 
 AGENT_TASK = "agent_task"
 LEFT_OUT = frozenset({"todo", "ask_user"})

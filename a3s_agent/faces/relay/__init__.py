@@ -2,6 +2,6 @@
 window by copy-paste (the relay provider of text_protocol/relay.py), run in this process over the
 application layer (cli.py)."""
 
-from .cli import relay_llm, relay_new, relay_resume
+from .cli import relay_new, relay_resume
 
-__all__ = ["relay_llm", "relay_new", "relay_resume"]
+__all__ = ["relay_new", "relay_resume"]

@@ -16,20 +16,10 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TextIO
 
-from ...app.standalone import standalone
+from ...app.relay import CONTINUATION_PROMPT, RelayTiming, load_sessions, relay_application, relay_llm
+from ...app.types import AgentEvent, DoneEvent, GenerateOptions, ToolResultEvent
 from ...base.errors import AgentError
-from ...base.models import LLMConfig, Message, SessionConfig
-from ...config import Settings
-from ...core.loop.agent import AgentEvent, DoneEvent, GenerateOptions, ToolResultEvent
-from ...llm.modes import RELAY_PROVIDER
-from ...llm.provider import Provider
-from ...text_protocol.relay import RELAY_SCHEME, RelayProvider, RelayTiming, load_sessions
-from ...text_protocol.renderer import CONTINUATION_PROMPT
-
-
-def relay_llm(relay_dir: Path) -> LLMConfig:
-    """The LLM config of a relay session (the model name is only a label)."""
-    return LLMConfig(provider=RELAY_PROVIDER, model="relay", base_url=f"{RELAY_SCHEME}{relay_dir.resolve()}")
+from ...base.models import Message, SessionConfig
 
 
 def _shown_arguments(arguments: str) -> str:
@@ -60,12 +50,7 @@ async def _drive(
             flush=True,
         )
 
-    def relay(llm: LLMConfig) -> Provider:
-        """The relay with this CLI's wait timing and its "paste this outbox" prompt."""
-        return RelayProvider(relay_dir, timing=timing, on_waiting=waiting)
-
-    settings = Settings(workspace=workspace, data_dir=relay_dir / "data")
-    async with standalone(settings, relay=relay) as app:
+    async with relay_application(relay_dir, workspace, timing, waiting) as app:
         try:
             if session_id is None:
                 config = SessionConfig(name=prompt[:80], workspace=str(workspace), llm=relay_llm(relay_dir))
