@@ -12,9 +12,9 @@ from pathlib import Path
 import grpc
 
 from a3s_agent.base.models import SessionConfig
-from a3s_agent.core.events import EVENT, EventBus, EventType, Filter, event_entry
-from a3s_agent.core.session import Session
-from a3s_agent.core.sqlite_store import SqliteStore
+from a3s_agent.core.store.events import EVENT, EventBus, EventType, Filter, event_entry
+from a3s_agent.core.store.session import Session
+from a3s_agent.core.store.sqlite_store import SqliteStore
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 
@@ -156,7 +156,7 @@ async def _events_per_second(bus: EventBus, durable: bool, count: int) -> float:
 
 async def _log_rates(workspace: Path, url: str, count: int) -> tuple[float, float, float]:
     """Events/s (in process): fan-out only, through the SQLite log, through the PostgreSQL log."""
-    from a3s_agent.core.postgres_store import PostgresStore
+    from a3s_agent.core.store.postgres_store import PostgresStore
 
     rates: list[float] = []
     for store in (
