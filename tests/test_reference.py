@@ -24,14 +24,23 @@ A3S_NAME = re.compile(r"A3S_[A-Z0-9_]*[A-Z0-9]")
 
 def _names_in_code() -> dict[str, set[str]]:
     """Every string literal in the package that is an environment variable's name (a whole A3S_*
-    name, or one of the table's), with the files it is in; the table itself and the generated
-    protobuf modules left out."""
+    name, or one of the table's), with the files it is in; the table itself, the generated
+    protobuf modules and the names a module exports (`__all__`) left out."""
     wanted = set(VARIABLES)
     found: dict[str, set[str]] = {}
     for path in PACKAGE.rglob("*.py"):
         if path == TABLE or "proto" in path.relative_to(PACKAGE).parts:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        exported = {  # names in `__all__` are the module's own names, not variables
+            id(element)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets)
+            for element in ast.walk(node.value)
+        }
+        for node in ast.walk(tree):
+            if id(node) in exported:
+                continue
             name = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ""
             if A3S_NAME.fullmatch(name) or name in wanted:
                 found.setdefault(name, set()).add(str(path.relative_to(ROOT)))
