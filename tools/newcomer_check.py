@@ -7,7 +7,9 @@ The repository (committed state only: it is cloned with git) goes to a temporary
 section's first ```sh block (it starts the server) runs in the background until
 `a3s-agent health --address 127.0.0.1:4088` says SERVING, then the server gets SIGTERM and must exit
 0. The second block (it runs the tests) runs with a time limit. Each step is reported as PASS or FAIL
-with its duration; the exit code is 0 only if both pass. Not a test: it takes minutes.
+with its duration; the exit code is 0 only if both pass. Not a test: it takes minutes. The rest of
+the README (its other commands and examples) is run on every test run by tests/test_readme.py,
+which reads the README's blocks with `readme_blocks`.
 """
 
 from __future__ import annotations
@@ -41,12 +43,44 @@ class Step:
     detail: str
 
 
+NOT_RUN = re.compile(r"<!-- not run: (.+) -->")
+
+
+@dataclass(frozen=True)
+class Block:
+    """A ```sh block of the README: the `## ` section it is in, its text, and why it is not run (the
+    reason a `<!-- not run: why -->` line right above it gives; None: it runs)."""
+
+    section: str
+    code: str
+    not_run: str | None
+
+
+def readme_blocks(readme: str) -> list[Block]:
+    """Every ```sh block of the README, in order."""
+    blocks: list[Block] = []
+    section, not_run = "", None
+    code: list[str] | None = None
+    for line in readme.splitlines():
+        if code is not None:
+            if line == "```":
+                blocks.append(Block(section, "\n".join(code) + "\n", not_run))
+                code, not_run = None, None
+            else:
+                code.append(line)
+        elif line == "```sh":
+            code = []
+        else:
+            marker = NOT_RUN.fullmatch(line)
+            not_run = marker.group(1) if marker else None
+            if line.startswith("## "):
+                section = line
+    return blocks
+
+
 def readme_commands(readme: str) -> tuple[str, str]:
     """The two ```sh blocks of the set-up section: (start the server, run the tests)."""
-    start = readme.index(SECTION) + len(SECTION)
-    end = readme.find("\n## ", start)
-    section = readme[start : end if end >= 0 else len(readme)]
-    blocks = [b.strip() for b in re.findall(r"```sh\n(.*?)```", section, re.S)]
+    blocks = [b.code.strip() for b in readme_blocks(readme) if b.section == SECTION]
     if len(blocks) != 2:
         raise SystemExit(f"expected 2 ```sh blocks under {SECTION!r}, found {len(blocks)}")
     return blocks[0], blocks[1]
