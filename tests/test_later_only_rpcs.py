@@ -194,7 +194,9 @@ async def test_get_messages_gives_the_history_in_a3s_shape(
     assert missing.tool_use_id == "c2" and missing.is_error
     assert reply.messages[6].content[0].text.text == "the notes say hello"
     session = (await live.stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
-    assert {m.timestamp for m in reply.messages} == {session.updated_at}  # the session's time: see README
+    assert {m.timestamp for m in reply.messages} == {
+        session.updated_at
+    }  # the session's time: docs/guide/grpc-later.md
     assert all(not m.metadata for m in reply.messages)
 
 

@@ -93,7 +93,7 @@ class CallScope:
             and self.cgroup is not None
             and cgroups.limit(self.cgroup, "memory.max", memory)
         )
-        # Landlock's launcher sets RLIMIT_AS itself; for bwrap (which cannot) the shell in front does.
+        # Landlock's launcher sets RLIMIT_DATA itself; for bwrap (which cannot) the shell in front sets RLIMIT_AS.
         address_space = None if by_cgroup or self.sandbox.mechanism == "landlock" else memory
         if self.cgroup is None and address_space is None:
             return launch.argv
