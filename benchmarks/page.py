@@ -35,7 +35,7 @@ _HEADING = re.compile(r"^## (\S+)[ \t]*$", re.MULTILINE)
 def sections_of(page: str) -> dict[str, str]:
     """The sections of a performance page, by name: each from its `## name` heading to the next."""
     found = list(_HEADING.finditer(page))
-    ends = [match.start() for match in found[1:]] + [len(page)]
+    ends = [match.start() for match in found[1:]] + [len(page)] * bool(found)
     return {match.group(1): page[match.start() : end].strip() for match, end in zip(found, ends, strict=True)}
 
 

@@ -92,6 +92,15 @@ def test_write_docs_rewrites_the_sections_that_ran_and_keeps_the_others(tmp_path
     assert any(line.startswith("| detection / one HealthCheck's server time ") for line in dialect)
 
 
+def test_write_docs_fills_the_page_as_committed_before_any_run(tmp_path: Path) -> None:
+    """The committed page, with no section yet ("Nothing measured yet"), takes a first one."""
+    page = tmp_path / "performance.md"
+    page.write_text((ROOT / "docs" / "performance.md").read_text().split("\n## ")[0])
+    done = bench("--only", "dialect", "--seconds", "0.2", "--write-docs", str(page))
+    assert done.returncode == 0, done.stderr
+    assert "\n## dialect\n" in page.read_text() and "Nothing measured yet" not in page.read_text()
+
+
 def test_a_skipped_section_keeps_its_last_figures_on_the_page(tmp_path: Path) -> None:
     hidden = tmp_path / "hidden"
     hidden.mkdir()
