@@ -129,6 +129,13 @@ def _parser() -> argparse.ArgumentParser:
         f" be commands run here, not only URLs {env_note('A3S_ALLOW_API_MCP_COMMANDS')}",
     )
     serve.add_argument(
+        "--lsp-server",
+        action="append",
+        metavar="LANGUAGE[:.EXT,...]=COMMAND",
+        help="the language server of a language (or of files with these extensions), run by command:"
+        f" e.g. rust=rust-analyzer; repeatable {env_note('A3S_LSP_SERVERS')}",
+    )
+    serve.add_argument(
         "--store",
         help="postgresql://user@host:port/database: keep sessions, event logs and leases there, so that"
         f" several replicas serve the same sessions {env_note('A3S_STORE')}. A password here is refused"
@@ -372,6 +379,16 @@ def _check_mcp_config(settings: Settings) -> None:
         raise ConfigError(f"--mcp-config (A3S_MCP_CONFIG): {exc}") from None
 
 
+def _check_lsp_servers(settings: Settings) -> None:
+    """The operator's language servers are read before anything starts: a fault is a start-up error."""
+    from .tools.lsp.catalog import Catalog
+
+    try:
+        Catalog.with_configured(settings.lsp_servers)
+    except ValueError as exc:
+        raise ConfigError(f"--lsp-server (A3S_LSP_SERVERS): {exc}") from None
+
+
 def _check_sandbox_network(settings: Settings) -> None:
     """A network of allow:... (the server's, or one the MCP config gives a server) needs a mechanism
     that can keep commands to the proxy (bwrap): under Landlock it is a start-up error, not a
@@ -589,6 +606,7 @@ def main(argv: list[str] | None = None) -> int:
                 mcp_http=args.mcp_http,
                 mcp_config=args.mcp_config,
                 allow_api_mcp_commands=args.allow_api_mcp_commands,
+                lsp_servers=args.lsp_server,
                 store=args.store,
                 replica_id=args.replica_id,
                 model_prices=args.model_prices,
@@ -602,6 +620,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             check_serving(settings)
             _check_mcp_config(settings)
+            _check_lsp_servers(settings)
             _check_sandbox_network(settings)
         except ConfigError as exc:
             print(f"a3s-agent: {exc}", file=sys.stderr)

@@ -47,6 +47,7 @@ DEFAULT_EVENT_RETENTION_HOURS = 168.0  # event log entries older than this are r
 DEFAULT_EVENT_RETENTION_COUNT = 10_000  # and all but the newest this many of each session
 BOX_SKILLS_DIR = Path("/a3s/skills")  # A3S Box mounts skills here, read-only
 SANDBOX_MECHANISMS = ("auto", "bwrap", "landlock", "off")
+DEFAULT_LSP_IDLE_S = 600.0
 DEFAULT_SANDBOX_PROCESSES = 4096  # processes and threads of one tool call at once (A3S_SANDBOX_PROCESSES)
 
 
@@ -117,6 +118,8 @@ class Settings:
     mcp_http: bool = False  # serve the MCP server face at /mcp on the HTTP listener
     mcp_config: Path | None = None  # the operator's MCP servers (runtime/mcp.py), JSON or YAML
     allow_api_mcp_commands: bool = False  # MCP servers given over the API may be commands (stdio)
+    lsp_servers: list[str] = field(default_factory=list)  # LANGUAGE[:.ext,...]=COMMAND (tools/lsp/catalog.py)
+    lsp_idle_s: float = DEFAULT_LSP_IDLE_S  # a language server unused this long is stopped
     model_prices: dict[str, ModelPrice] = field(default_factory=dict)  # for cost summaries (base/prices.py)
     release_identity: str = ""  # sha256:<64 hex> harness requests must name ("": any digest)
     a3s_dialect: str = "auto"  # gRPC dialect: auto (per request), box or later (faces/grpc/dialect_choice.py)
@@ -260,6 +263,7 @@ def settings_from(
     mcp_http: bool = False,
     mcp_config: str | None = None,
     allow_api_mcp_commands: bool = False,
+    lsp_servers: list[str] | None = None,
     store: str | None = None,
     replica_id: str | None = None,
     model_prices: str | None = None,
@@ -335,6 +339,10 @@ def settings_from(
         mcp_http=mcp_http or _flag(env, "A3S_MCP_HTTP"),
         mcp_config=_path(mcp_config or env.get("A3S_MCP_CONFIG")),
         allow_api_mcp_commands=allow_api_mcp_commands or _flag(env, "A3S_ALLOW_API_MCP_COMMANDS"),
+        lsp_servers=[
+            s for s in [*(lsp_servers or []), *env.get("A3S_LSP_SERVERS", "").split(";")] if s.strip()
+        ],
+        lsp_idle_s=_number(env, "A3S_LSP_IDLE_S", DEFAULT_LSP_IDLE_S, float),
         skill_dirs=[
             Path(p) for p in [*(skills_dirs or []), *env.get("A3S_SKILL_DIRS", "").split(os.pathsep)] if p
         ],

@@ -23,6 +23,7 @@ from .config import (
     DEFAULT_LISTEN,
     DEFAULT_LLM_RETRIES,
     DEFAULT_LLM_TIMEOUT_S,
+    DEFAULT_LSP_IDLE_S,
     DEFAULT_MAX_CONTEXT_TOKENS,
     DEFAULT_MAX_GENERATIONS,
     DEFAULT_MAX_GRPC_CONNECTIONS,
@@ -273,6 +274,17 @@ SECTIONS: dict[str, tuple[Variable, ...]] = {
             "A3S_ALLOW_API_MCP_COMMANDS",
             "MCP servers given over the API may be commands run here, not only URLs",
             form="on",
+        ),
+        Variable(
+            "A3S_LSP_SERVERS",
+            "language servers the operator adds or replaces, `;`-separated `LANGUAGE[:.EXT,...]=COMMAND`"
+            " entries, e.g. `rust=rust-analyzer;zig:.zig=zls` (docs/agent/lsp.md)",
+            "basedpyright or pylsp, typescript-language-server, rust-analyzer, gopls, clangd where installed",
+        ),
+        Variable(
+            "A3S_LSP_IDLE_S",
+            "seconds a language server may go unused before it is stopped",
+            _number(DEFAULT_LSP_IDLE_S),
         ),
     ),
     "Tools and their sandbox": (

@@ -10,6 +10,7 @@ from .generation import Generation
 from .harness import Harness
 from .history import History
 from .lifecycle import Lifecycle
+from .lsp import Lsp
 from .mcp_servers import McpServerAdmin
 from .observability import Observability
 from .permissions import Permissions
@@ -40,6 +41,7 @@ class Application:
         self.mcp_servers = McpServerAdmin(runtime)
         self.todos = Todos(runtime)
         self.observability = Observability(runtime)
+        self.lsp = Lsp(runtime)
         self._runtime = runtime
 
     @property

@@ -1369,3 +1369,187 @@ class LaneStats(_message.Message):
     completed: int
     failed: int
     def __init__(self, pending: _Optional[int] = ..., active: _Optional[int] = ..., external: _Optional[int] = ..., completed: _Optional[int] = ..., failed: _Optional[int] = ...) -> None: ...
+
+class StartLspServerRequest(_message.Message):
+    __slots__ = ("language", "root_uri")
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    ROOT_URI_FIELD_NUMBER: _ClassVar[int]
+    language: str
+    root_uri: str
+    def __init__(self, language: _Optional[str] = ..., root_uri: _Optional[str] = ...) -> None: ...
+
+class StartLspServerResponse(_message.Message):
+    __slots__ = ("success", "message", "server_info")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SERVER_INFO_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    message: str
+    server_info: LspServerInfo
+    def __init__(self, success: _Optional[bool] = ..., message: _Optional[str] = ..., server_info: _Optional[_Union[LspServerInfo, _Mapping]] = ...) -> None: ...
+
+class StopLspServerRequest(_message.Message):
+    __slots__ = ("language",)
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    language: str
+    def __init__(self, language: _Optional[str] = ...) -> None: ...
+
+class StopLspServerResponse(_message.Message):
+    __slots__ = ("success",)
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    def __init__(self, success: _Optional[bool] = ...) -> None: ...
+
+class ListLspServersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListLspServersResponse(_message.Message):
+    __slots__ = ("servers",)
+    SERVERS_FIELD_NUMBER: _ClassVar[int]
+    servers: _containers.RepeatedCompositeFieldContainer[LspServerInfo]
+    def __init__(self, servers: _Optional[_Iterable[_Union[LspServerInfo, _Mapping]]] = ...) -> None: ...
+
+class LspServerInfo(_message.Message):
+    __slots__ = ("language", "name", "version", "running")
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    language: str
+    name: str
+    version: str
+    running: bool
+    def __init__(self, language: _Optional[str] = ..., name: _Optional[str] = ..., version: _Optional[str] = ..., running: _Optional[bool] = ...) -> None: ...
+
+class LspHoverRequest(_message.Message):
+    __slots__ = ("file_path", "line", "column")
+    FILE_PATH_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    COLUMN_FIELD_NUMBER: _ClassVar[int]
+    file_path: str
+    line: int
+    column: int
+    def __init__(self, file_path: _Optional[str] = ..., line: _Optional[int] = ..., column: _Optional[int] = ...) -> None: ...
+
+class LspHoverResponse(_message.Message):
+    __slots__ = ("found", "content", "range")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    RANGE_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    content: str
+    range: LspRange
+    def __init__(self, found: _Optional[bool] = ..., content: _Optional[str] = ..., range: _Optional[_Union[LspRange, _Mapping]] = ...) -> None: ...
+
+class LspDefinitionRequest(_message.Message):
+    __slots__ = ("file_path", "line", "column")
+    FILE_PATH_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    COLUMN_FIELD_NUMBER: _ClassVar[int]
+    file_path: str
+    line: int
+    column: int
+    def __init__(self, file_path: _Optional[str] = ..., line: _Optional[int] = ..., column: _Optional[int] = ...) -> None: ...
+
+class LspDefinitionResponse(_message.Message):
+    __slots__ = ("locations",)
+    LOCATIONS_FIELD_NUMBER: _ClassVar[int]
+    locations: _containers.RepeatedCompositeFieldContainer[LspLocation]
+    def __init__(self, locations: _Optional[_Iterable[_Union[LspLocation, _Mapping]]] = ...) -> None: ...
+
+class LspReferencesRequest(_message.Message):
+    __slots__ = ("file_path", "line", "column", "include_declaration")
+    FILE_PATH_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    COLUMN_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_DECLARATION_FIELD_NUMBER: _ClassVar[int]
+    file_path: str
+    line: int
+    column: int
+    include_declaration: bool
+    def __init__(self, file_path: _Optional[str] = ..., line: _Optional[int] = ..., column: _Optional[int] = ..., include_declaration: _Optional[bool] = ...) -> None: ...
+
+class LspReferencesResponse(_message.Message):
+    __slots__ = ("locations",)
+    LOCATIONS_FIELD_NUMBER: _ClassVar[int]
+    locations: _containers.RepeatedCompositeFieldContainer[LspLocation]
+    def __init__(self, locations: _Optional[_Iterable[_Union[LspLocation, _Mapping]]] = ...) -> None: ...
+
+class LspSymbolsRequest(_message.Message):
+    __slots__ = ("query", "limit")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    query: str
+    limit: int
+    def __init__(self, query: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class LspSymbolsResponse(_message.Message):
+    __slots__ = ("symbols",)
+    SYMBOLS_FIELD_NUMBER: _ClassVar[int]
+    symbols: _containers.RepeatedCompositeFieldContainer[LspSymbol]
+    def __init__(self, symbols: _Optional[_Iterable[_Union[LspSymbol, _Mapping]]] = ...) -> None: ...
+
+class LspDiagnosticsRequest(_message.Message):
+    __slots__ = ("file_path",)
+    FILE_PATH_FIELD_NUMBER: _ClassVar[int]
+    file_path: str
+    def __init__(self, file_path: _Optional[str] = ...) -> None: ...
+
+class LspDiagnosticsResponse(_message.Message):
+    __slots__ = ("diagnostics",)
+    DIAGNOSTICS_FIELD_NUMBER: _ClassVar[int]
+    diagnostics: _containers.RepeatedCompositeFieldContainer[LspDiagnostic]
+    def __init__(self, diagnostics: _Optional[_Iterable[_Union[LspDiagnostic, _Mapping]]] = ...) -> None: ...
+
+class LspPosition(_message.Message):
+    __slots__ = ("line", "character")
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    CHARACTER_FIELD_NUMBER: _ClassVar[int]
+    line: int
+    character: int
+    def __init__(self, line: _Optional[int] = ..., character: _Optional[int] = ...) -> None: ...
+
+class LspRange(_message.Message):
+    __slots__ = ("start", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: LspPosition
+    end: LspPosition
+    def __init__(self, start: _Optional[_Union[LspPosition, _Mapping]] = ..., end: _Optional[_Union[LspPosition, _Mapping]] = ...) -> None: ...
+
+class LspLocation(_message.Message):
+    __slots__ = ("uri", "range")
+    URI_FIELD_NUMBER: _ClassVar[int]
+    RANGE_FIELD_NUMBER: _ClassVar[int]
+    uri: str
+    range: LspRange
+    def __init__(self, uri: _Optional[str] = ..., range: _Optional[_Union[LspRange, _Mapping]] = ...) -> None: ...
+
+class LspSymbol(_message.Message):
+    __slots__ = ("name", "kind", "location", "container_name")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: str
+    location: LspLocation
+    container_name: str
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., location: _Optional[_Union[LspLocation, _Mapping]] = ..., container_name: _Optional[str] = ...) -> None: ...
+
+class LspDiagnostic(_message.Message):
+    __slots__ = ("uri", "range", "severity", "message", "code", "source")
+    URI_FIELD_NUMBER: _ClassVar[int]
+    RANGE_FIELD_NUMBER: _ClassVar[int]
+    SEVERITY_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    uri: str
+    range: LspRange
+    severity: str
+    message: str
+    code: str
+    source: str
+    def __init__(self, uri: _Optional[str] = ..., range: _Optional[_Union[LspRange, _Mapping]] = ..., severity: _Optional[str] = ..., message: _Optional[str] = ..., code: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...

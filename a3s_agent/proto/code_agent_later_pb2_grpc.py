@@ -265,6 +265,46 @@ class CodeAgentServiceStub:
                 request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetQueueStatsRequest.SerializeToString,
                 response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetQueueStatsResponse.FromString,
                 _registered_method=True)
+        self.StartLspServer = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/StartLspServer',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StartLspServerRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StartLspServerResponse.FromString,
+                _registered_method=True)
+        self.StopLspServer = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/StopLspServer',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StopLspServerRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StopLspServerResponse.FromString,
+                _registered_method=True)
+        self.ListLspServers = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/ListLspServers',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ListLspServersRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ListLspServersResponse.FromString,
+                _registered_method=True)
+        self.LspHover = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/LspHover',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspHoverRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspHoverResponse.FromString,
+                _registered_method=True)
+        self.LspDefinition = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/LspDefinition',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDefinitionRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDefinitionResponse.FromString,
+                _registered_method=True)
+        self.LspReferences = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/LspReferences',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspReferencesRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspReferencesResponse.FromString,
+                _registered_method=True)
+        self.LspSymbols = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/LspSymbols',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspSymbolsRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspSymbolsResponse.FromString,
+                _registered_method=True)
+        self.LspDiagnostics = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/LspDiagnostics',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDiagnosticsRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDiagnosticsResponse.FromString,
+                _registered_method=True)
 
 
 class CodeAgentServiceServicer:
@@ -546,6 +586,54 @@ class CodeAgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartLspServer(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopLspServer(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListLspServers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LspHover(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LspDefinition(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LspReferences(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LspSymbols(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LspDiagnostics(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CodeAgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -778,6 +866,46 @@ def add_CodeAgentServiceServicer_to_server(servicer, server):
                     servicer.GetQueueStats,
                     request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetQueueStatsRequest.FromString,
                     response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetQueueStatsResponse.SerializeToString,
+            ),
+            'StartLspServer': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartLspServer,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StartLspServerRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StartLspServerResponse.SerializeToString,
+            ),
+            'StopLspServer': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopLspServer,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StopLspServerRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StopLspServerResponse.SerializeToString,
+            ),
+            'ListLspServers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLspServers,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ListLspServersRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ListLspServersResponse.SerializeToString,
+            ),
+            'LspHover': grpc.unary_unary_rpc_method_handler(
+                    servicer.LspHover,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspHoverRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspHoverResponse.SerializeToString,
+            ),
+            'LspDefinition': grpc.unary_unary_rpc_method_handler(
+                    servicer.LspDefinition,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDefinitionRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDefinitionResponse.SerializeToString,
+            ),
+            'LspReferences': grpc.unary_unary_rpc_method_handler(
+                    servicer.LspReferences,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspReferencesRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspReferencesResponse.SerializeToString,
+            ),
+            'LspSymbols': grpc.unary_unary_rpc_method_handler(
+                    servicer.LspSymbols,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspSymbolsRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspSymbolsResponse.SerializeToString,
+            ),
+            'LspDiagnostics': grpc.unary_unary_rpc_method_handler(
+                    servicer.LspDiagnostics,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDiagnosticsRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDiagnosticsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -2022,6 +2150,222 @@ class CodeAgentService:
             '/a3s.code.agent.v1.CodeAgentService/GetQueueStats',
             a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetQueueStatsRequest.SerializeToString,
             a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetQueueStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartLspServer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/StartLspServer',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StartLspServerRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StartLspServerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopLspServer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/StopLspServer',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StopLspServerRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StopLspServerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLspServers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/ListLspServers',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ListLspServersRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ListLspServersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LspHover(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/LspHover',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspHoverRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspHoverResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LspDefinition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/LspDefinition',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDefinitionRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDefinitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LspReferences(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/LspReferences',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspReferencesRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspReferencesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LspSymbols(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/LspSymbols',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspSymbolsRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspSymbolsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LspDiagnostics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/LspDiagnostics',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDiagnosticsRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDiagnosticsResponse.FromString,
             options,
             channel_credentials,
             insecure,

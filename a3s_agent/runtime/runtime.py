@@ -37,6 +37,8 @@ from ..llm.provider import Provider
 from ..llm.vision import WithoutImages, takes_images, vision_models
 from ..spaces.service import Spaces
 from ..tools import containment, sandbox
+from ..tools.lsp.catalog import Catalog
+from ..tools.lsp.servers import LanguageServers
 from ..tools.registry import Tool, ToolContext, ToolRegistry
 from .initialization import (
     SANDBOX_NETWORK_KEY,
@@ -144,6 +146,11 @@ class Runtime:
         follow-up work, app/harness.py)."""
         self.init = Initialization()
         self.mcp = McpServers(settings, self.skills, lambda: self.init.mcp_servers, self.tool_context)
+        self.lsp = LanguageServers(
+            Catalog.with_configured(settings.lsp_servers),
+            env=lambda: self.init.env,
+            idle_s=settings.lsp_idle_s,
+        )
         self.spaces = Spaces(
             settings.resolved_data_dir,
             self.registry,
@@ -206,6 +213,7 @@ class Runtime:
             await hook()
         await self.spaces.close()  # its running runs are cancelled, their commands killed
         await self.mcp.close()  # MCP servers are asked to stop (their stdin closed) before the kill
+        await self.lsp.close()  # language servers too (shutdown, exit)
         if self.containment is not None:  # every tool process still running ends with the server
             containment.deactivate(self.containment)
         sandbox.deactivate(self.sandbox)

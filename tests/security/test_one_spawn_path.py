@@ -89,8 +89,8 @@ def test_every_process_is_spawned_through_a_call_scope_of_the_sandbox() -> None:
             if relative not in PROBES and not _through_scope(call):
                 outside.append(f"{relative}:{line}: {what} not given a call scope's command(...)")
     assert outside == []
-    # The scan finds what it must: the runner, grep's rg and MCP's stdio servers spawn this way.
-    assert {"tools/process.py", "tools/code_search.py", "tools/mcp/stdio.py"} <= spawning_modules
+    # The scan finds what it must: the runner, grep's rg and the stdio servers (MCP, LSP) spawn this way.
+    assert {"tools/process.py", "tools/code_search.py", "tools/stdio_server.py"} <= spawning_modules
 
 
 def test_the_scan_finds_every_way_of_spawning() -> None:

@@ -21,7 +21,9 @@ from ...base.models import Attachment, Todo
 from ...proto import code_agent_later_pb2 as later
 from ..agent_service import MAX_REQUEST_MESSAGE_SIZE
 from ..status import log_call
+from . import later_lsp
 from .errors import decoding, rpc
+from .later_lsp import LaterLspService
 
 SERVICE = later.DESCRIPTOR.services_by_name["CodeAgentService"]
 SERVED = (
@@ -302,10 +304,6 @@ NOT_SERVED: dict[str, tuple[str, ...]] = {
         "StoreMemory", "RetrieveMemory", "SearchMemories", "GetMemoryStats", "ClearMemories",
         "DeleteMemory", "SummarizeMemories",
     ),
-    "LSP": (
-        "StartLspServer", "StopLspServer", "ListLspServers", "LspHover", "LspDefinition",
-        "LspReferences", "LspSymbols", "LspDiagnostics",
-    ),
     "cron (scheduled tasks)": (
         "ListCronJobs", "CreateCronJob", "GetCronJob", "UpdateCronJob", "PauseCronJob",
         "ResumeCronJob", "DeleteCronJob", "GetCronHistory", "RunCronJob", "ParseCronSchedule",
@@ -348,10 +346,12 @@ def later_only_handlers(app: Application) -> dict[str, grpc.RpcMethodHandler]:
     dialect's classes; undecodable bytes are INVALID_ARGUMENT) and the refused ones."""
     service = LaterOnlyService(app)
     handlers: dict[str, grpc.RpcMethodHandler] = {}
-    for name in SERVED:
-        request_type = getattr(later, SERVICE.methods_by_name[name].input_type.name)
-        behavior = decoding(getattr(service, name), request_type, streaming=False)
-        handlers[name] = grpc.unary_unary_rpc_method_handler(behavior, response_serializer=_serialize)
+    groups = [(service, SERVED), (LaterLspService(app), later_lsp.METHODS)]
+    for servicer, names in groups:
+        for name in names:
+            request_type = getattr(later, SERVICE.methods_by_name[name].input_type.name)
+            behavior = decoding(getattr(servicer, name), request_type, streaming=False)
+            handlers[name] = grpc.unary_unary_rpc_method_handler(behavior, response_serializer=_serialize)
     for members in NOT_SERVED.values():
         handlers.update({name: _refusing(name) for name in members})
     return handlers

@@ -20,7 +20,6 @@ import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from subprocess import PIPE
 
 import anyio
 import mcp_types
@@ -31,16 +30,14 @@ from mcp.shared.message import SessionMessage
 from .. import containment
 from ..environment import tool_environment
 from ..sandbox import Place
+from ..stdio_server import chunks, exit_reason, keep_tail, open_server
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 """A line longer than this ends the connection: a server cannot make us buffer without end."""
-STDERR_TAIL_BYTES = 4096
-STDERR_SHOWN = 400  # characters of it an error message shows
 EXIT_GRACE_S = 2.0
 """After stdin closes: how long the server may take to exit before it is killed."""
-_READ_CHUNK = 65536
 _POLL_S = 0.01
 
 
@@ -66,15 +63,7 @@ class ServerProcess:
 
     def exit_reason(self) -> str:
         """Why the connection ended, for the error a call reports."""
-        if self.problem:
-            return f"{self.command} {self.problem}"
-        code = self.process.returncode
-        status = "is still running" if code is None else f"exited with code {code}"
-        if code is not None and code < 0:
-            status = f"was killed by signal {-code}"
-        lines = [line.strip() for line in self.stderr.decode("utf-8", errors="replace").splitlines()]
-        tail = " | ".join(line for line in lines if line)[-STDERR_SHOWN:]
-        return f"{self.command} {status}" + (f"; it last wrote: {tail}" if tail else "")
+        return exit_reason(self.command, self.problem, self.process.returncode, self.stderr)
 
 
 def resolve_command(command: str, cwd: Path, env: Mapping[str, str]) -> str:
@@ -104,17 +93,7 @@ async def stdio_transport(
     with containment.tool_call(place) as scope:
         environment = scope.environment(tool_environment(env))
         program = resolve_command(command, cwd, environment)
-        process = await anyio.open_process(
-            scope.command([program, *args], cwd, environment),
-            stdin=PIPE,
-            stdout=PIPE,
-            stderr=PIPE,
-            cwd=cwd,
-            env=environment,
-            pass_fds=scope.pass_fds,
-            start_new_session=True,
-        )
-        scope.started(process.pid)
+        process = await open_server(scope, [program, *args], cwd, environment)
         server = ServerProcess(process, command)
         started.append(server)
         try:
@@ -159,16 +138,10 @@ async def _streams(server: ServerProcess) -> AsyncIterator[TransportStreams]:
                     await incoming_send.aclose()  # the session sees the connection end
                     return
 
-    async def keep_stderr() -> None:
-        assert process.stderr is not None
-        async for chunk in _chunks(process.stderr):
-            server.stderr += chunk
-            del server.stderr[:-STDERR_TAIL_BYTES]
-
     async with anyio.create_task_group() as group:
         group.start_soon(read)
         group.start_soon(write)
-        group.start_soon(keep_stderr)
+        group.start_soon(keep_tail, process.stderr, server.stderr)
         try:
             yield incoming, outgoing
         finally:
@@ -177,17 +150,9 @@ async def _streams(server: ServerProcess) -> AsyncIterator[TransportStreams]:
             incoming.close()
 
 
-async def _chunks(stream: ByteReceiveStream) -> AsyncIterator[bytes]:
-    try:
-        while True:
-            yield await stream.receive(_READ_CHUNK)
-    except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-        return
-
-
 async def _lines(stream: ByteReceiveStream, server: ServerProcess) -> AsyncIterator[bytes]:
     buffer = bytearray()
-    async for chunk in _chunks(stream):
+    async for chunk in chunks(stream):
         buffer += chunk
         while (end := buffer.find(b"\n")) >= 0:
             line = bytes(buffer[:end]).strip()

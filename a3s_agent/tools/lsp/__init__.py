@@ -1,0 +1,3 @@
+"""Language servers (LSP) for the API's LSP group and the model's tools: their catalog
+(catalog.py), the base protocol (framing.py) and JSON-RPC over a contained process
+(connection.py), one server's client (client.py), and the server's set of them (servers.py)."""

@@ -1,0 +1,349 @@
+"""The LSP group (a3s-string-dialect.md 4.8) over a real grpc.aio channel with the later dialect's
+stubs, against real language servers: basedpyright (a test dependency) for Python,
+typescript-language-server where npm installed it, and tests/lsp_fixture.py as a server the
+operator configures by command (and one that misbehaves)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from a3s_agent.config import SandboxSettings, Settings
+from a3s_agent.proto import code_agent_later_pb2 as later
+from a3s_agent.proto import code_agent_later_pb2_grpc as later_grpc
+from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.tools.lsp import client
+
+from .conftest import LiveServer, agent_settings, alive, eventually, running
+
+FIXTURE = Path(__file__).with_name("lsp_fixture.py")
+
+A_PY = """\
+def greet(name: str) -> str:
+    return "hi " + name
+
+
+class Greeter:
+    def greet(self) -> str:
+        return greet("you")
+"""
+B_PY = """\
+from a import greet
+
+message: int = greet("bob")
+
+
+def other() -> int:
+    greet = 5
+    return greet
+"""
+
+
+def python_workspace(workspace: Path) -> Path:
+    (workspace / "a.py").write_text(A_PY)
+    (workspace / "b.py").write_text(B_PY)
+    return workspace
+
+
+@pytest.fixture
+async def served(workspace: Path, tmp_path: Path) -> AsyncIterator[tuple[LiveServer, Any]]:
+    async with running(agent_settings(python_workspace(workspace), tmp_path / "data")) as live:
+        yield live, later_grpc.CodeAgentServiceStub(live.channel)
+
+
+async def status_of(call: Any) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call
+    return caught.value
+
+
+def position(found: Any) -> tuple[int, int, int, int]:
+    return (found.start.line, found.start.character, found.end.line, found.end.character)
+
+
+# --- the RPCs against basedpyright ---------------------------------------------------------------
+
+
+async def test_python_is_served_by_basedpyright_for_hover_definition_references_symbols(
+    served: tuple[LiveServer, Any], workspace: Path
+) -> None:
+    live, stub = served
+    capabilities = await live.stub.GetCapabilities(pb.GetCapabilitiesRequest())
+    assert "lsp" in capabilities.features
+
+    started = await stub.StartLspServer(
+        later.StartLspServerRequest(language="python", root_uri=workspace.as_uri())
+    )
+    assert started.success and started.server_info.running
+    assert (started.server_info.language, started.server_info.name) == ("python", "basedpyright")
+    assert started.server_info.version  # what the server said it is
+    listed = await stub.ListLspServers(later.ListLspServersRequest())
+    assert [(s.language, s.name, s.running) for s in listed.servers] == [("python", "basedpyright", True)]
+
+    b_py = str(workspace / "b.py")
+    # `greet` in line 2 (0-based), columns 15 to 20
+    hover = await stub.LspHover(later.LspHoverRequest(file_path=b_py, line=2, column=16))
+    assert hover.found and "def greet(name: str) -> str" in hover.content
+    assert position(hover.range) == (2, 15, 2, 20)
+
+    definition = await stub.LspDefinition(later.LspDefinitionRequest(file_path="b.py", line=2, column=16))
+    assert [(d.uri, position(d.range)) for d in definition.locations] == [
+        ((workspace / "a.py").as_uri(), (0, 4, 0, 9))
+    ]
+
+    with_declaration = await stub.LspReferences(
+        later.LspReferencesRequest(file_path=b_py, line=2, column=16, include_declaration=True)
+    )
+    found = sorted((Path(r.uri).name, r.range.start.line) for r in with_declaration.locations)
+    # the def, its use in the method, the import and the call; not the local `greet = 5`
+    assert found == [("a.py", 0), ("a.py", 6), ("b.py", 0), ("b.py", 2)]
+    without = await stub.LspReferences(
+        later.LspReferencesRequest(file_path=b_py, line=2, column=16, include_declaration=False)
+    )
+    # (what the server counts as the declaration here is its own choice: one location fewer)
+    assert {(Path(r.uri).name, r.range.start.line) for r in without.locations} < set(found)
+
+    symbols = await stub.LspSymbols(later.LspSymbolsRequest(query="Greeter"))
+    assert [(s.name, s.kind) for s in symbols.symbols] == [("Greeter", "class")]
+    assert symbols.symbols[0].location.uri == (workspace / "a.py").as_uri()
+    assert symbols.symbols[0].location.range.start.line == 4
+    methods = await stub.LspSymbols(later.LspSymbolsRequest(query="greet", limit=1))
+    assert len(methods.symbols) == 1
+
+    assert (await stub.StopLspServer(later.StopLspServerRequest(language="python"))).success
+    assert list((await stub.ListLspServers(later.ListLspServersRequest())).servers) == []
+    assert not (await stub.StopLspServer(later.StopLspServerRequest(language="python"))).success
+
+
+async def test_diagnostics_follow_the_files_current_content(
+    served: tuple[LiveServer, Any], workspace: Path
+) -> None:
+    _, stub = served
+    # No StartLspServer: asking about a Python file starts its server.
+    first = await stub.LspDiagnostics(later.LspDiagnosticsRequest(file_path="b.py"))
+    errors = [d for d in first.diagnostics if d.severity == "error"]
+    assert [(d.range.start.line, d.source, d.code) for d in errors] == [
+        (2, "basedpyright", "reportAssignmentType")
+    ]
+    assert '"str" is not assignable to declared type "int"' in errors[0].message
+    assert errors[0].uri == (workspace / "b.py").as_uri()
+    assert {d.severity for d in first.diagnostics} <= {"error", "warning", "info", "hint"}
+
+    (workspace / "b.py").write_text(B_PY.replace("message: int", "message: str"))
+    fixed = await stub.LspDiagnostics(later.LspDiagnosticsRequest(file_path=str(workspace / "b.py")))
+    assert [d for d in fixed.diagnostics if d.severity == "error"] == []
+
+    (workspace / "b.py").write_text(
+        B_PY.replace('greet("bob")', "greet(3)").replace("message: int", "message: str")
+    )
+    everything = await stub.LspDiagnostics(later.LspDiagnosticsRequest())  # no file: all it has open
+    errors = [d for d in everything.diagnostics if d.severity == "error"]
+    assert [(Path(d.uri).name, d.code) for d in errors] == [("b.py", "reportArgumentType")]
+
+    listed = await stub.ListLspServers(later.ListLspServersRequest())
+    assert [(s.language, s.running) for s in listed.servers] == [("python", True)]
+
+
+async def test_bad_positions_paths_and_languages_are_refused_by_name(
+    served: tuple[LiveServer, Any], workspace: Path, tmp_path: Path
+) -> None:
+    _, stub = served
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.py").write_text("password = 'x'\n")
+    (workspace / "link.py").symlink_to(outside / "secret.py")
+
+    async def hover_error(file_path: str, line: int = 0, column: int = 0) -> grpc.aio.AioRpcError:
+        return await status_of(
+            stub.LspHover(later.LspHoverRequest(file_path=file_path, line=line, column=column))
+        )
+
+    nothing_runs = await status_of(stub.LspSymbols(later.LspSymbolsRequest(query="greet")))
+    assert nothing_runs.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "StartLspServer" in (nothing_runs.details() or "")
+    for bad, words in [
+        (await hover_error(str(outside / "secret.py")), "outside the workspace"),
+        (await hover_error("../outside/secret.py"), "outside the workspace"),
+        (await hover_error("link.py"), "outside the workspace"),
+        (await hover_error((outside / "secret.py").as_uri()), "outside the workspace"),
+        (await hover_error(""), "file_path is required"),
+        (await hover_error("https://example.com/a.py"), "must be a file:// URI"),
+    ]:
+        assert bad.code() == grpc.StatusCode.INVALID_ARGUMENT, bad.details()
+        assert words in (bad.details() or ""), bad.details()
+
+    for request, words in [
+        (later.StartLspServerRequest(language="python", root_uri=outside.as_uri()), "root_uri"),
+        (later.StartLspServerRequest(language="python", root_uri=str(workspace / "nowhere")), "root_uri"),
+        (later.StartLspServerRequest(language=""), "language is required"),
+    ]:
+        bad = await status_of(stub.StartLspServer(request))
+        assert bad.code() == grpc.StatusCode.INVALID_ARGUMENT, bad.details()
+        assert words in (bad.details() or ""), bad.details()
+
+    unknown = await status_of(stub.StartLspServer(later.StartLspServerRequest(language="cobol")))
+    assert unknown.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "no language server is known for 'cobol'" in (unknown.details() or "")
+    (workspace / "notes.xyz").write_text("x\n")
+    no_kind = await hover_error("notes.xyz")
+    assert no_kind.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "--lsp-server LANGUAGE:.xyz=COMMAND" in (no_kind.details() or "")
+    # none of these started a server
+    assert list((await stub.ListLspServers(later.ListLspServersRequest())).servers) == []
+
+    # a position (or file) is checked against the file, by the server of its language
+    for bad, words in [
+        (await hover_error("b.py", line=40), "line 40 is past the end of b.py"),
+        (await hover_error("b.py", line=2, column=200), "column 200 is past the end of line 2 of b.py"),
+        (await hover_error("missing.py"), "file_path 'missing.py'"),
+    ]:
+        assert bad.code() == grpc.StatusCode.INVALID_ARGUMENT, bad.details()
+        assert words in (bad.details() or ""), bad.details()
+
+
+async def test_a_language_whose_server_is_not_installed_names_what_to_install(
+    workspace: Path, tmp_path: Path
+) -> None:
+    settings = replace(
+        agent_settings(workspace, tmp_path / "data"), lsp_servers=["python=no-such-langserver --stdio"]
+    )
+    (workspace / "a.py").write_text("x = 1\n")
+    async with running(settings) as live:
+        stub = later_grpc.CodeAgentServiceStub(live.channel)
+        for call in (
+            stub.StartLspServer(later.StartLspServerRequest(language="python")),
+            stub.LspHover(later.LspHoverRequest(file_path="a.py")),
+        ):
+            missing = await status_of(call)
+            assert missing.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "no-such-langserver --stdio" in (missing.details() or "")
+            assert "not installed" in (missing.details() or "")
+
+
+@pytest.mark.skipif(
+    shutil.which("typescript-language-server") is None,
+    reason="typescript-language-server is not installed (npm install -g typescript-language-server typescript@5)",
+)
+async def test_typescript_is_served_by_typescript_language_server(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "a.ts").write_text(
+        "export function greet(name: string): string {\n  return 'hi ' + name;\n}\n"
+    )
+    (workspace / "b.ts").write_text(
+        "import { greet } from './a';\nconst n: number = greet('x');\nconsole.log(n);\n"
+    )
+    async with running(agent_settings(workspace, tmp_path / "data")) as live:
+        stub = later_grpc.CodeAgentServiceStub(live.channel)
+        started = await stub.StartLspServer(later.StartLspServerRequest(language="javascript"))
+        assert (started.server_info.language, started.server_info.name) == (
+            "typescript",
+            "typescript-language-server",
+        )
+        definition = await stub.LspDefinition(later.LspDefinitionRequest(file_path="b.ts", line=1, column=20))
+        assert [Path(d.uri).name for d in definition.locations] in (["a.ts"], ["b.ts"])
+        diagnostics = await stub.LspDiagnostics(later.LspDiagnosticsRequest(file_path="b.ts"))
+        errors = [(d.range.start.line, d.source) for d in diagnostics.diagnostics if d.severity == "error"]
+        assert errors == [(1, "typescript")]
+        (workspace / "b.ts").write_text(
+            "import { greet } from './a';\nconst n: string = greet('x');\nconsole.log(n);\n"
+        )
+        diagnostics = await stub.LspDiagnostics(later.LspDiagnosticsRequest(file_path="b.ts"))
+        assert [d for d in diagnostics.diagnostics if d.severity == "error"] == []
+
+
+# --- a server the operator configures, contained and sandboxed; one that misbehaves ---------------
+
+
+def fixture_settings(workspace: Path, tmp_path: Path, mode: str, probe: Path) -> Settings:
+    command = f"{sys.executable} {FIXTURE} {mode} {probe}"
+    sandbox = SandboxSettings(read=(FIXTURE.parent,))
+    return replace(
+        agent_settings(workspace, tmp_path / "data"), lsp_servers=[f"fixture:.fx={command}"], sandbox=sandbox
+    )
+
+
+async def test_an_operator_configured_server_runs_sandboxed_and_stops_at_shutdown(
+    workspace: Path, tmp_path: Path
+) -> None:
+    secret = tmp_path / "outside" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("hunter2")
+    (workspace / "a.fx").write_text("first version\nsecond line\n")
+    async with running(fixture_settings(workspace, tmp_path, "ok", secret)) as live:
+        stub = later_grpc.CodeAgentServiceStub(live.channel)
+        hover = await stub.LspHover(later.LspHoverRequest(file_path="a.fx", line=1, column=3))
+        assert hover.found and "fixture hover at 1:3 of 'second line'" in hover.content
+        assert "cannot read" in hover.content and "hunter2" not in hover.content  # the sandbox hides it
+        listed = await stub.ListLspServers(later.ListLspServersRequest())
+        assert [(s.language, s.name, s.version) for s in listed.servers] == [("fixture", "fixture-ls", "1.0")]
+
+        # A server that does not say which version it saw: its diagnostics after the change.
+        first = await stub.LspDiagnostics(later.LspDiagnosticsRequest(file_path="a.fx"))
+        assert [d.message for d in first.diagnostics] == ["first line: first version"]
+        (workspace / "a.fx").write_text("changed\n")
+        changed = await stub.LspDiagnostics(later.LspDiagnosticsRequest(file_path="a.fx"))
+        assert [(d.message, d.code, d.severity) for d in changed.diagnostics] == [
+            ("first line: changed", "7", "error")
+        ]
+        pids = fixture_pids()  # (with the sandbox's own processes around it)
+        assert pids
+    assert not any(alive(pid) for pid in pids)  # the server's stop ended it
+
+
+def fixture_pids() -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(FIXTURE).encode() in words and alive(int(cmdline.parent.name)):
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+async def test_an_idle_server_is_stopped(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "a.fx").write_text("x\n")
+    settings = replace(fixture_settings(workspace, tmp_path, "ok", tmp_path), lsp_idle_s=0.5)
+    async with running(settings) as live:
+        stub = later_grpc.CodeAgentServiceStub(live.channel)
+        await stub.StartLspServer(later.StartLspServerRequest(language="fixture"))
+        pids = fixture_pids()
+        assert pids
+
+        async def stopped() -> bool:
+            return not (await stub.ListLspServers(later.ListLspServersRequest())).servers
+
+        await eventually(stopped, "the idle language server stopped", within_s=20)
+        await eventually(lambda: not any(alive(pid) for pid in pids), "its processes gone")
+        # asked again, it starts again
+        hover = await stub.LspHover(later.LspHoverRequest(file_path="a.fx"))
+        assert hover.found
+
+
+@pytest.mark.parametrize(
+    ("mode", "words"),
+    [
+        ("silent", "did not answer textDocument/hover within 0.5 s"),
+        ("flood", "over the 33554432 bytes allowed"),
+        ("crash", "exited with code 3; it last wrote: fixture-ls: hover is more than I can take"),
+    ],
+)
+async def test_a_misbehaving_server_gives_unavailable_in_bounded_time(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, words: str
+) -> None:
+    monkeypatch.setattr(client, "REQUEST_TIMEOUT_S", 0.5)
+    (workspace / "a.fx").write_text("x\n")
+    async with running(fixture_settings(workspace, tmp_path, mode, tmp_path)) as live:
+        stub = later_grpc.CodeAgentServiceStub(live.channel)
+        failed = await status_of(stub.LspHover(later.LspHoverRequest(file_path="a.fx")))
+        assert failed.code() == grpc.StatusCode.UNAVAILABLE
+        assert words in (failed.details() or ""), failed.details()
+        if mode != "silent":  # a dead server is started again on the next request
+            assert not (await stub.ListLspServers(later.ListLspServersRequest())).servers[0].running
