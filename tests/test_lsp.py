@@ -1,10 +1,12 @@
 """The LSP group (a3s-string-dialect.md 4.8) over a real grpc.aio channel with the later dialect's
 stubs, against real language servers: basedpyright (a test dependency) for Python,
 typescript-language-server where npm installed it, and tests/lsp_fixture.py as a server the
-operator configures by command (and one that misbehaves)."""
+operator configures by command (and one that misbehaves). Then what the model's tools take from
+a running server: the errors after an edit, and code navigation."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from collections.abc import AsyncIterator
@@ -19,9 +21,10 @@ from a3s_agent.config import SandboxSettings, Settings
 from a3s_agent.proto import code_agent_later_pb2 as later
 from a3s_agent.proto import code_agent_later_pb2_grpc as later_grpc
 from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 from a3s_agent.tools.lsp import client
 
-from .conftest import LiveServer, agent_settings, alive, eventually, running
+from .conftest import LiveServer, agent_settings, alive, eventually, initialize, running, user
 
 FIXTURE = Path(__file__).with_name("lsp_fixture.py")
 
@@ -347,3 +350,77 @@ async def test_a_misbehaving_server_gives_unavailable_in_bounded_time(
         assert words in (failed.details() or ""), failed.details()
         if mode != "silent":  # a dead server is started again on the next request
             assert not (await stub.ListLspServers(later.ListLspServersRequest())).servers[0].running
+
+
+# --- the model's tools ------------------------------------------------------------------------------
+
+
+async def execute(live: LiveServer, tool: str, **arguments: object) -> pb.ToolResult:
+    reply = await live.stub.ExecuteTool(
+        pb.ExecuteToolRequest(tool_name=tool, arguments=json.dumps(arguments))
+    )
+    return reply.result
+
+
+async def test_an_edit_reports_the_errors_the_running_server_finds(
+    served: tuple[LiveServer, Any], workspace: Path
+) -> None:
+    live, stub = served
+    before = await execute(live, "edit_file", path="a.py", old_string="hi ", new_string="hello ")
+    assert before.success and "error" not in before.output  # no server runs: the edit alone
+    await stub.StartLspServer(later.StartLspServerRequest(language="python"))
+
+    broken = await execute(live, "edit_file", path="a.py", old_string='greet("you")', new_string="greet(42)")
+    assert broken.success
+    assert "basedpyright reports 1 error(s) in a.py now:" in broken.output
+    assert 'a.py:7:22: Argument of type "Literal[42]" cannot be assigned' in broken.output
+    assert broken.metadata["lsp_errors"] == "1"
+
+    fixed = await execute(live, "write_file", path="a.py", content=A_PY, overwrite=True)
+    assert "basedpyright reports no errors in a.py." in fixed.output
+    assert fixed.metadata["lsp_errors"] == "0"
+    other = await execute(live, "write_file", path="notes.txt", content="x")
+    assert "lsp_errors" not in other.metadata  # no server for text files
+
+
+async def test_the_model_sees_the_errors_of_its_edit(workspace: Path, tmp_path: Path) -> None:
+    python_workspace(workspace)
+    edit = {"path": "b.py", "old_string": 'greet("bob")', "new_string": "greet(b=1)"}
+    async with FakeLLM(tool_call("edit_file", edit), text("done")) as fake:
+        async with running(agent_settings(workspace, tmp_path / "data")) as live:
+            await initialize(live, fake)
+            stub = later_grpc.CodeAgentServiceStub(live.channel)
+            await stub.StartLspServer(later.StartLspServerRequest(language="python"))
+            session = (await live.stub.CreateSession(pb.CreateSessionRequest())).session_id
+            await live.stub.Generate(pb.GenerateRequest(session_id=session, messages=[user("fix it")]))
+        result = next(m for m in fake.requests[1].messages if m["role"] == "tool")["content"]
+    assert "basedpyright reports" in result and 'No parameter named "b"' in result
+
+
+async def test_code_navigation_asks_the_running_server(
+    served: tuple[LiveServer, Any], workspace: Path
+) -> None:
+    live, stub = served
+    parsed = await execute(live, "find_references", symbol="greet")
+    assert "b.py:7:5: greet = 5" in parsed.output  # tree-sitter: a same-named local counts
+    assert "language_server" not in parsed.metadata
+
+    await stub.StartLspServer(later.StartLspServerRequest(language="python"))
+
+    async def indexed() -> bool:  # a server just started may not have found the files yet
+        found = await stub.LspSymbols(later.LspSymbolsRequest(query="greet"))
+        return len(found.symbols) > 0
+
+    await eventually(indexed, "basedpyright knows the workspace's symbols", within_s=30)
+    asked = await execute(live, "find_references", symbol="greet")
+    assert asked.metadata["language_server"] == "basedpyright"
+    # the uses of every definition named so (the local's too), but not the definitions themselves
+    assert asked.output.splitlines() == [
+        'a.py:7:16: return greet("you")',
+        "b.py:1:15: from a import greet",
+        'b.py:3:16: message: int = greet("bob")',
+        "b.py:8:12: return greet",
+    ]
+    definition = await execute(live, "find_definition", symbol="Greeter", path="a.py")
+    assert definition.metadata["language_server"] == "basedpyright"
+    assert definition.output == "a.py:5: class: class Greeter:"

@@ -438,6 +438,7 @@ class Runtime:
             env=dict(self.init.env),
             session_id=session.id if session is not None else None,
             todos=self.todos,
+            lsp=self.lsp,
         )
 
 

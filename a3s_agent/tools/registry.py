@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -23,6 +23,9 @@ from ..base.models import Attachment, Todo
 from . import sandbox
 from .aliases import our_arguments, our_tool_name
 from .sandbox import Place
+
+if TYPE_CHECKING:  # tools/lsp imports this module
+    from .lsp.servers import LanguageServers
 
 DEFAULT_MAX_OUTPUT_BYTES = 100_000
 
@@ -81,6 +84,9 @@ class ToolContext:
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     todos: TodoStore | None = None
     network: str = ""  # of the call's processes, when the operator gave its tool one ("": the server's)
+    lsp: LanguageServers | None = None
+    """The server's language servers: edits report the errors a running one finds, code navigation
+    asks one that runs (tools/lsp/for_model.py)."""
 
     @property
     def place(self) -> Place:

@@ -15,14 +15,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from tree_sitter import Language, Node, Parser, Query, QueryCursor, Tree
 
+from .lsp import for_model
 from .process import find_binary, run_process
 from .registry import PATH, Tool, ToolContext, ToolFailure, ToolOutput, tool
 from .workspace_paths import relative_to_workspace, resolve_in_workspace
+
+if TYPE_CHECKING:
+    from .lsp.client import LanguageServer
 
 LanguageName = Literal["python", "javascript", "typescript", "go", "rust", "java", "c", "cpp"]
 
@@ -396,8 +400,14 @@ def _nothing_found(what: str, args: _SymbolArgs, target: str, scan: _Scan) -> st
 @tool("find_definition", family="code", lane="query", truncation_hint=_TRUNCATION_HINT, rule_subject=PATH)
 async def find_definition(args: FindDefinitionArgs, ctx: ToolContext) -> ToolOutput:
     """Find where a function, class, method, variable or type is defined: `path:line: kind: first
-    line`. Parses the code (tree-sitter), so unlike grep it skips comments, strings and mere uses.
+    line`. Asks the language server running for the code's language, else parses the code
+    (tree-sitter): unlike grep it skips comments, strings and mere uses.
     """
+    target, servers = _target_and_servers(args, ctx)
+    answered = await for_model.definitions(servers, args.symbol, target)
+    if answered is not None:
+        output = "\n".join(f"{s.path}:{s.line}: {s.kind}: {s.text}" for s in answered.sites)
+        return ToolOutput(output=output, metadata=_answered_metadata(answered))
     target, scan = await _search(args, ctx, _collect_definitions(args.symbol.encode()))
     if not scan.hits:
         return ToolOutput(output=_nothing_found("definition", args, target, scan), metadata=_metadata(scan))
@@ -408,20 +418,53 @@ async def find_definition(args: FindDefinitionArgs, ctx: ToolContext) -> ToolOut
 @tool("find_references", family="code", lane="query", truncation_hint=_TRUNCATION_HINT, rule_subject=PATH)
 async def find_references(args: FindReferencesArgs, ctx: ToolContext) -> ToolOutput:
     """Find every use of a name (calls, reads, imports, annotations): `path:line:column: text`.
-    Parses the code, so comments, strings and longer names do not match; same-named symbols of
-    other scopes do. Use it before renaming or changing a signature.
+    Asks the language server running for the code's language (uses of what the name is bound to
+    where it is defined), else parses the code: comments, strings and longer names do not match,
+    same-named symbols of other scopes do. Use it before renaming or changing a signature.
     """
+    target, servers = _target_and_servers(args, ctx)
+    answered = await for_model.references(
+        servers, args.symbol, target, args.include_definition, args.max_results
+    )
+    if answered is not None:
+        hits = [(s.path, s.line, s.column, s.text) for s in answered.sites]
+        return _references_output(hits, answered.truncated, args, _answered_metadata(answered))
     collect = _collect_references(args.symbol.encode(), args.include_definition)
     target, scan = await _search(args, ctx, collect, args.max_results)
     if not scan.hits:
         return ToolOutput(output=_nothing_found("reference", args, target, scan), metadata=_metadata(scan))
-    output = "\n".join(f"{h.path}:{h.line}:{h.column}: {h.text}" for h in scan.hits)
-    if scan.truncated:
+    hits = [(h.path, h.line, h.column, h.text) for h in scan.hits]
+    return _references_output(hits, scan.truncated, args, _metadata(scan))
+
+
+def _target_and_servers(args: _SymbolArgs, ctx: ToolContext) -> tuple[str, list[LanguageServer]]:
+    """The workspace-relative path searched, and the language servers running for it."""
+    target = relative_to_workspace(ctx.workspace, resolve_in_workspace(ctx.workspace, args.path))
+    return target, for_model.servers_for(ctx, target, args.language)
+
+
+def _answered_metadata(answered: for_model.Found) -> dict[str, object]:
+    return {
+        "matches": len(answered.sites),
+        "files": len({site.path for site in answered.sites}),
+        "truncated": answered.truncated,
+        "language_server": answered.server,
+    }
+
+
+def _references_output(
+    hits: list[tuple[str, int, int, str]],
+    truncated: bool,
+    args: FindReferencesArgs,
+    metadata: dict[str, object],
+) -> ToolOutput:
+    output = "\n".join(f"{path}:{line}:{column}: {text}" for path, line, column, text in hits)
+    if truncated:
         output += (
             f"\n[stopped after {args.max_results} references; more exist. Narrow `path` or `language`, "
             "or raise max_results (up to 5000).]"
         )
-    return ToolOutput(output=output, metadata=_metadata(scan))
+    return ToolOutput(output=output, metadata=metadata)
 
 
 TOOLS: list[Tool] = [find_definition, find_references]

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from ..atomic import write_atomically_at
 from ..beneath import Located
 from ..edit_diff import replacement_diff
+from ..lsp.for_model import with_new_errors
 from ..registry import PATH, ToolContext, ToolFailure, ToolOutput, tool
 from .access import locate, missing, regular
 
@@ -155,4 +156,4 @@ async def edit_file(args: EditFileArgs, ctx: ToolContext) -> ToolOutput:
     or set replace_all. An empty new_string deletes.
     """
     check_edit(args)
-    return await asyncio.to_thread(_edit, ctx.workspace, args.path, args)
+    return await with_new_errors(await asyncio.to_thread(_edit, ctx.workspace, args.path, args), ctx)

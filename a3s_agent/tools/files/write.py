@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..atomic import write_atomically_at
 from ..beneath import Located
+from ..lsp.for_model import with_new_errors
 from ..registry import PATH, ToolContext, ToolFailure, ToolOutput, tool
 from ..workspace_paths import locate_in_workspace
 from .access import locate, regular
@@ -82,10 +83,11 @@ async def write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolOutput:
     # On a worker thread whatever the size: the write is synced to disk (twice), which a busy disk
     # can make take seconds, and the event loop serves every other session meanwhile.
     shown, created = await asyncio.to_thread(_write, ctx.workspace, args.path, data, args.overwrite)
-    return ToolOutput(
+    written = ToolOutput(
         output=f"{'Created' if created else 'Overwrote'} {shown} ({len(data)} bytes)",
         metadata={"path": shown, "bytes": len(data), "created": created},
     )
+    return await with_new_errors(written, ctx)
 
 
 class DeleteFileArgs(BaseModel):
