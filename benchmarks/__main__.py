@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from . import cpu, faces, generation, hardening, replicas, server, startup, tool_calls
+from . import cpu, faces, generation, hardening, lsp, replicas, server, startup, tool_calls
 from .page import PAGE, write_page
 from .report import Row, Skipped, Table, machine, rows_table, today
 
@@ -25,6 +25,7 @@ SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "flood": hardening.bench_flood,
     "durability": server.bench_durability,
     "mcp": tool_calls.bench_mcp,
+    "lsp": lsp.bench_lsp,
     "acp": faces.bench_acp,
     "replicas": replicas.bench_replicas,
     "dialect": faces.bench_dialect,
