@@ -3,9 +3,9 @@
 
 It answers initialize (serverInfo fixture-ls 1.0), hover (what it read: the hovered line's text,
 and whether it could read PATH, a file outside its workspace), shutdown and exit; after didOpen and
-didChange it publishes, without a version, one diagnostic quoting the file's first line. MODE
-changes how it misbehaves on hover: `ok` answers, `silent` never does, `flood` announces a message
-of a gigabyte, `crash` writes to stderr and exits 3.
+didChange it publishes, without a version, one diagnostic quoting the file's first line (`noisy`:
+and 5,000 more about other files). MODE changes how it misbehaves on hover: `ok` answers, `silent`
+never does, `flood` announces a message of a gigabyte, `crash` writes to stderr and exits 3.
 """
 
 from __future__ import annotations
@@ -51,6 +51,11 @@ def publish(uri: str) -> None:
         "code": 7,
     }
     send({"method": "textDocument/publishDiagnostics", "params": {"uri": uri, "diagnostics": [diagnostic]}})
+    if MODE == "noisy":  # 5,000 diagnostics of files it was not asked about
+        for number in range(50):
+            many = [{**diagnostic, "message": f"noise {i}"} for i in range(100)]
+            params = {"uri": f"{uri}.{number}.fx", "diagnostics": many}
+            send({"method": "textDocument/publishDiagnostics", "params": params})
 
 
 def probe() -> str:

@@ -352,6 +352,16 @@ async def test_a_misbehaving_server_gives_unavailable_in_bounded_time(
             assert not (await stub.ListLspServers(later.ListLspServersRequest())).servers[0].running
 
 
+async def test_a_noisy_server_is_answered_within_bounds(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "a.fx").write_text("x\n")
+    async with running(fixture_settings(workspace, tmp_path, "noisy", tmp_path)) as live:
+        stub = later_grpc.CodeAgentServiceStub(live.channel)
+        one = await stub.LspDiagnostics(later.LspDiagnosticsRequest(file_path="a.fx"))
+        assert [d.message for d in one.diagnostics] == ["first line: x"]
+        everything = await stub.LspDiagnostics(later.LspDiagnosticsRequest())
+        assert len(everything.diagnostics) == 1000  # of the 5,001 it reported
+
+
 # --- the model's tools ------------------------------------------------------------------------------
 
 

@@ -41,6 +41,8 @@ MAX_OPEN_DOCUMENTS = 200
 MAX_LOCATIONS = 1000
 MAX_SYMBOLS = 1000
 MAX_DIAGNOSTICS = 1000
+MAX_KEPT_DIAGNOSTICS = 10_000
+"""Diagnostics one server's client keeps (of the files it reported on last)."""
 MAX_HOVER_CHARS = 64 * 1024
 MAX_MESSAGE_CHARS = 2000
 """A diagnostic's message, cut to this."""
@@ -76,7 +78,8 @@ class LanguageServer:
         self.last_used = time.monotonic()
         self._running: connection.Running | None = None
         self._documents: OrderedDict[str, _Document] = OrderedDict()  # by workspace-relative path
-        self._published: dict[str, _Published] = {}  # by URI
+        self._published: dict[str, _Published] = {}  # by URI, the most recently reported last
+        self._kept = 0  # diagnostics in _published
         self._events = 0
         self._changed = asyncio.Condition()
         self._syncing = asyncio.Lock()
@@ -190,6 +193,16 @@ class LanguageServer:
         found = [d for published in self._published.values() for d in published.diagnostics]
         return found[:MAX_DIAGNOSTICS]
 
+    def _keep(self, uri: str, published: _Published) -> None:
+        """Keep a file's diagnostics as the newest; past MAX_KEPT_DIAGNOSTICS in all (a server
+        reports on files it was not asked about too), the files reported on longest ago go."""
+        old = self._published.pop(uri, None)
+        self._kept += len(published.diagnostics) - (len(old.diagnostics) if old else 0)
+        self._published[uri] = published
+        while self._kept > MAX_KEPT_DIAGNOSTICS and len(self._published) > 1:
+            oldest = next(iter(self._published))
+            self._kept -= len(self._published.pop(oldest).diagnostics)
+
     async def _published_for(self, document: _Document, deadline: float) -> None:
         """Wait (until `deadline` at most) for the server to publish the document's diagnostics for
         its current content: those of its version where the server says which version it saw;
@@ -218,9 +231,7 @@ class LanguageServer:
         message = connection.CONVERTER.structure(params, lsp.PublishDiagnosticsParams)
         self._events += 1
         found = [_diagnostic(message.uri, d) for d in message.diagnostics[:MAX_DIAGNOSTICS]]
-        self._published[message.uri] = _Published(self._events, time.monotonic(), message.version, found)
-        if len(self._published) > MAX_OPEN_DOCUMENTS * 5:  # files it reported on its own: the oldest go
-            del self._published[next(iter(self._published))]
+        self._keep(message.uri, _Published(self._events, time.monotonic(), message.version, found))
         async with self._changed:
             self._changed.notify_all()
 

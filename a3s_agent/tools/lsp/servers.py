@@ -76,6 +76,13 @@ class LanguageServers:
             raise FailedPrecondition("the server is shutting down")
         key = (workspace_root(workspace), language.name)
         lock = self._starting.setdefault(key, asyncio.Lock())
+        try:
+            return await self._started(key, language, lock)
+        finally:
+            if key not in self._servers and not lock.locked():  # a refused start leaves nothing behind
+                self._starting.pop(key, None)
+
+    async def _started(self, key: Key, language: Language, lock: asyncio.Lock) -> LanguageServer:
         async with lock:
             server = self._servers.get(key)
             if server is not None and server.running:
@@ -93,6 +100,10 @@ class LanguageServers:
 
             server = LanguageServer(language, key[0], self._env())
             await server.start()
+            other = self._servers.get(key)
+            if other is not None and other.running:  # started meanwhile under a lock dropped after a refusal
+                await server.stop()
+                return other
             self._servers[key] = server
             log.info("language server %s started for %s (%s)", server.name, key[0], language.name)
             self._watch()
