@@ -113,7 +113,11 @@ async def test_python_is_served_by_basedpyright_for_hover_definition_references_
     # (what the server counts as the declaration here is its own choice: one location fewer)
     assert {(Path(r.uri).name, r.range.start.line) for r in without.locations} < set(found)
 
-    symbols = await stub.LspSymbols(later.LspSymbolsRequest(query="Greeter"))
+    async def found_class() -> Any:  # a server just started may not have found the files yet
+        found = await stub.LspSymbols(later.LspSymbolsRequest(query="Greeter"))
+        return found if found.symbols else None
+
+    symbols = await eventually(found_class, "basedpyright knows the workspace's symbols", within_s=30)
     assert [(s.name, s.kind) for s in symbols.symbols] == [("Greeter", "class")]
     assert symbols.symbols[0].location.uri == (workspace / "a.py").as_uri()
     assert symbols.symbols[0].location.range.start.line == 4
