@@ -32,6 +32,9 @@ SERVED = (
     "GetQueueStats",
 )  # fmt: skip
 
+ALL_SERVED = (*SERVED, *later_lsp.METHODS)
+"""Every later-only RPC served: SERVED here and the groups in modules of their own."""
+
 MAX_PAGE_BYTES = MAX_REQUEST_MESSAGE_SIZE
 """The most one GetMessages reply carries (bytes of its messages), the bound a request's messages
 have, below gRPC's 64 MiB: a page that would hold more ends early with `has_more` set, and the
@@ -346,8 +349,7 @@ def later_only_handlers(app: Application) -> dict[str, grpc.RpcMethodHandler]:
     dialect's classes; undecodable bytes are INVALID_ARGUMENT) and the refused ones."""
     service = LaterOnlyService(app)
     handlers: dict[str, grpc.RpcMethodHandler] = {}
-    groups = [(service, SERVED), (LaterLspService(app), later_lsp.METHODS)]
-    for servicer, names in groups:
+    for servicer, names in ((service, SERVED), (LaterLspService(app), later_lsp.METHODS)):
         for name in names:
             request_type = getattr(later, SERVICE.methods_by_name[name].input_type.name)
             behavior = decoding(getattr(servicer, name), request_type, streaming=False)
