@@ -39,6 +39,7 @@ DEFAULT_LLM_RETRIES = 3
 DEFAULT_MAX_HTTP_CONNECTIONS = 512
 DEFAULT_MAX_GRPC_CONNECTIONS = 256  # with the HTTP cap and the reserve (faces/open_files.py): 1,024 files
 DEFAULT_MAX_TOOL_CALLS = 64
+DEFAULT_MAX_MEMORIES = 100_000  # shared memories a workspace keeps (core/store/memories.py)
 DEFAULT_MAX_SPACE_RUNS = 16
 DEFAULT_MAX_SPACES = 1000  # Agent Spaces kept in the store; the protocol has no way to delete one
 DEFAULT_MAX_REQUEST_MESSAGES = 10_000
@@ -91,6 +92,7 @@ class Settings:
     max_space_runs: int = DEFAULT_MAX_SPACE_RUNS  # Agent Spaces runs at once
     max_spaces: int = DEFAULT_MAX_SPACES  # Agent Spaces in the store
     max_request_messages: int = DEFAULT_MAX_REQUEST_MESSAGES  # messages in one request
+    max_memories: int = DEFAULT_MAX_MEMORIES  # shared memories kept per workspace (A3S_MAX_MEMORIES)
     coven_gateway: str = ""  # HOST:PORT of a coven gateway to serve as an agent, alongside the server
     workspace: Path = field(default_factory=Path.cwd)
     data_dir: Path | None = None
@@ -304,6 +306,7 @@ def settings_from(
         max_space_runs=int(_number(env, "A3S_MAX_SPACE_RUNS", DEFAULT_MAX_SPACE_RUNS)),
         max_spaces=int(_number(env, "A3S_MAX_SPACES", DEFAULT_MAX_SPACES)),
         max_request_messages=int(_number(env, "A3S_MAX_REQUEST_MESSAGES", DEFAULT_MAX_REQUEST_MESSAGES)),
+        max_memories=int(_number(env, "A3S_MAX_MEMORIES", DEFAULT_MAX_MEMORIES)),
         workspace=Path(workspace_value).resolve() if workspace_value else Path.cwd(),
         data_dir=Path(data_value) if data_value else None,
         durability=_durability(env),

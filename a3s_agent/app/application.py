@@ -12,6 +12,7 @@ from .history import History
 from .lifecycle import Lifecycle
 from .lsp import Lsp
 from .mcp_servers import McpServerAdmin
+from .memory import Memories
 from .observability import Observability
 from .permissions import Permissions
 from .sessions import Sessions
@@ -40,6 +41,7 @@ class Application:
         self.history = History(runtime)
         self.mcp_servers = McpServerAdmin(runtime)
         self.todos = Todos(runtime)
+        self.memory = Memories(runtime)
         self.observability = Observability(runtime)
         self.lsp = Lsp(runtime)
         self._runtime = runtime

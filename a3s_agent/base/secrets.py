@@ -57,6 +57,12 @@ def withheld(name: str) -> str:
     return _withheld.get(name, "")
 
 
+def withheld_values(shortest: int = 8) -> list[str]:
+    """The values withheld (those of at least `shortest` characters: shorter ones would be found
+    in any text), so that what leaves the server can be checked for them."""
+    return [value for value in _withheld.values() if len(value) >= shortest]
+
+
 def _blank_start_environment(marked: frozenset[str]) -> None:
     """Overwrite the secret NAME=value entries of the start environment block with NUL bytes.
 

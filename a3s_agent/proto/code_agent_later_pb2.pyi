@@ -50,6 +50,14 @@ class PermissionDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PERMISSION_DECISION_ALLOW: _ClassVar[PermissionDecision]
     PERMISSION_DECISION_DENY: _ClassVar[PermissionDecision]
     PERMISSION_DECISION_ASK: _ClassVar[PermissionDecision]
+
+class MemoryType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MEMORY_TYPE_UNKNOWN: _ClassVar[MemoryType]
+    MEMORY_TYPE_EPISODIC: _ClassVar[MemoryType]
+    MEMORY_TYPE_SEMANTIC: _ClassVar[MemoryType]
+    MEMORY_TYPE_PROCEDURAL: _ClassVar[MemoryType]
+    MEMORY_TYPE_WORKING: _ClassVar[MemoryType]
 STORAGE_TYPE_UNSPECIFIED: StorageType
 STORAGE_TYPE_MEMORY: StorageType
 STORAGE_TYPE_FILE: StorageType
@@ -75,6 +83,11 @@ PERMISSION_DECISION_UNKNOWN: PermissionDecision
 PERMISSION_DECISION_ALLOW: PermissionDecision
 PERMISSION_DECISION_DENY: PermissionDecision
 PERMISSION_DECISION_ASK: PermissionDecision
+MEMORY_TYPE_UNKNOWN: MemoryType
+MEMORY_TYPE_EPISODIC: MemoryType
+MEMORY_TYPE_SEMANTIC: MemoryType
+MEMORY_TYPE_PROCEDURAL: MemoryType
+MEMORY_TYPE_WORKING: MemoryType
 
 class HealthCheckRequest(_message.Message):
     __slots__ = ()
@@ -1553,3 +1566,166 @@ class LspDiagnostic(_message.Message):
     code: str
     source: str
     def __init__(self, uri: _Optional[str] = ..., range: _Optional[_Union[LspRange, _Mapping]] = ..., severity: _Optional[str] = ..., message: _Optional[str] = ..., code: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
+class StoreMemoryRequest(_message.Message):
+    __slots__ = ("session_id", "memory")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    memory: MemoryItem
+    def __init__(self, session_id: _Optional[str] = ..., memory: _Optional[_Union[MemoryItem, _Mapping]] = ...) -> None: ...
+
+class StoreMemoryResponse(_message.Message):
+    __slots__ = ("success", "memory_id")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    memory_id: str
+    def __init__(self, success: _Optional[bool] = ..., memory_id: _Optional[str] = ...) -> None: ...
+
+class RetrieveMemoryRequest(_message.Message):
+    __slots__ = ("session_id", "memory_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    memory_id: str
+    def __init__(self, session_id: _Optional[str] = ..., memory_id: _Optional[str] = ...) -> None: ...
+
+class RetrieveMemoryResponse(_message.Message):
+    __slots__ = ("memory",)
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    memory: MemoryItem
+    def __init__(self, memory: _Optional[_Union[MemoryItem, _Mapping]] = ...) -> None: ...
+
+class SearchMemoriesRequest(_message.Message):
+    __slots__ = ("session_id", "query", "tags", "limit", "recent_only", "min_importance")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    RECENT_ONLY_FIELD_NUMBER: _ClassVar[int]
+    MIN_IMPORTANCE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    query: str
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    limit: int
+    recent_only: bool
+    min_importance: float
+    def __init__(self, session_id: _Optional[str] = ..., query: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., limit: _Optional[int] = ..., recent_only: _Optional[bool] = ..., min_importance: _Optional[float] = ...) -> None: ...
+
+class SearchMemoriesResponse(_message.Message):
+    __slots__ = ("memories", "total_count")
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    memories: _containers.RepeatedCompositeFieldContainer[MemoryItem]
+    total_count: int
+    def __init__(self, memories: _Optional[_Iterable[_Union[MemoryItem, _Mapping]]] = ..., total_count: _Optional[int] = ...) -> None: ...
+
+class GetMemoryStatsRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class GetMemoryStatsResponse(_message.Message):
+    __slots__ = ("stats",)
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    stats: MemoryStats
+    def __init__(self, stats: _Optional[_Union[MemoryStats, _Mapping]] = ...) -> None: ...
+
+class ClearMemoriesRequest(_message.Message):
+    __slots__ = ("session_id", "clear_long_term", "clear_short_term", "clear_working")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_LONG_TERM_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_SHORT_TERM_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_WORKING_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    clear_long_term: bool
+    clear_short_term: bool
+    clear_working: bool
+    def __init__(self, session_id: _Optional[str] = ..., clear_long_term: _Optional[bool] = ..., clear_short_term: _Optional[bool] = ..., clear_working: _Optional[bool] = ...) -> None: ...
+
+class ClearMemoriesResponse(_message.Message):
+    __slots__ = ("success", "cleared_count")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    CLEARED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    cleared_count: int
+    def __init__(self, success: _Optional[bool] = ..., cleared_count: _Optional[int] = ...) -> None: ...
+
+class DeleteMemoryRequest(_message.Message):
+    __slots__ = ("session_id", "memory_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    memory_id: str
+    def __init__(self, session_id: _Optional[str] = ..., memory_id: _Optional[str] = ...) -> None: ...
+
+class DeleteMemoryResponse(_message.Message):
+    __slots__ = ("success",)
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    def __init__(self, success: _Optional[bool] = ...) -> None: ...
+
+class SummarizeMemoriesRequest(_message.Message):
+    __slots__ = ("session_id", "tags", "limit", "recent_hours")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    RECENT_HOURS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    limit: int
+    recent_hours: int
+    def __init__(self, session_id: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., limit: _Optional[int] = ..., recent_hours: _Optional[int] = ...) -> None: ...
+
+class SummarizeMemoriesResponse(_message.Message):
+    __slots__ = ("summary", "memory_count", "stored", "summary_memory_id")
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    summary: str
+    memory_count: int
+    stored: bool
+    summary_memory_id: str
+    def __init__(self, summary: _Optional[str] = ..., memory_count: _Optional[int] = ..., stored: _Optional[bool] = ..., summary_memory_id: _Optional[str] = ...) -> None: ...
+
+class MemoryItem(_message.Message):
+    __slots__ = ("id", "content", "timestamp", "importance", "tags", "memory_type", "metadata", "access_count", "last_accessed")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    IMPORTANCE_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TYPE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LAST_ACCESSED_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    content: str
+    timestamp: int
+    importance: float
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    memory_type: MemoryType
+    metadata: _containers.ScalarMap[str, str]
+    access_count: int
+    last_accessed: int
+    def __init__(self, id: _Optional[str] = ..., content: _Optional[str] = ..., timestamp: _Optional[int] = ..., importance: _Optional[float] = ..., tags: _Optional[_Iterable[str]] = ..., memory_type: _Optional[_Union[MemoryType, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., access_count: _Optional[int] = ..., last_accessed: _Optional[int] = ...) -> None: ...
+
+class MemoryStats(_message.Message):
+    __slots__ = ("long_term_count", "short_term_count", "working_count")
+    LONG_TERM_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SHORT_TERM_COUNT_FIELD_NUMBER: _ClassVar[int]
+    WORKING_COUNT_FIELD_NUMBER: _ClassVar[int]
+    long_term_count: int
+    short_term_count: int
+    working_count: int
+    def __init__(self, long_term_count: _Optional[int] = ..., short_term_count: _Optional[int] = ..., working_count: _Optional[int] = ...) -> None: ...

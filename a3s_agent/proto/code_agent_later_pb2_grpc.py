@@ -305,6 +305,41 @@ class CodeAgentServiceStub:
                 request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDiagnosticsRequest.SerializeToString,
                 response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDiagnosticsResponse.FromString,
                 _registered_method=True)
+        self.StoreMemory = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/StoreMemory',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StoreMemoryRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StoreMemoryResponse.FromString,
+                _registered_method=True)
+        self.RetrieveMemory = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/RetrieveMemory',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.RetrieveMemoryRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.RetrieveMemoryResponse.FromString,
+                _registered_method=True)
+        self.SearchMemories = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/SearchMemories',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SearchMemoriesRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SearchMemoriesResponse.FromString,
+                _registered_method=True)
+        self.GetMemoryStats = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/GetMemoryStats',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetMemoryStatsRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetMemoryStatsResponse.FromString,
+                _registered_method=True)
+        self.ClearMemories = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/ClearMemories',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ClearMemoriesRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ClearMemoriesResponse.FromString,
+                _registered_method=True)
+        self.DeleteMemory = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/DeleteMemory',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DeleteMemoryRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DeleteMemoryResponse.FromString,
+                _registered_method=True)
+        self.SummarizeMemories = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/SummarizeMemories',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SummarizeMemoriesRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SummarizeMemoriesResponse.FromString,
+                _registered_method=True)
 
 
 class CodeAgentServiceServicer:
@@ -634,6 +669,49 @@ class CodeAgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StoreMemory(self, request, context):
+        """Memory (a3s-string-dialect.md 4.6)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetrieveMemory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SearchMemories(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMemoryStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClearMemories(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteMemory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SummarizeMemories(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CodeAgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -906,6 +984,41 @@ def add_CodeAgentServiceServicer_to_server(servicer, server):
                     servicer.LspDiagnostics,
                     request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDiagnosticsRequest.FromString,
                     response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDiagnosticsResponse.SerializeToString,
+            ),
+            'StoreMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.StoreMemory,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StoreMemoryRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StoreMemoryResponse.SerializeToString,
+            ),
+            'RetrieveMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetrieveMemory,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.RetrieveMemoryRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.RetrieveMemoryResponse.SerializeToString,
+            ),
+            'SearchMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchMemories,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SearchMemoriesRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SearchMemoriesResponse.SerializeToString,
+            ),
+            'GetMemoryStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMemoryStats,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetMemoryStatsRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetMemoryStatsResponse.SerializeToString,
+            ),
+            'ClearMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClearMemories,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ClearMemoriesRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ClearMemoriesResponse.SerializeToString,
+            ),
+            'DeleteMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteMemory,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DeleteMemoryRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DeleteMemoryResponse.SerializeToString,
+            ),
+            'SummarizeMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.SummarizeMemories,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SummarizeMemoriesRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SummarizeMemoriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -2366,6 +2479,195 @@ class CodeAgentService:
             '/a3s.code.agent.v1.CodeAgentService/LspDiagnostics',
             a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDiagnosticsRequest.SerializeToString,
             a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LspDiagnosticsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StoreMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/StoreMemory',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StoreMemoryRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.StoreMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetrieveMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/RetrieveMemory',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.RetrieveMemoryRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.RetrieveMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/SearchMemories',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SearchMemoriesRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SearchMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMemoryStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/GetMemoryStats',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetMemoryStatsRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetMemoryStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClearMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/ClearMemories',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ClearMemoriesRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ClearMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/DeleteMemory',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DeleteMemoryRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DeleteMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SummarizeMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/SummarizeMemories',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SummarizeMemoriesRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SummarizeMemoriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -24,9 +24,11 @@ from ..core.prompt.system import SystemPrompts
 from ..core.sessions.client_tools import ClientTools
 from ..core.sessions.control import ControlPlane
 from ..core.sessions.manager import SessionManager, existing_directory
+from ..core.sessions.memories import MemoryBank
 from ..core.sessions.todos import TodoLists
 from ..core.skills.catalog import SkillCatalog
 from ..core.store.events import EventBus
+from ..core.store.memories import Bounds
 from ..core.store.protocol import LogEntry, Store
 from ..core.store.session import Session
 from ..core.store.sqlite_store import SqliteStore
@@ -94,6 +96,7 @@ class Runtime:
         self.control = ControlPlane(self.sessions, self.events)
         self.client_tools = ClientTools(self.sessions, self.registry)
         self.todos = TodoLists(self.sessions)
+        self.memories = MemoryBank(self.sessions, self.store, self.events, Bounds(settings.max_memories))
         self.prompts = SystemPrompts(settings.resolved_workspace_root, settings.project_instructions)
         self.skills = SkillCatalog(
             self.sessions, settings, lambda: self.workspace, lambda: set(self.registry.names())

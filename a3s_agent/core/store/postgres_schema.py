@@ -7,7 +7,8 @@ the last Initialize), `event_log` (every session's events and chunks, kept until
 `run_leases` (the owner of each running generation), whose tokens come from the sequence
 `run_lease_tokens`, shared by all sessions so that a token is larger than every earlier one, and
 `channel_key` (one row: the key that seals the notifications between replicas) and
-`control_messages` (control messages too big for a notification, briefly).
+`control_messages` (control messages too big for a notification, briefly), and `memories`
+(postgres_memories.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from ...base.models import Usage
+from .postgres_memories import MIGRATION as MEMORY_MIGRATION
 from .protocol import LogEntry
 
 # Advisory lock keys. The migration lock is a single bigint key; per-session locks use the two-int4
@@ -116,6 +118,8 @@ MIGRATIONS: list[str] = [
     CREATE INDEX control_messages_by_time ON control_messages(created_at);
     REVOKE ALL ON control_messages FROM PUBLIC;
     """,
+    # Memories (core/store/memories.py), with their full-text index.
+    MEMORY_MIGRATION,
 ]
 
 # The session row's usage columns: one per field of Usage, named as the field.

@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 from ...base.errors import AlreadyExists, Unavailable
 from ...base.models import Message, SessionConfig, SessionState, Usage
 from .channel_seal import ChannelSeal
+from .memories import MemoryTable
 from .postgres_bounds import RETENTION_TIMEOUT_MS, bound_waits, pooled
 from .postgres_channel import (
     CONTROL_CHANNEL,
@@ -32,6 +33,7 @@ from .postgres_channel import (
     control_text,
     log_payloads,
 )
+from .postgres_memories import PostgresMemories
 from .postgres_schema import (
     CONNECT_TIMEOUT_S,
     LOG_COLUMNS,
@@ -78,6 +80,7 @@ class PostgresStore:
         )
         self._listener: Listener | None = None
         self._seal: ChannelSeal | None = None  # read at `open`
+        self.memories: MemoryTable = PostgresMemories(self._transaction, self._connection, self._append)
 
     async def open(self) -> None:
         # A connection of its own first: it fails with the server's reason (a pool only times out).

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...base.errors import FailedPrecondition
 from ...base.models import Message, Usage
 from .session import Session
+
+if TYPE_CHECKING:
+    from .memories import MemoryTable
 
 
 class LeaseLost(FailedPrecondition):
@@ -63,6 +66,8 @@ class Store(Protocol):
     shared: bool
     """Whether other processes (replicas) write to the same store, so that what is cached in
     memory must be checked against it (`session_stamp`)."""
+    memories: MemoryTable
+    """The memories of sessions and workspaces (core/store/memories.py), in the same database."""
 
     async def open(self) -> None: ...
 

@@ -20,8 +20,11 @@ from typing import Any
 from ...base.errors import AlreadyExists
 from ...base.models import Message, SessionConfig, SessionState, Usage
 from ...base.sqlite import Database, Durability, transaction
+from .memories import MemoryTable
 from .protocol import ControlHandler, EntriesHandler, Lease, LeaseLost, LogEntry, StaleHeader
 from .session import Session, SessionSettings
+from .sqlite_memories import MIGRATION as MEMORY_MIGRATION
+from .sqlite_memories import SqliteMemories
 
 # Each entry moves the schema one version up; PRAGMA user_version records where a file is.
 MIGRATIONS: list[str] = [
@@ -93,6 +96,8 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (session_id, run_id)
     )
     """,
+    # Memories (core/store/memories.py), with their full-text index.
+    MEMORY_MIGRATION,
 ]
 # The session row's usage columns: one per field of Usage, named as the field.
 _USAGE_COLUMNS = tuple(item.name for item in fields(Usage))
@@ -113,6 +118,7 @@ class SqliteStore:
         # What was asked for until `open`; then what the connection reports (PRAGMA synchronous).
         self.durability: str = durability
         self._db = Database(path, MIGRATIONS, durability, "sessions")
+        self.memories: MemoryTable = SqliteMemories(self._db, _append_log)
         self._on_control: ControlHandler | None = None
 
     async def open(self) -> None:
