@@ -5,6 +5,7 @@ input named, and memories outliving the server and shared by replicas."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -23,7 +24,7 @@ from a3s_agent.proto import code_agent_later_pb2_grpc as later_grpc
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.testing.fake_llm import FakeLLM, text
 
-from .conftest import LiveServer, agent_settings, initialize, running
+from .conftest import LiveServer, agent_settings, initialize, running, subscribed
 
 Stub = later_grpc.CodeAgentServiceStub
 DAY_MS = 86_400_000
@@ -202,6 +203,49 @@ async def test_store_retrieve_search_count_and_clear(settings_for: Callable[[str
         assert {message for message, _ in kinds} == {
             "memory_stored", "memory_recalled", "memories_searched", "memory_cleared",
         }  # fmt: skip
+
+
+async def test_subscribers_see_memory_events_as_their_dialect_names_them(
+    workspace: Path, tmp_path: Path
+) -> None:
+    async with serving(agent_settings(workspace, tmp_path / "data")) as (live, _):
+        session_id = await a_session(live)
+        node = grpc.aio.insecure_channel(
+            live.address,
+            options=[("grpc.use_local_subchannel_pool", 1), ("grpc.primary_user_agent", "grpc-node-js/1.9")],
+        )  # a connection of its own, with the TypeScript SDK's user-agent: the later dialect
+        async with node:
+            stub = later_grpc.CodeAgentServiceStub(node)
+            wanted = ["EVENT_TYPE_MEMORY_STORED", "memory_cleared"]
+            later_events = stub.SubscribeEvents(
+                later.SubscribeEventsRequest(session_id=session_id, event_types=wanted)
+            )
+            box_events = live.stub.SubscribeEvents(pb.SubscribeEventsRequest(session_id=session_id))
+            await subscribed(live, 2)
+            memory_id = await store(
+                stub, session_id, "Releases are tagged vX.Y.Z", PROCEDURAL, 0.7, ("release",)
+            )
+            await search(stub, session_id, "release")
+            await stub.ClearMemories(later.ClearMemoriesRequest(session_id=session_id, clear_short_term=True))
+            stored, cleared = [await asyncio.wait_for(later_events.read(), 10) for _ in range(2)]
+            assert (stored.type, stored.message) == (
+                later.AgentEvent.EVENT_TYPE_MEMORY_STORED,
+                "memory_stored",
+            )
+            assert stored.data["memory_id"] == memory_id and stored.data["memory_type"] == "procedural"
+            assert json.loads(stored.data["tags"]) == ["release"] and stored.data["importance"] == "0.7"
+            assert (cleared.type, cleared.data["tier"], cleared.data["count"]) == (
+                later.AgentEvent.EVENT_TYPE_MEMORY_CLEARED, "short_term", "1",
+            )  # fmt: skip
+            box = [await asyncio.wait_for(box_events.read(), 10) for _ in range(3)]
+            assert [(e.type, e.message) for e in box] == [
+                (pb.AgentEvent.EVENT_TYPE_INFO, "memory_stored"),
+                (pb.AgentEvent.EVENT_TYPE_INFO, "memories_searched"),
+                (pb.AgentEvent.EVENT_TYPE_INFO, "memory_cleared"),
+            ]
+            assert box[1].data["result_count"] == "1" and box[1].data["query"] == "release"
+            for call in (later_events, box_events):
+                call.cancel()
 
 
 # --- scope, durability, replicas ---------------------------------------------------------------

@@ -40,9 +40,6 @@ _CHUNK_TYPES = {
     pb.GenerateChunk.CHUNK_TYPE_DONE: "done",
 }
 _SERVED_STORAGE = (lp.STORAGE_TYPE_UNSPECIFIED, lp.STORAGE_TYPE_MEMORY, lp.STORAGE_TYPE_FILE)
-CONTEXT_COMPACTED = cast("pb.AgentEvent.EventType", lp.AgentEvent.EVENT_TYPE_CONTEXT_COMPACTED)
-"""20, in a Box AgentEvent (the enum is open) for a later-dialect client."""
-_COMPACTED_MESSAGE = "context_compacted"  # the INFO event core/loop/context.py publishes on compaction
 _LATER_EVENT_TYPES = {
     pb_name.removeprefix("EVENT_TYPE_"): number
     for pb_name, number in lp.AgentEvent.EventType.items()
@@ -182,16 +179,21 @@ def structured_chunk(box: pb.GenerateStructuredChunk) -> pb.GenerateStructuredCh
 # --- events --------------------------------------------------------------------------------
 
 
-def is_compaction(event: Event) -> bool:
-    return event.type is EventType.INFO and event.message == _COMPACTED_MESSAGE
+def later_type(event: Event) -> pb.AgentEvent.EventType | None:
+    """The later type (16-20) an INFO event of ours is, by its message named as the type
+    (`memory_stored`, `memory_recalled`, `memories_searched`, `memory_cleared`: the memory
+    group's; `context_compacted`: compaction's), for a later-dialect client (the enum is open)."""
+    if event.type is not EventType.INFO:
+        return None
+    number = _LATER_EVENT_TYPES.get(event.message.upper())
+    return None if number is None else cast("pb.AgentEvent.EventType", number)
 
 
 @dataclass(frozen=True)
 class EventFilter:
     """A SubscribeEvents filter that may name the later types 16-20 too: `names` is what the
-    application filters by, `passes` what goes out of that. We publish no memory events (16-19);
-    context compaction (20) is our INFO event `context_compacted`, which a filter naming either
-    type gets."""
+    application filters by, `passes` what goes out of that. The later types are INFO events of
+    ours (`later_type`), which a filter naming either type gets."""
 
     names: list[str]
     ours: frozenset[int]
@@ -200,7 +202,7 @@ class EventFilter:
     def passes(self, event: Event) -> bool:
         if not self.later:
             return True
-        return int(event.type) in self.ours or (CONTEXT_COMPACTED in self.later and is_compaction(event))
+        return int(event.type) in self.ours or later_type(event) in self.later
 
 
 def _later_type(name: str) -> int | None:

@@ -340,8 +340,9 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     async def SubscribeEvents(
         self, request: pb.SubscribeEventsRequest, context: Any
     ) -> AsyncIterator[pb.AgentEvent]:
-        """A later-dialect connection gets compaction as EVENT_TYPE_CONTEXT_COMPACTED (20), a Box
-        one as the INFO event it is; a filter may name the later types (later_convert.EventFilter)."""
+        """A later-dialect connection gets compaction and the memory events as their later types
+        (16-20, later_convert.later_type), a Box one as the INFO events they are; a filter may name
+        the later types (later_convert.EventFilter)."""
         session_id = request.session_id if request.HasField("session_id") and request.session_id else None
         after = call_metadata.events_after(metadata.given(context), session_id)
         wanted = later_convert.event_filter(request.event_types)
@@ -350,8 +351,9 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
             if not wanted.passes(event):
                 continue
             out = convert.event_to_pb(event)
-            if later and later_convert.is_compaction(event):
-                out.type = later_convert.CONTEXT_COMPACTED
+            kind = later_convert.later_type(event) if later else None
+            if kind is not None:
+                out.type = kind
             yield out
 
     @rpc
