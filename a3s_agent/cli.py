@@ -163,6 +163,13 @@ def _parser() -> argparse.ArgumentParser:
         help="the A3S gRPC dialect: auto (each request's own, told from its bytes), box (the Box-era"
         f" proto) or later (the string dialect of the TypeScript SDK) {env_note('A3S_DIALECT')}",
     )
+    serve.add_argument(
+        "--memory",
+        help="what models get of the memories sessions keep: off (the default), tools (the remember"
+        " and recall tools), prompt=N (the N memories most relevant to each request, up to 10, in"
+        " the system prompt) or tools,prompt=N; a session's a3s-memory metadata overrides it"
+        f" {env_note('A3S_MEMORY')}",
+    )
     _sandbox_flags(serve)
     sandbox = commands.add_parser("sandbox", help="the OS sandbox tool processes run in")
     sandbox_commands = sandbox.add_subparsers(dest="sandbox_command", required=True)
@@ -612,6 +619,7 @@ def main(argv: list[str] | None = None) -> int:
                 model_prices=args.model_prices,
                 release_identity=args.release_identity,
                 a3s_dialect=args.a3s_dialect,
+                memory=args.memory,
                 sandbox=args.sandbox,
                 sandbox_network=args.sandbox_network,
                 sandbox_read=args.sandbox_read,

@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 from .base.allow_list import AllowList
 from .base.errors import InvalidArgument
+from .base.memories import MemorySettings
 from .base.models import LLMConfig
 from .base.prices import ModelPrice, load_prices
 from .base.secrets import operator_secret_names
@@ -125,6 +126,7 @@ class Settings:
     model_prices: dict[str, ModelPrice] = field(default_factory=dict)  # for cost summaries (base/prices.py)
     release_identity: str = ""  # sha256:<64 hex> harness requests must name ("": any digest)
     a3s_dialect: str = "auto"  # gRPC dialect: auto (per request), box or later (faces/grpc/dialect_choice.py)
+    memory: MemorySettings = field(default_factory=MemorySettings)  # what models get of memories (--memory)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
 
     @property
@@ -271,6 +273,7 @@ def settings_from(
     model_prices: str | None = None,
     release_identity: str | None = None,
     a3s_dialect: str | None = None,
+    memory: str | None = None,
     sandbox: str | None = None,
     sandbox_network: str | None = None,
     sandbox_read: list[str] | None = None,
@@ -315,6 +318,7 @@ def settings_from(
         model_prices=_model_prices(model_prices, env),
         release_identity=_release_identity(release_identity or env.get("A3S_RELEASE_IDENTITY", "")),
         a3s_dialect=_a3s_dialect(a3s_dialect, env),
+        memory=_memory(memory, env),
         sandbox=sandbox_settings(
             env,
             mechanism=sandbox,
@@ -429,6 +433,15 @@ def _a3s_dialect(flag: str | None, env: Mapping[str, str]) -> str:
             f" not {value[:40]!r}"
         )
     return wanted
+
+
+def _memory(flag: str | None, env: Mapping[str, str]) -> MemorySettings:
+    """--memory (A3S_MEMORY): off (the default), tools, prompt=N or tools,prompt=N."""
+    value = flag or env.get("A3S_MEMORY", "") or "off"
+    try:
+        return MemorySettings.parse(value, "--memory (A3S_MEMORY)")
+    except InvalidArgument as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def sandbox_settings(

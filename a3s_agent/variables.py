@@ -28,6 +28,7 @@ from .config import (
     DEFAULT_MAX_GENERATIONS,
     DEFAULT_MAX_GRPC_CONNECTIONS,
     DEFAULT_MAX_HTTP_CONNECTIONS,
+    DEFAULT_MAX_MEMORIES,
     DEFAULT_MAX_REQUEST_MESSAGES,
     DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_SPACE_RUNS,
@@ -253,6 +254,11 @@ SECTIONS: dict[str, tuple[Variable, ...]] = {
             "messages in one request; beyond it `INVALID_ARGUMENT`",
             _number(DEFAULT_MAX_REQUEST_MESSAGES),
         ),
+        Variable(
+            "A3S_MAX_MEMORIES",
+            "memories a workspace keeps (those its sessions share); beyond it `RESOURCE_EXHAUSTED`",
+            _number(DEFAULT_MAX_MEMORIES),
+        ),
     ),
     "Skills, instructions and MCP servers": (
         Variable("A3S_SKILL_DIRS", "directories of skills, before the example skills", form="paths"),
@@ -266,6 +272,13 @@ SECTIONS: dict[str, tuple[Variable, ...]] = {
             "put AGENTS.md, CLAUDE.md and .a3s/instructions.md of the workspace and the directories"
             " above it into the system prompt",
             form="off",
+        ),
+        Variable(
+            "A3S_MEMORY",
+            "what models get of the memories sessions keep: `off`, `tools` (remember and recall),"
+            " `prompt=N` (the N most relevant in the system prompt, up to 10) or `tools,prompt=N`;"
+            " a session's `a3s-memory` metadata overrides it",
+            "off",
         ),
         Variable(
             "A3S_MCP_CONFIG", 'the operator\'s MCP servers: a JSON or YAML file of `{"mcpServers": ...}`'

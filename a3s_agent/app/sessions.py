@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..base.errors import NotFound
+from ..base.memories import MemorySettings
 from ..base.models import Message, SessionConfig
 from ..core.loop.context import ContextUsage
 from ..core.sessions.control import ConfirmationPolicy
@@ -32,6 +33,8 @@ class SessionView:
     usage: ContextUsage
     compaction: tuple[float, float]
     token_budget: int
+    memory: MemorySettings
+    """What its model gets of memories (its own setting, else the server's)."""
 
 
 @dataclass(frozen=True)
@@ -53,17 +56,20 @@ class Sessions:
         compaction: Mapping[str, float],
         token_budget: int | None = None,
         mcp_servers: ServersGiven | None = None,
+        memory: MemorySettings | None = None,
     ) -> SessionView:
         """`compaction`: the session's own compaction shares (none: the server's); `token_budget`:
         its own cap on its total tokens (None: the server's, 0: none); `mcp_servers`: its own MCP
-        servers (runtime/mcp.py)."""
+        servers (runtime/mcp.py); `memory`: what its model gets of memories (None: the server's)."""
         checked = self._rt.context.checked_settings({}, compaction) if compaction else {}
         servers = self._rt.mcp.from_api(mcp_servers)
         session = await self._rt.sessions.create(
             session_id,
             config,
             initial_context,
-            settings=SessionSettings(compaction=checked, token_budget=token_budget, mcp_servers=servers),
+            settings=SessionSettings(
+                compaction=checked, token_budget=token_budget, mcp_servers=servers, memory=memory
+            ),
         )
         return await self._view(session)
 
@@ -101,11 +107,13 @@ class Sessions:
         compaction: Mapping[str, float],
         token_budget: int | None = None,
         mcp_servers: ServersGiven | None = None,
+        memory: MemorySettings | None = None,
     ) -> SessionView:
         """Merge `config` (or with `replace_all`, replace the config, compaction shares, token
-        budget and MCP servers); `token_budget` None keeps the session's (with `replace_all`: the
-        server's); `mcp_servers` replaces the session's own servers, None keeps them (with
-        `replace_all`: none)."""
+        budget, MCP servers and memory settings); `token_budget` None keeps the session's (with
+        `replace_all`: the server's); `mcp_servers` replaces the session's own servers, None keeps
+        them (with `replace_all`: none); `memory` None keeps the session's (with `replace_all`:
+        the server's)."""
         await self._rt.sessions.refresh(session_id)
         given_servers = (
             None if mcp_servers is None and not replace_all else self._rt.mcp.from_api(mcp_servers)
@@ -115,7 +123,8 @@ class Sessions:
             checked = self._rt.context.checked_settings({} if replace_all else current.compaction, compaction)
             budget = current.token_budget if token_budget is None and not replace_all else token_budget
             servers = current.mcp_servers if given_servers is None else given_servers
-            return replace(current, compaction=checked, token_budget=budget, mcp_servers=servers)
+            kept = current.memory if memory is None and not replace_all else memory
+            return replace(current, compaction=checked, token_budget=budget, mcp_servers=servers, memory=kept)
 
         session = await self._rt.sessions.configure(
             session_id, config, replace_all=replace_all, settings=configured
@@ -164,6 +173,7 @@ class Sessions:
             await self._rt.context.shown_usage(session.id),
             self._rt.context.shares(session),
             self._rt.token_budget_for(session),
+            self._rt.memory_settings_for(session),
         )
 
 

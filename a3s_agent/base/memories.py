@@ -27,6 +27,8 @@ MAX_ID_CHARS = 100
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 100
 """The most memories one search answers with (`total_count` says how many matched)."""
+MAX_PROMPT_MEMORIES = 10
+"""The most memories a system prompt is offered (MemorySettings.prompt)."""
 
 
 class MemoryType(enum.IntEnum):
@@ -90,6 +92,38 @@ class MemoryStats:
     long_term: int
     short_term: int
     working: int
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """What a session's model gets of memories: the `remember` and `recall` tools (`tools`), and
+    the `prompt` memories most relevant to each request in its system prompt (0: none). Off unless
+    the operator (--memory) or the session (`a3s-memory`) turns them on."""
+
+    tools: bool = False
+    prompt: int = 0
+
+    @classmethod
+    def parse(cls, text: str, where: str) -> MemorySettings:
+        """`off`, `tools`, `prompt=N` (N up to MAX_PROMPT_MEMORIES), or both comma-separated
+        (`tools,prompt=5`); InvalidArgument naming `where` otherwise."""
+        tools, prompt = False, 0
+        for part in (p.strip().lower() for p in text.split(",")):
+            name, _, value = part.partition("=")
+            if part == "tools":
+                tools = True
+            elif name == "prompt" and value.isdigit() and int(value) <= MAX_PROMPT_MEMORIES:
+                prompt = int(value)
+            elif part != "off" or "," in text:
+                raise InvalidArgument(
+                    f"{where} must be off, tools, prompt=N (N up to {MAX_PROMPT_MEMORIES}) or"
+                    f" tools,prompt=N; not {text[:50]!r}"
+                )
+        return cls(tools, prompt)
+
+    def __str__(self) -> str:
+        parts = [*(["tools"] if self.tools else []), *([f"prompt={self.prompt}"] if self.prompt else [])]
+        return ",".join(parts) or "off"
 
 
 def checked_memory(

@@ -4,9 +4,11 @@ trailing metadata, HTTP request and response headers of the same names (both fac
 CreateSession and ConfigureSession read `a3s-config-mode` (`merge`, the default, or `replace`:
 the request's config replaces the session's, so false and empty values count), the compaction
 shares `a3s-compact-threshold` and `a3s-compact-target`, `a3s-token-budget` (the session's
-cap on its total tokens, 0: none) and `a3s-mcp-servers` (its own MCP servers: JSON of the
-mcpServers shape; `{}` drops them). Their replies and GetSession's carry the session's effective
-compaction shares and token budget and its usage so far (`session_metadata`), and, while the
+cap on its total tokens, 0: none), `a3s-mcp-servers` (its own MCP servers: JSON of the
+mcpServers shape; `{}` drops them) and `a3s-memory` (what its model gets of memories: off,
+tools, prompt=N or tools,prompt=N; base/memories.py MemorySettings). Their replies and
+GetSession's carry the session's effective compaction shares, token budget and memory settings
+and its usage so far (`session_metadata`), and, while the
 server's tokenizer is still loading (right after start), `a3s-usage-estimated: true`: the session's
 context_usage was then counted as characters / 4 (GetContextUsage always waits for the exact count).
 
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from ..app.sessions import PageKey, ServersGiven, SessionView
 from ..app.types import Resync, parse_budget
 from ..base.errors import InvalidArgument
+from ..base.memories import MemorySettings
 from .agent_service import MAX_PAGE_SIZE, usage_metadata
 
 CONFIG_MODE_KEY = "a3s-config-mode"
@@ -40,6 +43,7 @@ COMPACT_THRESHOLD_KEY = "a3s-compact-threshold"
 COMPACT_TARGET_KEY = "a3s-compact-target"
 TOKEN_BUDGET_KEY = "a3s-token-budget"
 MCP_SERVERS_KEY = "a3s-mcp-servers"
+MEMORY_KEY = "a3s-memory"
 PAGE_SIZE_KEY = "a3s-page-size"
 PAGE_TOKEN_KEY = "a3s-page-token"
 NEXT_PAGE_TOKEN_KEY = "a3s-next-page-token"
@@ -55,6 +59,7 @@ REQUEST_KEYS = (
     COMPACT_TARGET_KEY,
     TOKEN_BUDGET_KEY,
     MCP_SERVERS_KEY,
+    MEMORY_KEY,
     PAGE_SIZE_KEY,
     PAGE_TOKEN_KEY,
     AFTER_SEQ_KEY,
@@ -78,6 +83,9 @@ class ConfigMetadata:
     """None: not given."""
     mcp_servers: ServersGiven | None = None
     """The session's own MCP servers (`a3s-mcp-servers`, JSON of the mcpServers shape); None: not given."""
+    memory: MemorySettings | None = None
+    """What the session's model gets of memories (`a3s-memory`: off, tools, prompt=N or
+    tools,prompt=N); None: not given."""
 
 
 def config_metadata(metadata: Metadata) -> ConfigMetadata:
@@ -87,11 +95,13 @@ def config_metadata(metadata: Metadata) -> ConfigMetadata:
     shares = {name: _share(metadata[key], key) for key, name in _SHARE_KEYS.items() if key in metadata}
     budget = metadata.get(TOKEN_BUDGET_KEY)
     servers = metadata.get(MCP_SERVERS_KEY)
+    memory = metadata.get(MEMORY_KEY)
     return ConfigMetadata(
         mode == "replace",
         shares,
         None if budget is None else parse_budget(budget, TOKEN_BUDGET_KEY),
         None if servers is None else ServersGiven.from_text(servers, MCP_SERVERS_KEY),
+        None if memory is None else MemorySettings.parse(memory, MEMORY_KEY),
     )
 
 
@@ -118,6 +128,7 @@ def session_metadata(view: SessionView) -> Pairs:
         (COMPACT_THRESHOLD_KEY, f"{threshold:g}"),
         (COMPACT_TARGET_KEY, f"{target:g}"),
         (TOKEN_BUDGET_KEY, str(view.token_budget)),
+        (MEMORY_KEY, str(view.memory)),
         *(("a3s-" + name.replace("_", "-"), value) for name, value in usage.items()),
         *([(USAGE_ESTIMATED_KEY, "true")] if view.usage.estimated else []),
     ]

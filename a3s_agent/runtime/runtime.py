@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import DESCRIPTION, HOMEPAGE, LICENSE, NAME, __version__
 from ..base.errors import FailedPrecondition, InvalidArgument, NotFound
+from ..base.memories import MAX_CONTENT_CHARS, MemoryQuery, MemorySettings
 from ..base.models import LLMConfig, Message
 from ..config import BOX_SKILLS_DIR, Settings
 from ..core.loop.agent import Agent
@@ -24,7 +25,7 @@ from ..core.prompt.system import SystemPrompts
 from ..core.sessions.client_tools import ClientTools
 from ..core.sessions.control import ControlPlane
 from ..core.sessions.manager import SessionManager, existing_directory
-from ..core.sessions.memories import MemoryBank
+from ..core.sessions.memories import MemoryBank, memory_note
 from ..core.sessions.todos import TodoLists
 from ..core.skills.catalog import SkillCatalog
 from ..core.store.events import EventBus
@@ -39,6 +40,7 @@ from ..llm.provider import Provider
 from ..llm.vision import WithoutImages, takes_images, vision_models
 from ..spaces.service import Spaces
 from ..tools import containment, sandbox
+from ..tools import memory as memory_tools
 from ..tools.lsp.catalog import Catalog
 from ..tools.lsp.servers import LanguageServers
 from ..tools.registry import Tool, ToolContext, ToolRegistry
@@ -369,7 +371,23 @@ class Runtime:
             *self.skills.tools_for(session),
             *self.client_tools.for_session(session),
             *self.mcp.tools_for(session),
+            *(memory_tools.TOOLS if self.memory_settings_for(session).tools else ()),
         ]
+
+    def memory_settings_for(self, session: Session | None) -> MemorySettings:
+        """What the session's model gets of memories: its own setting, else the operator's."""
+        own = session.settings.memory if session is not None else None
+        return own if own is not None else self.settings.memory
+
+    async def recalled_memories(self, session: Session, messages: list[Message]) -> str:
+        """The memories most relevant to `messages` (their user text), for the system prompt, when
+        the session's memory settings offer some ("" otherwise); counted as used."""
+        count = self.memory_settings_for(session).prompt
+        if not count:
+            return ""
+        asked = " ".join(m.content for m in messages if m.role == "user")[-MAX_CONTENT_CHARS:]
+        found, _ = await self.memories.search(session.id, MemoryQuery(text=asked, limit=count), used=True)
+        return memory_note(found)
 
     async def prepare_tools(self, session: Session | None) -> None:
         """Connect the session's MCP servers whose tools are not known yet (runtime/mcp.py), and
@@ -442,6 +460,7 @@ class Runtime:
             session_id=session.id if session is not None else None,
             todos=self.todos,
             lsp=self.lsp,
+            memories=self.memories,
         )
 
 

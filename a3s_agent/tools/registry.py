@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_type_hints
@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..base.errors import InvalidArgument, NotFound
 from ..base.jsontext import parse_json
+from ..base.memories import Memory, MemoryQuery, MemoryType
 from ..base.models import Attachment, Todo
 from . import sandbox
 from .aliases import our_arguments, our_tool_name
@@ -74,6 +75,26 @@ class TodoStore(Protocol):
     async def set(self, session_id: str, todos: list[Todo]) -> list[Todo]: ...
 
 
+class MemoryKeeper(Protocol):
+    """Sessions' memories, as the `remember` and `recall` tools reach them (core/sessions/memories.py)."""
+
+    async def remember(
+        self,
+        session_id: str,
+        content: str,
+        memory_type: MemoryType = MemoryType.EPISODIC,
+        importance: float = 0.5,
+        tags: Sequence[str] = (),
+        metadata: Mapping[str, str] | None = None,
+        timestamp: int = 0,
+        where: str = "memory",
+    ) -> Memory: ...
+
+    async def search(
+        self, session_id: str, query: MemoryQuery, *, used: bool = False
+    ) -> tuple[list[Memory], int]: ...
+
+
 @dataclass
 class ToolContext:
     """Where and how a tool runs."""
@@ -83,6 +104,7 @@ class ToolContext:
     session_id: str | None = None
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     todos: TodoStore | None = None
+    memories: MemoryKeeper | None = None
     network: str = ""  # of the call's processes, when the operator gave its tool one ("": the server's)
     lsp: LanguageServers | None = None
     """The server's language servers: edits report the errors a running one finds, code navigation

@@ -301,10 +301,12 @@ class _Run:
         await answer_interrupted_calls(self.agent._sessions, self.session.id)  # a crash left calls open
         history = await self.agent._sessions.history(self.session.id)
         await self._store(*new_messages)
+        recalled = await self.agent._host.recalled_memories(self.session, new_messages)
+        prompt = self.agent._host.prompt_for(self.session)
         conversation = [
             {
                 "role": "system",
-                "content": self.agent._host.prompt_for(self.session),
+                "content": f"{prompt}\n\n{recalled}" if recalled else prompt,
             },
             *(to_openai(m) for m in history),
             *(to_openai(m) for m in new_messages),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
-from ...base.models import LLMConfig
+from ...base.models import LLMConfig, Message
 from ...llm.provider import Provider
 from ...tools.registry import Tool, ToolContext
 from ..store.protocol import LogEntry
@@ -32,6 +32,10 @@ class AgentHost(Protocol):
 
     def prompt_for(self, session: Session) -> str:
         """The session's system prompt."""
+        ...
+
+    async def recalled_memories(self, session: Session, messages: list[Message]) -> str:
+        """What the system prompt is offered of the memories relevant to `messages` ("": none)."""
         ...
 
     def tool_context(self, session: Session | None) -> ToolContext:

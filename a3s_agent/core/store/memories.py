@@ -29,10 +29,18 @@ MAX_QUERY_WORDS = 32
 _WORD = re.compile(r"\w+")
 
 
+STOP_WORDS = frozenset(
+    ["a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be", "been", "but", "by", "can", "could", "did", "do", "does", "for", "from", "had", "has", "have", "he", "her", "him", "his", "how", "i", "if", "in", "into", "is", "it", "its", "just", "me", "my", "no", "not", "of", "on", "or", "our", "out", "she", "so", "some", "than", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "to", "up", "us", "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "would", "you", "your"]
+)
+"""Words too common to search by (PostgreSQL's English configuration drops its own too)."""
+
+
 def query_words(text: str) -> list[str]:
-    """The words of a search's text (letters, digits, underscores), the first MAX_QUERY_WORDS once
-    each: each is matched as a word of its own, so no text is ever read as query syntax."""
-    return list(dict.fromkeys(word.lower() for word in _WORD.findall(text)))[:MAX_QUERY_WORDS]
+    """The words of a search's text (letters, digits, underscores) but STOP_WORDS, the first
+    MAX_QUERY_WORDS once each: each is matched as a word of its own, so no text is ever read as
+    query syntax. A search whose text has none of them matches nothing."""
+    words = (word.lower() for word in _WORD.findall(text))
+    return list(dict.fromkeys(word for word in words if word not in STOP_WORDS))[:MAX_QUERY_WORDS]
 
 
 COLUMNS = (

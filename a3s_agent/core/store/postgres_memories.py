@@ -144,6 +144,8 @@ class PostgresMemories:
     async def search(self, scope: MemoryScope, query: MemoryQuery, now: int) -> tuple[list[Memory], int]:
         params: dict[str, Any] = {"now": now, "limit": query.limit, **_scope(scope)}
         words = query_words(query.text)
+        if query.text.strip() and not words:
+            return [], 0
         conditions = [_SEEN]
         text = "0.0"
         if words:

@@ -151,6 +151,8 @@ class SqliteMemories:
     async def search(self, scope: MemoryScope, query: MemoryQuery, now: int) -> tuple[list[Memory], int]:
         params: dict[str, Any] = {"now": now, "limit": query.limit, **_scope(scope)}
         words = query_words(query.text)
+        if query.text.strip() and not words:
+            return [], 0
         if words:
             params["match"] = " OR ".join(f'"{word}"' for word in words)
             source = "memories_fts f JOIN memories m ON m.seq = f.rowid"

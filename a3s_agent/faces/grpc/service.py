@@ -144,6 +144,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
             {**later_convert.session_extras(request.config), **given.compaction},
             given.token_budget,
             given.mcp_servers,
+            given.memory,
         )
         metadata.hand_out(context, call_metadata.session_metadata(view))
         session = self._session_to_pb(view.session, view.usage, context)
@@ -184,6 +185,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
             compaction={**later_convert.session_extras(request.config), **given.compaction},
             token_budget=given.token_budget,
             mcp_servers=given.mcp_servers,
+            memory=given.memory,
         )
         metadata.hand_out(context, call_metadata.session_metadata(view))
         return pb.ConfigureSessionResponse(session=self._session_to_pb(view.session, view.usage, context))

@@ -280,6 +280,7 @@ async def _create_session(app: Application, request: Given, metadata: CallMetada
         given.compaction,
         given.token_budget,
         given.mcp_servers,
+        given.memory,
     )
     metadata.reply = call_metadata.session_metadata(view)
     return {"session_id": view.session.id, "session": _session(view)}
@@ -317,6 +318,7 @@ async def _configure_session(app: Application, request: Given, metadata: CallMet
         compaction=given.compaction,
         token_budget=given.token_budget,
         mcp_servers=given.mcp_servers,
+        memory=given.memory,
     )
     metadata.reply = call_metadata.session_metadata(view)
     return {"session": _session(view)}
