@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from . import cpu, faces, generation, hardening, lsp, replicas, server, startup, tool_calls
+from . import cpu, faces, generation, hardening, lsp, memory, replicas, server, startup, tool_calls
 from .page import PAGE, write_page
 from .report import Row, Skipped, Table, machine, rows_table, today
 
@@ -28,6 +28,7 @@ SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "lsp": lsp.bench_lsp,
     "acp": faces.bench_acp,
     "replicas": replicas.bench_replicas,
+    "memory": memory.bench_memory,
     "dialect": faces.bench_dialect,
     "sandbox": tool_calls.bench_sandbox,
     "task_cpu": cpu.bench_task_cpu,

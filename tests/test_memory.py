@@ -336,16 +336,19 @@ async def test_a_working_memory_is_bounded_and_a_workspace_too(
         kept = [await store(stub, session_id, f"step {n}", WORKING, n / 20) for n in range(12)]
         assert await stats(stub, session_id) == (0, 0, 10)  # the two least important made room
         assert {m.id for m in (await search(stub, session_id, limit=20)).memories} == set(kept[2:])
-        for n in range(3):
-            await store(stub, session_id, f"fact {n}")
-        full = await failure(
-            stub.StoreMemory(
-                later.StoreMemoryRequest(session_id=session_id, memory=later.MemoryItem(content="one more"))
-            )
+        facts = [await store(stub, session_id, f"fact {n}") for n in range(3)]
+        one_more = later.StoreMemoryRequest(
+            session_id=session_id, memory=later.MemoryItem(content="one more")
         )
+        full = await failure(stub.StoreMemory(one_more))
         assert full.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "holds its maximum of 3 memories" in (full.details() or "")
         assert await stats(stub, session_id) == (3, 3, 10)
+        await stub.DeleteMemory(later.DeleteMemoryRequest(session_id=session_id, memory_id=facts[0]))
+        await stub.StoreMemory(one_more)  # a deleted one made room, a working one does not count
+        await stub.ClearMemories(later.ClearMemoriesRequest(session_id=session_id, clear_long_term=True))
+        assert [await store(stub, session_id, f"again {n}") for n in range(3)]
+        assert (await failure(stub.StoreMemory(one_more))).code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 # --- summaries ----------------------------------------------------------------------------------

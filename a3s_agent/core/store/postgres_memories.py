@@ -3,8 +3,8 @@ English tsvector of content and tags (GIN-indexed), shared by every replica on t
 
 As on SQLite, `private_to` (a working memory's session) and `short_term_of` are foreign keys to
 the session, so destroying it removes its working memories and empties its short-term memory. Adds
-to one workspace are serialised by an advisory lock, so its bound and a session's working-memory
-bound hold across replicas.
+to one workspace are serialised by an advisory lock, so its bound (checked against
+`memory_counts`, kept by triggers) and a session's working-memory bound hold across replicas.
 """
 
 from __future__ import annotations
@@ -57,6 +57,21 @@ MIGRATION = """
     CREATE INDEX memories_short_term ON memories(short_term_of, created_at) WHERE short_term_of IS NOT NULL;
     CREATE INDEX memories_search ON memories USING GIN (search);
     CREATE INDEX memories_tags ON memories USING GIN (tags);
+    CREATE TABLE memory_counts (workspace TEXT PRIMARY KEY, shared BIGINT NOT NULL);
+    CREATE FUNCTION memories_count() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'INSERT' THEN
+            INSERT INTO memory_counts VALUES (NEW.workspace, 1)
+            ON CONFLICT (workspace) DO UPDATE SET shared = memory_counts.shared + 1;
+        ELSE
+            UPDATE memory_counts SET shared = shared - 1 WHERE workspace = OLD.workspace;
+        END IF;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER memories_counted AFTER INSERT ON memories
+        FOR EACH ROW WHEN (NEW.private_to IS NULL) EXECUTE FUNCTION memories_count();
+    CREATE TRIGGER memories_uncounted AFTER DELETE ON memories
+        FOR EACH ROW WHEN (OLD.private_to IS NULL) EXECUTE FUNCTION memories_count();
 """
 """The migration that adds memories (appended to postgres_schema.py's MIGRATIONS)."""
 
@@ -67,6 +82,7 @@ Append = Callable[[Connection, Sequence[LogEntry]], Awaitable[None]]
 
 _SEEN = "(m.private_to = %(session)s OR (m.private_to IS NULL AND m.workspace = %(workspace)s))"
 _SHARED = "private_to IS NULL AND workspace = %(workspace)s"
+_SHARED_COUNT = "SELECT COALESCE(MAX(shared), 0) FROM memory_counts WHERE workspace = %(workspace)s"
 # exp() of a very old memory's age would underflow a double: its recency is 0 either way.
 _RECENCY = f"exp(GREATEST((m.created_at - %(now)s) / {DAY_MS}.0 / {DECAY_DAYS}, -700))"
 
@@ -97,7 +113,7 @@ class PostgresMemories:
                 "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (MEMORY_LOCK_SPACE, scope.workspace)
             )
             if not private:
-                cursor = await conn.execute(f"SELECT COUNT(*) FROM memories WHERE {_SHARED}", row)
+                cursor = await conn.execute(_SHARED_COUNT, row)
                 counted = await cursor.fetchone()
                 if counted is not None and counted[0] >= bounds.per_workspace:
                     raise full(scope, bounds)
@@ -198,7 +214,7 @@ class PostgresMemories:
     async def stats(self, scope: MemoryScope) -> MemoryStats:
         async with self._connection() as conn:
             cursor = await conn.execute(
-                f"SELECT (SELECT COUNT(*) FROM memories WHERE {_SHARED}),"
+                f"SELECT ({_SHARED_COUNT}),"
                 " (SELECT COUNT(*) FROM memories WHERE short_term_of = %(session)s),"
                 " (SELECT COUNT(*) FROM memories WHERE private_to = %(session)s)",
                 _scope(scope),

@@ -1,5 +1,6 @@
 """Memories on SQLite (core/store/memories.py): the `memories` table, searched through its FTS5
-index `memories_fts` (content and tags, porter-stemmed), kept in step by triggers.
+index `memories_fts` (content and tags, porter-stemmed), kept in step by triggers, as is `memory_counts`, the shared memories of each workspace (its bound
+is checked without counting them).
 
 A working memory is `private_to` its session and a kept memory is in its session's short-term
 memory while `short_term_of` names it: both are foreign keys, so destroying the session removes its
@@ -58,6 +59,14 @@ MIGRATION = """
     CREATE TRIGGER memories_unindexed AFTER DELETE ON memories BEGIN
         INSERT INTO memories_fts (memories_fts, rowid, content, tags)
         VALUES ('delete', old.seq, old.content, old.tags);
+    END;
+    CREATE TABLE memory_counts (workspace TEXT PRIMARY KEY, shared INTEGER NOT NULL);
+    CREATE TRIGGER memories_counted AFTER INSERT ON memories WHEN new.private_to IS NULL BEGIN
+        INSERT INTO memory_counts VALUES (new.workspace, 1)
+        ON CONFLICT (workspace) DO UPDATE SET shared = shared + 1;
+    END;
+    CREATE TRIGGER memories_uncounted AFTER DELETE ON memories WHEN old.private_to IS NULL BEGIN
+        UPDATE memory_counts SET shared = shared - 1 WHERE workspace = old.workspace;
     END
 """
 """The migration that adds memories (appended to sqlite_store.py's MIGRATIONS)."""
@@ -66,6 +75,7 @@ AppendLog = Callable[[sqlite3.Connection, Sequence[LogEntry]], None]
 
 _SEEN = "(m.private_to = :session OR (m.private_to IS NULL AND m.workspace = :workspace))"
 _SHARED = "private_to IS NULL AND workspace = ?"
+_SHARED_COUNT = "SELECT COALESCE(MAX(shared), 0) FROM memory_counts WHERE workspace = ?"
 _RECENCY = f"exp((m.created_at - :now) / {DAY_MS}.0 / {DECAY_DAYS})"
 
 
@@ -93,9 +103,7 @@ class SqliteMemories:
         def write(db: sqlite3.Connection) -> None:
             with transaction(db):
                 if not private:
-                    (count,) = db.execute(
-                        f"SELECT COUNT(*) FROM memories WHERE {_SHARED}", (scope.workspace,)
-                    ).fetchone()
+                    (count,) = db.execute(_SHARED_COUNT, (scope.workspace,)).fetchone()
                     if count >= bounds.per_workspace:
                         raise full(scope, bounds)
                 db.execute(
@@ -213,7 +221,7 @@ class SqliteMemories:
     async def stats(self, scope: MemoryScope) -> MemoryStats:
         def read(db: sqlite3.Connection) -> MemoryStats:
             counts = db.execute(
-                f"SELECT (SELECT COUNT(*) FROM memories WHERE {_SHARED}),"
+                f"SELECT ({_SHARED_COUNT}),"
                 " (SELECT COUNT(*) FROM memories WHERE short_term_of = ?),"
                 " (SELECT COUNT(*) FROM memories WHERE private_to = ?)",
                 (scope.workspace, scope.session_id, scope.session_id),
