@@ -328,6 +328,24 @@ async def test_search_ranks_by_text_importance_and_recency(settings_for: Callabl
         assert [m.id for m in recent.memories] == [others[2], others[1]]  # newest first
 
 
+HOSTILE_QUERIES = [
+    'content:pytest OR "unclosed', "NEAR(pytest coverage, 2)", "pytest*", "-pytest ^coverage",
+    "pytest') OR 1=1 --", "pytest & !coverage | (:*", "{content}: pytest", "\x00 pytest \u202e",
+]  # fmt: skip
+
+
+async def test_query_text_is_words_never_query_syntax(settings_for: Callable[[str], Settings]) -> None:
+    async with serving(settings_for("a")) as (live, stub):
+        session_id = await a_session(live)
+        pytest_id = await store(stub, session_id, "Run pytest with coverage", PROCEDURAL)
+        await store(stub, session_id, "Unrelated note about colours", EPISODIC)
+        for query in HOSTILE_QUERIES:
+            found = await search(stub, session_id, query)
+            assert [m.id for m in found.memories] == [pytest_id], query
+        assert (await search(stub, session_id, "!!! ... ???")).total_count == 0  # no word: no match
+        assert (await search(stub, session_id, "the and of")).total_count == 0  # only common words
+
+
 async def test_a_working_memory_is_bounded_and_a_workspace_too(
     settings_for: Callable[[str], Settings],
 ) -> None:
