@@ -25,7 +25,23 @@ from .report import Row
 MEMORIES = 10_000
 FILLERS = 16
 """StoreMemory calls in flight while the memories are stored."""
-_SYLLABLES = ["ka", "to", "ri", "mu", "sen", "dal", "vor", "pix", "lin", "qua", "bre", "zot", "fen", "hal", "mio"]
+_SYLLABLES = [
+    "ka",
+    "to",
+    "ri",
+    "mu",
+    "sen",
+    "dal",
+    "vor",
+    "pix",
+    "lin",
+    "qua",
+    "bre",
+    "zot",
+    "fen",
+    "hal",
+    "mio",
+]
 _WORDS = [a + b + c for a in _SYLLABLES for b in _SYLLABLES for c in _SYLLABLES[:6]]
 """1,350 made-up words: as in real notes, a word is in few memories (some 0.3% of them)."""
 _TAGS = [f"area-{n}" for n in range(30)]

@@ -44,6 +44,12 @@ CALLS: dict[str, Callable[[LiveServer, str], Any]] = {
     "GetSession (later dialect)": lambda s, i: lp_grpc.CodeAgentServiceStub(s.channel).GetSession(
         lp.GetSessionRequest(session_id=i)
     ),
+    "StoreMemory": lambda s, i: lp_grpc.CodeAgentServiceStub(s.channel).StoreMemory(
+        lp.StoreMemoryRequest(session_id=i, memory=lp.MemoryItem(content="a note"))
+    ),
+    "SearchMemories": lambda s, i: lp_grpc.CodeAgentServiceStub(s.channel).SearchMemories(
+        lp.SearchMemoriesRequest(session_id=i, query="note")
+    ),
 }
 
 
