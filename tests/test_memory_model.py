@@ -21,6 +21,7 @@ from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 
 from .conftest import LiveServer, agent_settings, initialize, running, user
+from .test_http import serving
 
 MEMORY = "a3s-memory"
 
@@ -189,3 +190,17 @@ def test_the_operator_switch_is_checked() -> None:
     assert settings_from(env={}).memory == MemorySettings()
     with pytest.raises(ConfigError, match=r"--memory \(A3S_MEMORY\) must be off, tools, prompt=N"):
         settings_from(memory="everything", env={})
+
+
+async def test_the_http_face_takes_the_session_switch_as_a_header(off: LiveServer, fake: FakeLLM) -> None:
+    fake.fallback = text("ok")
+    message = {"messages": [{"role": "ROLE_USER", "content": "hi"}]}
+    async with serving(off) as http:
+        created = await http.client.post("/sessions", json={}, headers={"A3S-Memory": "tools,prompt=1"})
+        assert created.status == 201 and created.headers[MEMORY] == "tools,prompt=1"
+        session_id = (await created.json())["session_id"]
+        await http.client.post(f"/sessions/{session_id}/generate", json=message)
+        assert {"remember", "recall"} <= offered(fake)
+        refused = await http.client.post("/sessions", json={}, headers={MEMORY: "everything"})
+        assert refused.status == 400
+        assert (await refused.json())["error"]["message"].startswith("a3s-memory must be off, tools")
