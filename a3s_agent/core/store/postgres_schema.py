@@ -21,6 +21,7 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from ...base.models import Usage
+from .cron_postgres import SCHEMA as CRON_SCHEMA
 from .postgres_memories import MIGRATION as MEMORY_MIGRATION
 from .protocol import LogEntry
 
@@ -120,6 +121,8 @@ MIGRATIONS: list[str] = [
     """,
     # Memories (core/store/memories.py), with their full-text index.
     MEMORY_MIGRATION,
+    # Scheduled jobs and their firings (core/store/cron.py).
+    CRON_SCHEMA,
 ]
 
 # The session row's usage columns: one per field of Usage, named as the field.

@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 from ...base.errors import AlreadyExists, Unavailable
 from ...base.models import Message, SessionConfig, SessionState, Usage
 from .channel_seal import ChannelSeal
+from .cron_postgres import PostgresCronStore
 from .memories import MemoryTable
 from .postgres_bounds import RETENTION_TIMEOUT_MS, bound_waits, pooled
 from .postgres_channel import (
@@ -81,6 +82,7 @@ class PostgresStore:
         self._listener: Listener | None = None
         self._seal: ChannelSeal | None = None  # read at `open`
         self.memories: MemoryTable = PostgresMemories(self._transaction, self._connection, self._append)
+        self.cron = PostgresCronStore(self._connection)
 
     async def open(self) -> None:
         # A connection of its own first: it fails with the server's reason (a pool only times out).

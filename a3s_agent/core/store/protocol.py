@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ...base.errors import FailedPrecondition
 from ...base.models import Message, Usage
+from .cron import CronStore
 from .session import Session
 
 if TYPE_CHECKING:
@@ -68,6 +69,10 @@ class Store(Protocol):
     memory must be checked against it (`session_stamp`)."""
     memories: MemoryTable
     """The memories of sessions and workspaces (core/store/memories.py), in the same database."""
+
+    @property
+    def cron(self) -> CronStore:
+        """The scheduled jobs and their history (cron.py), in the same database."""
 
     async def open(self) -> None: ...
 

@@ -20,6 +20,8 @@ from typing import Any
 from ...base.errors import AlreadyExists
 from ...base.models import Message, SessionConfig, SessionState, Usage
 from ...base.sqlite import Database, Durability, transaction
+from .cron_sqlite import SCHEMA as CRON_SCHEMA
+from .cron_sqlite import SqliteCronStore
 from .memories import MemoryTable
 from .protocol import ControlHandler, EntriesHandler, Lease, LeaseLost, LogEntry, StaleHeader
 from .session import Session, SessionSettings
@@ -98,6 +100,8 @@ MIGRATIONS: list[str] = [
     """,
     # Memories (core/store/memories.py), with their full-text index.
     MEMORY_MIGRATION,
+    # Scheduled jobs and their firings (core/store/cron.py).
+    CRON_SCHEMA,
 ]
 # The session row's usage columns: one per field of Usage, named as the field.
 _USAGE_COLUMNS = tuple(item.name for item in fields(Usage))
@@ -120,6 +124,7 @@ class SqliteStore:
         self._db = Database(path, MIGRATIONS, durability, "sessions")
         self.memories: MemoryTable = SqliteMemories(self._db, _append_log)
         self._on_control: ControlHandler | None = None
+        self.cron = SqliteCronStore(self._db)
 
     async def open(self) -> None:
         self.durability = await self._db.open()
