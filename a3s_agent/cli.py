@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .config import ConfigError, Settings, check_address, check_serving, settings_from, store_holds_password
+from .config import (
+    CRON_MISSED_RULES,
+    ConfigError,
+    Settings,
+    check_address,
+    check_serving,
+    settings_from,
+    store_holds_password,
+)
 from .variables import env_note
 
 if TYPE_CHECKING:
@@ -171,6 +179,7 @@ def _parser() -> argparse.ArgumentParser:
         f" {env_note('A3S_MEMORY')}",
     )
     _sandbox_flags(serve)
+    _cron_flags(serve)
     sandbox = commands.add_parser("sandbox", help="the OS sandbox tool processes run in")
     sandbox_commands = sandbox.add_subparsers(dest="sandbox_command", required=True)
     check = sandbox_commands.add_parser(
@@ -284,6 +293,26 @@ def _sandbox_flags(parser: argparse.ArgumentParser) -> None:
             metavar="PATH",
             help=f"{what}; repeatable {env_note(variable)}",
         )
+
+
+def _cron_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--enable-cron",
+        action="store_true",
+        help="serve the scheduled-jobs RPCs and fire the stored jobs: their shell commands and prompts"
+        f" run here, unattended {env_note('A3S_ENABLE_CRON')}",
+    )
+    parser.add_argument(
+        "--cron-missed",
+        choices=CRON_MISSED_RULES,
+        help="firings due while no server ran: skip them, or run-once (one firing of each such job at"
+        f" start) {env_note('A3S_CRON_MISSED')}",
+    )
+    parser.add_argument(
+        "--cron-timezone",
+        metavar="ZONE",
+        help=f"the IANA time zone schedules are read in, e.g. Europe/Paris {env_note('A3S_CRON_TIMEZONE')}",
+    )
 
 
 def _sandbox_check(args: argparse.Namespace) -> int:
@@ -625,6 +654,9 @@ def main(argv: list[str] | None = None) -> int:
                 sandbox_read=args.sandbox_read,
                 sandbox_write=args.sandbox_write,
                 sandbox_deny=args.sandbox_deny,
+                enable_cron=args.enable_cron,
+                cron_missed=args.cron_missed,
+                cron_timezone=args.cron_timezone,
             )
             check_serving(settings)
             _check_mcp_config(settings)

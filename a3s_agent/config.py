@@ -10,10 +10,12 @@ import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, tzinfo
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .base.allow_list import AllowList
 from .base.errors import InvalidArgument
@@ -51,6 +53,8 @@ BOX_SKILLS_DIR = Path("/a3s/skills")  # A3S Box mounts skills here, read-only
 SANDBOX_MECHANISMS = ("auto", "bwrap", "landlock", "off")
 DEFAULT_LSP_IDLE_S = 600.0
 DEFAULT_SANDBOX_PROCESSES = 4096  # processes and threads of one tool call at once (A3S_SANDBOX_PROCESSES)
+CRON_MISSED_RULES = ("skip", "run-once")
+DEFAULT_CRON_TIMEZONE = "UTC"
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,20 @@ class SandboxSettings:
     def network_text(self) -> str:
         """The network setting as written: off, on or allow:host,host."""
         return f"allow:{','.join(self.allowed_hosts)}" if self.network == "allow" else self.network
+
+
+@dataclass(frozen=True)
+class CronSettings:
+    """Scheduled jobs (A3S's cron group, runtime/cron/): off unless the operator turns them on, so
+    that no client can leave a command running every minute on the machine without the operator's say."""
+
+    enabled: bool = False
+    missed: Literal["skip", "run-once"] = "skip"  # firings due while no server ran: none, or one at start
+    timezone: str = DEFAULT_CRON_TIMEZONE  # the IANA zone schedules are read in
+
+    @property
+    def zone(self) -> tzinfo:
+        return _zone(self.timezone, _TIMEZONE_SETTING)
 
 
 @dataclass
@@ -128,6 +146,7 @@ class Settings:
     a3s_dialect: str = "auto"  # gRPC dialect: auto (per request), box or later (faces/grpc/dialect_choice.py)
     memory: MemorySettings = field(default_factory=MemorySettings)  # what models get of memories (--memory)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    cron: CronSettings = field(default_factory=CronSettings)
 
     @property
     def resolved_workspace_root(self) -> Path:
@@ -279,6 +298,9 @@ def settings_from(
     sandbox_read: list[str] | None = None,
     sandbox_write: list[str] | None = None,
     sandbox_deny: list[str] | None = None,
+    enable_cron: bool = False,
+    cron_missed: str | None = None,
+    cron_timezone: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Settings:
     """Build settings from flag values (None = not given) over the environment."""
@@ -327,6 +349,7 @@ def settings_from(
             write=sandbox_write,
             deny=sandbox_deny,
         ),
+        cron=cron_settings(env, enabled=enable_cron, missed=cron_missed, timezone=cron_timezone),
         lease_ttl_s=_number(env, "A3S_LEASE_TTL_S", DEFAULT_LEASE_TTL_S, float),
         event_retention_hours=_number(env, "A3S_EVENT_RETENTION_HOURS", DEFAULT_EVENT_RETENTION_HOURS, float),
         event_retention_count=int(_number(env, "A3S_EVENT_RETENTION_COUNT", DEFAULT_EVENT_RETENTION_COUNT)),
@@ -442,6 +465,42 @@ def _memory(flag: str | None, env: Mapping[str, str]) -> MemorySettings:
         return MemorySettings.parse(value, "--memory (A3S_MEMORY)")
     except InvalidArgument as exc:
         raise ConfigError(str(exc)) from None
+
+
+def cron_settings(
+    env: Mapping[str, str],
+    *,
+    enabled: bool = False,
+    missed: str | None = None,
+    timezone: str | None = None,
+) -> CronSettings:
+    """--enable-cron, --cron-missed and --cron-timezone over A3S_ENABLE_CRON, A3S_CRON_MISSED and
+    A3S_CRON_TIMEZONE."""
+    rule = (missed or env.get("A3S_CRON_MISSED", "")).strip().lower() or "skip"
+    if rule not in CRON_MISSED_RULES:
+        raise ConfigError(f"--cron-missed (A3S_CRON_MISSED) must be skip or run-once, not {rule[:40]!r}")
+    zone = (timezone or env.get("A3S_CRON_TIMEZONE", "")).strip() or DEFAULT_CRON_TIMEZONE
+    _zone(zone, _TIMEZONE_SETTING)  # now: a zone this machine does not know stops the start
+    return CronSettings(
+        enabled=enabled or _flag(env, "A3S_ENABLE_CRON"),
+        missed="skip" if rule == "skip" else "run-once",
+        timezone=zone,
+    )
+
+
+_TIMEZONE_SETTING = "--cron-timezone (A3S_CRON_TIMEZONE)"
+
+
+def _zone(name: str, what: str) -> tzinfo:
+    """The time zone of an IANA name (UTC without a time zone database); ConfigError naming `what`."""
+    if name.upper() == "UTC":
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(
+            f"{what} must be an IANA time zone name such as UTC or Europe/Paris, not {name[:60]!r}"
+        ) from None
 
 
 def sandbox_settings(

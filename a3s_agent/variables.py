@@ -15,6 +15,7 @@ from typing import Literal
 from .config import (
     DEFAULT_COMPACT_TARGET,
     DEFAULT_COMPACT_THRESHOLD,
+    DEFAULT_CRON_TIMEZONE,
     DEFAULT_EVENT_RETENTION_COUNT,
     DEFAULT_EVENT_RETENTION_HOURS,
     DEFAULT_GRACE_SECONDS,
@@ -362,6 +363,21 @@ SECTIONS: dict[str, tuple[Variable, ...]] = {
             " from every tool",
             form="list",
         ),
+    ),
+    "Scheduled jobs": (
+        Variable(
+            "A3S_ENABLE_CRON",
+            "serve the scheduled-jobs RPCs (ListCronJobs, CreateCronJob...) and fire the stored jobs;"
+            " off, they answer `FAILED_PRECONDITION`",
+            form="on",
+        ),
+        Variable(
+            "A3S_CRON_MISSED",
+            "firings due while no server ran: `skip` them, or `run-once` (one firing of each such job at"
+            " start)",
+            "skip",
+        ),
+        Variable("A3S_CRON_TIMEZONE", "the IANA time zone schedules are read in", DEFAULT_CRON_TIMEZONE),
     ),
     "Set by the server": (
         Variable(

@@ -26,6 +26,7 @@ from a3s_agent.config import SandboxSettings, Settings
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.runtime import Runtime
+from a3s_agent.runtime.cron.clock import Clock
 from a3s_agent.runtime.providers import ProviderFactory
 from a3s_agent.server import AgentServer
 from a3s_agent.testing.fake_llm import FakeLLM
@@ -101,11 +102,15 @@ def workspace(tmp_path: Path) -> Path:
 
 @asynccontextmanager
 async def running(
-    settings: Settings, connect: ProviderFactory | None = None, registry: ToolRegistry | None = None
+    settings: Settings,
+    connect: ProviderFactory | None = None,
+    registry: ToolRegistry | None = None,
+    clock: Clock | None = None,
 ) -> AsyncIterator[LiveServer]:
     """The real server in this process on a free port, and a real client channel to it; `connect`
-    replaces the HTTP provider (e.g. with `ScriptedProvider.connect`), `registry` the built-in tools."""
-    runtime = Runtime(settings, registry=registry or builtin_registry(), connect=connect)
+    replaces the HTTP provider (e.g. with `ScriptedProvider.connect`), `registry` the built-in tools,
+    `clock` the cron scheduler's."""
+    runtime = Runtime(settings, registry=registry or builtin_registry(), connect=connect, clock=clock)
     server = AgentServer(Application(runtime))
     port = server.bind("127.0.0.1:0")
     await runtime.start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..runtime import Runtime
 from .context import Context
 from .control import Control
+from .cron import CronJobs
 from .events import Events
 from .generation import Generation
 from .harness import Harness
@@ -44,6 +45,7 @@ class Application:
         self.memory = Memories(runtime)
         self.observability = Observability(runtime)
         self.lsp = Lsp(runtime)
+        self.cron = CronJobs(runtime)
         self._runtime = runtime
 
     @property

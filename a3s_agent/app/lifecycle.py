@@ -46,6 +46,8 @@ class Capabilities:
     limits: Limits
     store: str
     sandbox: dict[str, str]
+    cron: bool = False
+    """Whether the scheduled-jobs group is served (--enable-cron)."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ class Lifecycle:
             ),
             store=rt.store.backend,
             sandbox=rt.sandbox.describe(),
+            cron=rt.cron.enabled,
         )
 
     async def initialize(self, request: InitializeRequest) -> Initialized:

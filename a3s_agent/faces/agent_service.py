@@ -72,9 +72,11 @@ def sandbox_details(sandbox: dict[str, str]) -> dict[str, str]:
     }
 
 
-def features(sandbox: dict[str, str]) -> list[str]:
-    """FEATURES, with "sandbox" while tool processes run in an OS sandbox."""
-    return [*FEATURES, "sandbox"] if sandbox.get("mechanism") in ("bwrap", "landlock") else FEATURES
+def features(sandbox: dict[str, str], cron: bool = False) -> list[str]:
+    """FEATURES, with "sandbox" while tool processes run in an OS sandbox and "cron" while the
+    scheduled-jobs group is served."""
+    sandboxed = sandbox.get("mechanism") in ("bwrap", "landlock")
+    return [*FEATURES, *(["sandbox"] if sandboxed else []), *(["cron"] if cron else [])]
 
 
 def check_message_count(count: int, field: str, max_count: int) -> None:

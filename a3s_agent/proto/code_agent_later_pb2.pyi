@@ -51,6 +51,26 @@ class PermissionDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PERMISSION_DECISION_DENY: _ClassVar[PermissionDecision]
     PERMISSION_DECISION_ASK: _ClassVar[PermissionDecision]
 
+class CronJobType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CRON_JOB_TYPE_SHELL: _ClassVar[CronJobType]
+    CRON_JOB_TYPE_AGENT: _ClassVar[CronJobType]
+
+class CronJobStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CRON_JOB_STATUS_UNKNOWN: _ClassVar[CronJobStatus]
+    CRON_JOB_STATUS_ACTIVE: _ClassVar[CronJobStatus]
+    CRON_JOB_STATUS_PAUSED: _ClassVar[CronJobStatus]
+    CRON_JOB_STATUS_RUNNING: _ClassVar[CronJobStatus]
+
+class CronExecutionStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CRON_EXECUTION_STATUS_UNKNOWN: _ClassVar[CronExecutionStatus]
+    CRON_EXECUTION_STATUS_SUCCESS: _ClassVar[CronExecutionStatus]
+    CRON_EXECUTION_STATUS_FAILED: _ClassVar[CronExecutionStatus]
+    CRON_EXECUTION_STATUS_TIMEOUT: _ClassVar[CronExecutionStatus]
+    CRON_EXECUTION_STATUS_CANCELLED: _ClassVar[CronExecutionStatus]
+
 class MemoryType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     MEMORY_TYPE_UNKNOWN: _ClassVar[MemoryType]
@@ -83,6 +103,17 @@ PERMISSION_DECISION_UNKNOWN: PermissionDecision
 PERMISSION_DECISION_ALLOW: PermissionDecision
 PERMISSION_DECISION_DENY: PermissionDecision
 PERMISSION_DECISION_ASK: PermissionDecision
+CRON_JOB_TYPE_SHELL: CronJobType
+CRON_JOB_TYPE_AGENT: CronJobType
+CRON_JOB_STATUS_UNKNOWN: CronJobStatus
+CRON_JOB_STATUS_ACTIVE: CronJobStatus
+CRON_JOB_STATUS_PAUSED: CronJobStatus
+CRON_JOB_STATUS_RUNNING: CronJobStatus
+CRON_EXECUTION_STATUS_UNKNOWN: CronExecutionStatus
+CRON_EXECUTION_STATUS_SUCCESS: CronExecutionStatus
+CRON_EXECUTION_STATUS_FAILED: CronExecutionStatus
+CRON_EXECUTION_STATUS_TIMEOUT: CronExecutionStatus
+CRON_EXECUTION_STATUS_CANCELLED: CronExecutionStatus
 MEMORY_TYPE_UNKNOWN: MemoryType
 MEMORY_TYPE_EPISODIC: MemoryType
 MEMORY_TYPE_SEMANTIC: MemoryType
@@ -1250,6 +1281,244 @@ class McpHttpTransport(_message.Message):
     url: str
     headers: _containers.ScalarMap[str, str]
     def __init__(self, url: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ListCronJobsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListCronJobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[CronJob]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[CronJob, _Mapping]]] = ...) -> None: ...
+
+class CreateCronJobRequest(_message.Message):
+    __slots__ = ("name", "schedule", "command", "timeout_ms", "job_type", "agent_config")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    JOB_TYPE_FIELD_NUMBER: _ClassVar[int]
+    AGENT_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    schedule: str
+    command: str
+    timeout_ms: int
+    job_type: CronJobType
+    agent_config: CronAgentConfig
+    def __init__(self, name: _Optional[str] = ..., schedule: _Optional[str] = ..., command: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., job_type: _Optional[_Union[CronJobType, str]] = ..., agent_config: _Optional[_Union[CronAgentConfig, _Mapping]] = ...) -> None: ...
+
+class CreateCronJobResponse(_message.Message):
+    __slots__ = ("success", "job", "error")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    job: CronJob
+    error: str
+    def __init__(self, success: _Optional[bool] = ..., job: _Optional[_Union[CronJob, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class GetCronJobRequest(_message.Message):
+    __slots__ = ("id", "name")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class GetCronJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: CronJob
+    def __init__(self, job: _Optional[_Union[CronJob, _Mapping]] = ...) -> None: ...
+
+class UpdateCronJobRequest(_message.Message):
+    __slots__ = ("id", "schedule", "command", "timeout_ms")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    schedule: str
+    command: str
+    timeout_ms: int
+    def __init__(self, id: _Optional[str] = ..., schedule: _Optional[str] = ..., command: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class UpdateCronJobResponse(_message.Message):
+    __slots__ = ("success", "job", "error")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    job: CronJob
+    error: str
+    def __init__(self, success: _Optional[bool] = ..., job: _Optional[_Union[CronJob, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class PauseCronJobRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class PauseCronJobResponse(_message.Message):
+    __slots__ = ("success", "job", "error")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    job: CronJob
+    error: str
+    def __init__(self, success: _Optional[bool] = ..., job: _Optional[_Union[CronJob, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ResumeCronJobRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class ResumeCronJobResponse(_message.Message):
+    __slots__ = ("success", "job", "error")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    job: CronJob
+    error: str
+    def __init__(self, success: _Optional[bool] = ..., job: _Optional[_Union[CronJob, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class DeleteCronJobRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class DeleteCronJobResponse(_message.Message):
+    __slots__ = ("success", "error")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    error: str
+    def __init__(self, success: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+
+class GetCronHistoryRequest(_message.Message):
+    __slots__ = ("id", "limit")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    limit: int
+    def __init__(self, id: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class GetCronHistoryResponse(_message.Message):
+    __slots__ = ("executions",)
+    EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    executions: _containers.RepeatedCompositeFieldContainer[CronExecution]
+    def __init__(self, executions: _Optional[_Iterable[_Union[CronExecution, _Mapping]]] = ...) -> None: ...
+
+class RunCronJobRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class RunCronJobResponse(_message.Message):
+    __slots__ = ("success", "execution", "error")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    execution: CronExecution
+    error: str
+    def __init__(self, success: _Optional[bool] = ..., execution: _Optional[_Union[CronExecution, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ParseCronScheduleRequest(_message.Message):
+    __slots__ = ("input",)
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    input: str
+    def __init__(self, input: _Optional[str] = ...) -> None: ...
+
+class ParseCronScheduleResponse(_message.Message):
+    __slots__ = ("success", "cron_expression", "description", "error")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    CRON_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    cron_expression: str
+    description: str
+    error: str
+    def __init__(self, success: _Optional[bool] = ..., cron_expression: _Optional[str] = ..., description: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class CronJob(_message.Message):
+    __slots__ = ("id", "name", "schedule", "command", "status", "timeout_ms", "created_at", "updated_at", "last_run", "next_run", "run_count", "fail_count", "working_dir", "job_type", "agent_config")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_RUN_FIELD_NUMBER: _ClassVar[int]
+    NEXT_RUN_FIELD_NUMBER: _ClassVar[int]
+    RUN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FAIL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
+    JOB_TYPE_FIELD_NUMBER: _ClassVar[int]
+    AGENT_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    schedule: str
+    command: str
+    status: CronJobStatus
+    timeout_ms: int
+    created_at: int
+    updated_at: int
+    last_run: int
+    next_run: int
+    run_count: int
+    fail_count: int
+    working_dir: str
+    job_type: CronJobType
+    agent_config: CronAgentConfig
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., schedule: _Optional[str] = ..., command: _Optional[str] = ..., status: _Optional[_Union[CronJobStatus, str]] = ..., timeout_ms: _Optional[int] = ..., created_at: _Optional[int] = ..., updated_at: _Optional[int] = ..., last_run: _Optional[int] = ..., next_run: _Optional[int] = ..., run_count: _Optional[int] = ..., fail_count: _Optional[int] = ..., working_dir: _Optional[str] = ..., job_type: _Optional[_Union[CronJobType, str]] = ..., agent_config: _Optional[_Union[CronAgentConfig, _Mapping]] = ...) -> None: ...
+
+class CronAgentConfig(_message.Message):
+    __slots__ = ("model", "api_key", "workspace", "system_prompt", "base_url")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    API_KEY_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    BASE_URL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    api_key: str
+    workspace: str
+    system_prompt: str
+    base_url: str
+    def __init__(self, model: _Optional[str] = ..., api_key: _Optional[str] = ..., workspace: _Optional[str] = ..., system_prompt: _Optional[str] = ..., base_url: _Optional[str] = ...) -> None: ...
+
+class CronExecution(_message.Message):
+    __slots__ = ("id", "job_id", "status", "started_at", "ended_at", "duration_ms", "exit_code", "stdout", "stderr", "error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    job_id: str
+    status: CronExecutionStatus
+    started_at: int
+    ended_at: int
+    duration_ms: int
+    exit_code: int
+    stdout: str
+    stderr: str
+    error: str
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., status: _Optional[_Union[CronExecutionStatus, str]] = ..., started_at: _Optional[int] = ..., ended_at: _Optional[int] = ..., duration_ms: _Optional[int] = ..., exit_code: _Optional[int] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class GetToolMetricsRequest(_message.Message):
     __slots__ = ("session_id", "tool_name")

@@ -250,6 +250,56 @@ class CodeAgentServiceStub:
                 request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetMcpToolsRequest.SerializeToString,
                 response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetMcpToolsResponse.FromString,
                 _registered_method=True)
+        self.ListCronJobs = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/ListCronJobs',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ListCronJobsRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ListCronJobsResponse.FromString,
+                _registered_method=True)
+        self.CreateCronJob = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/CreateCronJob',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CreateCronJobRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CreateCronJobResponse.FromString,
+                _registered_method=True)
+        self.GetCronJob = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/GetCronJob',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetCronJobRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetCronJobResponse.FromString,
+                _registered_method=True)
+        self.UpdateCronJob = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/UpdateCronJob',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.UpdateCronJobRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.UpdateCronJobResponse.FromString,
+                _registered_method=True)
+        self.PauseCronJob = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/PauseCronJob',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.PauseCronJobRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.PauseCronJobResponse.FromString,
+                _registered_method=True)
+        self.ResumeCronJob = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/ResumeCronJob',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ResumeCronJobRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ResumeCronJobResponse.FromString,
+                _registered_method=True)
+        self.DeleteCronJob = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/DeleteCronJob',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DeleteCronJobRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DeleteCronJobResponse.FromString,
+                _registered_method=True)
+        self.GetCronHistory = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/GetCronHistory',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetCronHistoryRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetCronHistoryResponse.FromString,
+                _registered_method=True)
+        self.RunCronJob = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/RunCronJob',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.RunCronJobRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.RunCronJobResponse.FromString,
+                _registered_method=True)
+        self.ParseCronSchedule = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/ParseCronSchedule',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ParseCronScheduleRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ParseCronScheduleResponse.FromString,
+                _registered_method=True)
         self.GetToolMetrics = channel.unary_unary(
                 '/a3s.code.agent.v1.CodeAgentService/GetToolMetrics',
                 request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetToolMetricsRequest.SerializeToString,
@@ -603,6 +653,66 @@ class CodeAgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListCronJobs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateCronJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCronJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateCronJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseCronJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeCronJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteCronJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCronHistory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RunCronJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ParseCronSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetToolMetrics(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -929,6 +1039,56 @@ def add_CodeAgentServiceServicer_to_server(servicer, server):
                     servicer.GetMcpTools,
                     request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetMcpToolsRequest.FromString,
                     response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetMcpToolsResponse.SerializeToString,
+            ),
+            'ListCronJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCronJobs,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ListCronJobsRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ListCronJobsResponse.SerializeToString,
+            ),
+            'CreateCronJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateCronJob,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CreateCronJobRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CreateCronJobResponse.SerializeToString,
+            ),
+            'GetCronJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCronJob,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetCronJobRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetCronJobResponse.SerializeToString,
+            ),
+            'UpdateCronJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateCronJob,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.UpdateCronJobRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.UpdateCronJobResponse.SerializeToString,
+            ),
+            'PauseCronJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseCronJob,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.PauseCronJobRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.PauseCronJobResponse.SerializeToString,
+            ),
+            'ResumeCronJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeCronJob,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ResumeCronJobRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ResumeCronJobResponse.SerializeToString,
+            ),
+            'DeleteCronJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteCronJob,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DeleteCronJobRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DeleteCronJobResponse.SerializeToString,
+            ),
+            'GetCronHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCronHistory,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetCronHistoryRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetCronHistoryResponse.SerializeToString,
+            ),
+            'RunCronJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunCronJob,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.RunCronJobRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.RunCronJobResponse.SerializeToString,
+            ),
+            'ParseCronSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.ParseCronSchedule,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ParseCronScheduleRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ParseCronScheduleResponse.SerializeToString,
             ),
             'GetToolMetrics': grpc.unary_unary_rpc_method_handler(
                     servicer.GetToolMetrics,
@@ -2182,6 +2342,276 @@ class CodeAgentService:
             '/a3s.code.agent.v1.CodeAgentService/GetMcpTools',
             a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetMcpToolsRequest.SerializeToString,
             a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetMcpToolsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCronJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/ListCronJobs',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ListCronJobsRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ListCronJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateCronJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/CreateCronJob',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CreateCronJobRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CreateCronJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCronJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/GetCronJob',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetCronJobRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetCronJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateCronJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/UpdateCronJob',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.UpdateCronJobRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.UpdateCronJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseCronJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/PauseCronJob',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.PauseCronJobRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.PauseCronJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeCronJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/ResumeCronJob',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ResumeCronJobRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ResumeCronJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteCronJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/DeleteCronJob',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DeleteCronJobRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DeleteCronJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCronHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/GetCronHistory',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetCronHistoryRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetCronHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunCronJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/RunCronJob',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.RunCronJobRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.RunCronJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ParseCronSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/ParseCronSchedule',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ParseCronScheduleRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ParseCronScheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,6 +44,9 @@ from ..tools import memory as memory_tools
 from ..tools.lsp.catalog import Catalog
 from ..tools.lsp.servers import LanguageServers
 from ..tools.registry import Tool, ToolContext, ToolRegistry
+from .cron.clock import Clock, WallClock
+from .cron.firing import Firings
+from .cron.scheduler import Scheduler
 from .initialization import (
     SANDBOX_NETWORK_KEY,
     Initialization,
@@ -79,8 +82,10 @@ class Runtime:
         registry: ToolRegistry | None = None,
         connect: ProviderFactory | None = None,
         relay: ProviderFactory | None = None,
+        clock: Clock | None = None,
     ):
-        """`connect` and `relay` replace the model providers (see ProviderCache)."""
+        """`connect` and `relay` replace the model providers (see ProviderCache), `clock` the wall
+        clock the cron scheduler reads."""
         self.settings = settings
         self.info = AgentInfo()
         self.workspace: Path = settings.workspace.resolve()
@@ -146,6 +151,14 @@ class Runtime:
         self.events.on_fenced = self.replicas.on_lost = self._stop_fenced_run
         self._serve_control()
         self.runs = Runs(self.agent, self.events, self.sessions)
+        self.cron = Scheduler(
+            self.store.cron,
+            Firings(self.registry, self.sessions, self.tool_context, self.runs, self.control),
+            settings.cron,
+            replica_id=settings.replica_id,
+            lease_ttl_s=settings.lease_ttl_s,
+            clock=clock or WallClock(),
+        )
         self.on_close: list[Callable[[], Awaitable[None]]] = []
         """Awaited by `close` once the runs have stopped, before the store closes (the A3S harness's
         follow-up work, app/harness.py)."""
@@ -205,6 +218,7 @@ class Runtime:
         if not await lock.share():
             log.warning("could not lock %s: a server starting later may end this one's runs", lock.path)
         await self.skills.rescan()
+        self.cron.start()  # when the operator turned scheduling on
         log.info(
             "runtime ready: workspace=%s data=%s sessions=%d",
             self.workspace,
@@ -213,6 +227,7 @@ class Runtime:
         )
 
     async def close(self) -> None:
+        await self.cron.close()  # its firings are recorded as cancelled
         await self.runs.stop()  # each run still going ends its stream in the log
         for hook in self.on_close:
             await hook()

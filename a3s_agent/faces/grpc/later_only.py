@@ -23,6 +23,8 @@ from ..agent_service import MAX_REQUEST_MESSAGE_SIZE
 from ..status import log_call
 from . import later_lsp, later_memory
 from .errors import decoding, rpc
+from .later_cron import SERVED as CRON_SERVED
+from .later_cron import LaterCronService
 from .later_lsp import LaterLspService
 from .later_memory import LaterMemoryService
 
@@ -33,7 +35,7 @@ SERVED = (
     "GetQueueStats",
 )  # fmt: skip
 
-ALL_SERVED = (*SERVED, *later_lsp.METHODS, *later_memory.METHODS)
+ALL_SERVED = (*SERVED, *later_lsp.METHODS, *later_memory.METHODS, *CRON_SERVED)
 """Every later-only RPC served: SERVED here and the groups in modules of their own."""
 
 MAX_PAGE_BYTES = MAX_REQUEST_MESSAGE_SIZE
@@ -304,10 +306,6 @@ NOT_SERVED: dict[str, tuple[str, ...]] = {
         "SetDefaultModel", "GetDefaultModel",
     ),
     "planning and goal tracking": ("CreatePlan", "GetPlan", "ExtractGoal", "CheckGoalAchievement"),
-    "cron (scheduled tasks)": (
-        "ListCronJobs", "CreateCronJob", "GetCronJob", "UpdateCronJob", "PauseCronJob",
-        "ResumeCronJob", "DeleteCronJob", "GetCronHistory", "RunCronJob", "ParseCronSchedule",
-    ),
     "server-side agentic loop and delegation": (
         "AgenticGenerate", "StreamAgenticGenerate", "Delegate", "StreamDelegate",
     ),
@@ -344,20 +342,23 @@ def _refusing(method: str) -> grpc.RpcMethodHandler:
 def later_only_handlers(app: Application) -> dict[str, grpc.RpcMethodHandler]:
     """Every later-only RPC by method name: the served ones (requests decoded with the later
     dialect's classes; undecodable bytes are INVALID_ARGUMENT) and the refused ones."""
-    service, lsp, memory = LaterOnlyService(app), LaterLspService(app), LaterMemoryService(app)
-    handlers = {name: _served(service, name) for name in SERVED}
-    handlers.update({name: _served(lsp, name) for name in later_lsp.METHODS})
-    handlers.update({name: _served(memory, name) for name in later_memory.METHODS})
+    handlers = _unary_handlers(LaterOnlyService(app), SERVED)
+    handlers.update(_unary_handlers(LaterLspService(app), later_lsp.METHODS))
+    handlers.update(_unary_handlers(LaterMemoryService(app), later_memory.METHODS))
+    handlers.update(_unary_handlers(LaterCronService(app), CRON_SERVED))
     for members in NOT_SERVED.values():
         handlers.update({name: _refusing(name) for name in members})
     return handlers
 
 
-def _served(service: object, name: str) -> grpc.RpcMethodHandler:
-    """`service`'s method `name`, its request decoded with the later dialect's class."""
-    request_type = getattr(later, SERVICE.methods_by_name[name].input_type.name)
-    behavior = decoding(getattr(service, name), request_type, streaming=False)
-    return grpc.unary_unary_rpc_method_handler(behavior, response_serializer=_serialize)
+def _unary_handlers(service: object, names: Iterable[str]) -> dict[str, grpc.RpcMethodHandler]:
+    """The handlers of the RPCs `names`, each the `service` method of its name."""
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    for name in names:
+        request_type = getattr(later, SERVICE.methods_by_name[name].input_type.name)
+        behavior = decoding(getattr(service, name), request_type, streaming=False)
+        handlers[name] = grpc.unary_unary_rpc_method_handler(behavior, response_serializer=_serialize)
+    return handlers
 
 
 def _serialize(message: ProtoMessage) -> bytes:

@@ -211,7 +211,7 @@ async def _get_capabilities(app: Application, request: Given) -> Plain:
     limits = capabilities.limits
     return {
         "info": convert.info(capabilities.info),
-        "features": service.features(capabilities.sandbox),
+        "features": service.features(capabilities.sandbox, capabilities.cron),
         "tools": [convert.tool_capability(t) for t in capabilities.tools],
         "models": [
             {

@@ -1,0 +1,187 @@
+"""A3S's cron group (a3s-string-dialect.md 4.9) in the later dialect's messages: each RPC one call
+of `app.cron`. Bad input and unknown ids are statuses (INVALID_ARGUMENT naming the field,
+NOT_FOUND); ParseCronSchedule alone answers a schedule it cannot read in its reply (success false
+and the reason), its purpose being to tell. RunCronJob's `success` is the firing's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...app import Application
+from ...app.cron import (
+    AgentConfig,
+    CronExecution,
+    CronJob,
+    ExecutionStatus,
+    JobChanges,
+    JobType,
+    NewJob,
+)
+from ...base.errors import InvalidArgument
+from ...proto import code_agent_later_pb2 as later
+from .errors import rpc
+
+SERVED = (
+    "ListCronJobs", "CreateCronJob", "GetCronJob", "UpdateCronJob", "PauseCronJob", "ResumeCronJob",
+    "DeleteCronJob", "GetCronHistory", "RunCronJob", "ParseCronSchedule",
+)  # fmt: skip
+
+_JOB_TYPES = {later.CRON_JOB_TYPE_SHELL: JobType.SHELL, later.CRON_JOB_TYPE_AGENT: JobType.AGENT}
+_JOB_TYPE_NUMBERS = {kind: number for number, kind in _JOB_TYPES.items()}
+_EXECUTION_STATUSES = {
+    ExecutionStatus.RUNNING: later.CRON_EXECUTION_STATUS_UNKNOWN,  # the proto has no running
+    ExecutionStatus.SUCCESS: later.CRON_EXECUTION_STATUS_SUCCESS,
+    ExecutionStatus.FAILED: later.CRON_EXECUTION_STATUS_FAILED,
+    ExecutionStatus.TIMEOUT: later.CRON_EXECUTION_STATUS_TIMEOUT,
+    ExecutionStatus.CANCELLED: later.CRON_EXECUTION_STATUS_CANCELLED,
+}
+
+
+class LaterCronService:
+    def __init__(self, app: Application) -> None:
+        self.app = app
+
+    @rpc
+    async def ListCronJobs(
+        self, request: later.ListCronJobsRequest, context: Any
+    ) -> later.ListCronJobsResponse:
+        return later.ListCronJobsResponse(jobs=[_job(job) for job in await self.app.cron.jobs()])
+
+    @rpc
+    async def CreateCronJob(
+        self, request: later.CreateCronJobRequest, context: Any
+    ) -> later.CreateCronJobResponse:
+        if request.job_type not in _JOB_TYPES:
+            raise InvalidArgument(
+                f"job_type {request.job_type} is neither CRON_JOB_TYPE_SHELL (0) nor CRON_JOB_TYPE_AGENT (1)"
+            )
+        given = request.agent_config
+        new = NewJob(
+            name=request.name,
+            schedule=request.schedule,
+            command=request.command,
+            timeout_ms=request.timeout_ms if request.HasField("timeout_ms") else None,
+            job_type=_JOB_TYPES[request.job_type],
+            agent=AgentConfig(
+                given.model, given.api_key, given.workspace, given.system_prompt, given.base_url
+            )
+            if request.HasField("agent_config")
+            else None,
+        )
+        return later.CreateCronJobResponse(success=True, job=_job(await self.app.cron.create(new)))
+
+    @rpc
+    async def GetCronJob(self, request: later.GetCronJobRequest, context: Any) -> later.GetCronJobResponse:
+        job = await self.app.cron.get(request.id or None, request.name or None)
+        return later.GetCronJobResponse(job=_job(job))
+
+    @rpc
+    async def UpdateCronJob(
+        self, request: later.UpdateCronJobRequest, context: Any
+    ) -> later.UpdateCronJobResponse:
+        changes = JobChanges(
+            schedule=request.schedule if request.HasField("schedule") else None,
+            command=request.command if request.HasField("command") else None,
+            timeout_ms=request.timeout_ms if request.HasField("timeout_ms") else None,
+        )
+        job = await self.app.cron.update(request.id, changes)
+        return later.UpdateCronJobResponse(success=True, job=_job(job))
+
+    @rpc
+    async def PauseCronJob(
+        self, request: later.PauseCronJobRequest, context: Any
+    ) -> later.PauseCronJobResponse:
+        return later.PauseCronJobResponse(success=True, job=_job(await self.app.cron.pause(request.id)))
+
+    @rpc
+    async def ResumeCronJob(
+        self, request: later.ResumeCronJobRequest, context: Any
+    ) -> later.ResumeCronJobResponse:
+        return later.ResumeCronJobResponse(success=True, job=_job(await self.app.cron.resume(request.id)))
+
+    @rpc
+    async def DeleteCronJob(
+        self, request: later.DeleteCronJobRequest, context: Any
+    ) -> later.DeleteCronJobResponse:
+        await self.app.cron.delete(request.id)
+        return later.DeleteCronJobResponse(success=True)
+
+    @rpc
+    async def GetCronHistory(
+        self, request: later.GetCronHistoryRequest, context: Any
+    ) -> later.GetCronHistoryResponse:
+        limit = request.limit if request.HasField("limit") else None
+        executions = await self.app.cron.history(request.id, limit)
+        return later.GetCronHistoryResponse(executions=[_execution(e) for e in executions])
+
+    @rpc
+    async def RunCronJob(self, request: later.RunCronJobRequest, context: Any) -> later.RunCronJobResponse:
+        execution = await self.app.cron.run(request.id)
+        return later.RunCronJobResponse(
+            success=execution.status is ExecutionStatus.SUCCESS,
+            execution=_execution(execution),
+            error=execution.error,
+        )
+
+    @rpc
+    async def ParseCronSchedule(
+        self, request: later.ParseCronScheduleRequest, context: Any
+    ) -> later.ParseCronScheduleResponse:
+        try:
+            parsed = self.app.cron.parse(request.input)
+        except InvalidArgument as exc:
+            return later.ParseCronScheduleResponse(success=False, error=str(exc))
+        return later.ParseCronScheduleResponse(
+            success=True, cron_expression=parsed.expression, description=parsed.description
+        )
+
+
+def _job(job: CronJob) -> later.CronJob:
+    spec = job.spec
+    status = (
+        later.CRON_JOB_STATUS_RUNNING
+        if job.running
+        else later.CRON_JOB_STATUS_PAUSED
+        if job.paused
+        else later.CRON_JOB_STATUS_ACTIVE
+    )
+    agent = spec.agent
+    return later.CronJob(
+        id=job.id,
+        name=job.name,
+        schedule=spec.schedule,
+        command=spec.command,
+        status=status,
+        timeout_ms=spec.timeout_ms,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        last_run=job.last_run,
+        next_run=job.next_run,
+        run_count=job.run_count,
+        fail_count=job.fail_count,
+        working_dir=spec.working_dir,
+        job_type=_JOB_TYPE_NUMBERS[spec.job_type],
+        agent_config=None
+        if agent is None
+        else later.CronAgentConfig(  # never the key
+            model=agent.model,
+            workspace=agent.workspace or None,
+            system_prompt=agent.system_prompt or None,
+            base_url=agent.base_url or None,
+        ),
+    )
+
+
+def _execution(execution: CronExecution) -> later.CronExecution:
+    return later.CronExecution(
+        id=execution.id,
+        job_id=execution.job_id,
+        status=_EXECUTION_STATUSES[execution.status],
+        started_at=execution.started_at,
+        ended_at=execution.ended_at,
+        duration_ms=execution.duration_ms,
+        exit_code=execution.exit_code,
+        stdout=execution.stdout,
+        stderr=execution.stderr,
+        error=execution.error or None,
+    )
