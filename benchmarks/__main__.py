@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from . import cpu, faces, generation, hardening, lsp, memory, replicas, server, startup, tool_calls
+from . import cpu, cron, faces, generation, hardening, lsp, memory, replicas, server, startup, tool_calls
 from .page import PAGE, write_page
 from .report import Row, Skipped, Table, machine, rows_table, today
 
@@ -31,6 +31,7 @@ SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "memory": memory.bench_memory,
     "dialect": faces.bench_dialect,
     "sandbox": tool_calls.bench_sandbox,
+    "cron": cron.bench_cron,
     "task_cpu": cpu.bench_task_cpu,
     "turn_cpu": cpu.bench_turn_cpu,
     "first": startup.bench_first,
