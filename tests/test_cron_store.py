@@ -45,7 +45,10 @@ async def test_jobs_are_stored_read_changed_and_deleted_with_their_history(store
     await store.cron.add_job(job)
     with pytest.raises(AlreadyExists):
         await store.cron.add_job(replace(job, id="other"))
-    assert await store.cron.jobs(T0) == [job]
+    later_made = replace(a_job("a later one"), id="0-sorts-first")  # made at the same ms
+    await store.cron.add_job(later_made)
+    assert await store.cron.jobs(T0) == [job, later_made]  # in the order they were made
+    assert await store.cron.delete_job(later_made.id)
     assert await store.cron.job_named("job", T0) == job
     changed = job.changed(T0, paused=True, next_run=None)
     assert await store.cron.save_job(changed, since=job.updated_at)

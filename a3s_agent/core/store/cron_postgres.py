@@ -41,7 +41,8 @@ SCHEMA = """
         next_run BIGINT,
         last_run BIGINT,
         run_count BIGINT NOT NULL DEFAULT 0,
-        fail_count BIGINT NOT NULL DEFAULT 0
+        fail_count BIGINT NOT NULL DEFAULT 0,
+        seq BIGSERIAL NOT NULL  -- the order jobs were made in, for jobs made at one time
     );
     CREATE INDEX cron_jobs_by_next_run ON cron_jobs(next_run);
     CREATE TABLE cron_executions (
@@ -103,7 +104,7 @@ class PostgresCronStore:
             raise AlreadyExists(f"a cron job named {job.name!r} exists already") from exc
 
     async def jobs(self, now: int) -> list[CronJob]:
-        return await self._jobs("ORDER BY j.created_at, j.id", {"now": now})
+        return await self._jobs("ORDER BY j.created_at, j.seq", {"now": now})
 
     async def job(self, job_id: str, now: int) -> CronJob | None:
         found = await self._jobs("WHERE j.id = %(value)s", {"now": now, "value": job_id})

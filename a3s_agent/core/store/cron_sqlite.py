@@ -89,7 +89,7 @@ class SqliteCronStore:
             raise AlreadyExists(f"a cron job named {job.name!r} exists already") from exc
 
     async def jobs(self, now: int) -> list[CronJob]:
-        query = f"SELECT {_JOB} FROM cron_jobs j ORDER BY j.created_at, j.id"
+        query = f"SELECT {_JOB} FROM cron_jobs j ORDER BY j.created_at, j.rowid"
         return await self._db.run(lambda db: [job_of(row) for row in db.execute(query, (now,))])
 
     async def job(self, job_id: str, now: int) -> CronJob | None:
