@@ -412,6 +412,21 @@ async def test_deleting_a_running_job_stops_its_firing(cron: Cron) -> None:
     await eventually(lambda: not processes_with("302.25"), "the firing's process killed")
 
 
+async def test_a_firing_the_server_stops_is_recorded_cancelled(workspace: Path, tmp_path: Path) -> None:
+    settings = cron_settings(workspace, tmp_path / "data")
+    async with serving(settings, ManualClock(MONDAY_8AM)) as first:
+        job = await first.create("long", "0 0 1 1 *", "sleep 303.25")
+        call = asyncio.ensure_future(first.stub.RunCronJob(later.RunCronJobRequest(id=job.id)))
+        await eventually(lambda: processes_with("303.25"), "the firing started")
+    call.cancel()
+    await eventually(
+        lambda: not processes_with("303.25"), "the firing's process killed with the server's stop"
+    )
+    async with serving(settings, ManualClock(MONDAY_8AM)) as second:
+        [record] = await second.history(job.id)
+        assert record.status == CANCELLED and "server stopped" in record.error
+
+
 # --- agent jobs -----------------------------------------------------------------------------------
 
 
