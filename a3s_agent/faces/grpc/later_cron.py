@@ -21,7 +21,7 @@ from ...base.errors import InvalidArgument
 from ...proto import code_agent_later_pb2 as later
 from .errors import rpc
 
-SERVED = (
+METHODS = (
     "ListCronJobs", "CreateCronJob", "GetCronJob", "UpdateCronJob", "PauseCronJob", "ResumeCronJob",
     "DeleteCronJob", "GetCronHistory", "RunCronJob", "ParseCronSchedule",
 )  # fmt: skip

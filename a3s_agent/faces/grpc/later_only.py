@@ -21,9 +21,8 @@ from ...base.models import Attachment, Todo
 from ...proto import code_agent_later_pb2 as later
 from ..agent_service import MAX_REQUEST_MESSAGE_SIZE
 from ..status import log_call
-from . import later_lsp, later_memory
+from . import later_cron, later_lsp, later_memory
 from .errors import decoding, rpc
-from .later_cron import SERVED as CRON_SERVED
 from .later_cron import LaterCronService
 from .later_lsp import LaterLspService
 from .later_memory import LaterMemoryService
@@ -35,7 +34,7 @@ SERVED = (
     "GetQueueStats",
 )  # fmt: skip
 
-ALL_SERVED = (*SERVED, *later_lsp.METHODS, *later_memory.METHODS, *CRON_SERVED)
+ALL_SERVED = (*SERVED, *later_lsp.METHODS, *later_memory.METHODS, *later_cron.METHODS)
 """Every later-only RPC served: SERVED here and the groups in modules of their own."""
 
 MAX_PAGE_BYTES = MAX_REQUEST_MESSAGE_SIZE
@@ -345,7 +344,7 @@ def later_only_handlers(app: Application) -> dict[str, grpc.RpcMethodHandler]:
     handlers = _unary_handlers(LaterOnlyService(app), SERVED)
     handlers.update(_unary_handlers(LaterLspService(app), later_lsp.METHODS))
     handlers.update(_unary_handlers(LaterMemoryService(app), later_memory.METHODS))
-    handlers.update(_unary_handlers(LaterCronService(app), CRON_SERVED))
+    handlers.update(_unary_handlers(LaterCronService(app), later_cron.METHODS))
     for members in NOT_SERVED.values():
         handlers.update({name: _refusing(name) for name in members})
     return handlers
