@@ -24,7 +24,8 @@ from a3s_agent.testing.fake_llm import FakeLLM, text
 
 from .conftest import LiveServer, agent_settings, new_session, running, user
 from .security import test_web_fetch
-from .security.test_web_fetch import REFUSED, Resolver, Site, _certificate, execute
+from .security.sites import Site
+from .security.test_web_fetch import REFUSED, Resolver, _certificate, execute
 
 resolver = test_web_fetch.resolver  # the fixture: DNS answers set by the test
 
@@ -300,7 +301,7 @@ async def test_web_fetch_checks_the_name_here_then_asks_the_proxy_by_name(
     assert result.success, result.error
     assert result.output == "a public page"
     assert proxy.requests == [("GET", f"http://public.test:{port}/page", None)]
-    assert page.hits == [{"path": "/page", "host": f"public.test:{port}"}]
+    assert [(hit["path"], hit["host"]) for hit in page.requests] == [("/page", f"public.test:{port}")]
     assert resolver.calls["public.test"] == 1
 
 

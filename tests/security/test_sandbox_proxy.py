@@ -16,7 +16,6 @@ import os
 import random
 import shutil
 import socket
-import ssl
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
@@ -24,7 +23,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from aiohttp import web
 
 from a3s_agent.base.allow_list import AllowList
 from a3s_agent.base.errors import InvalidArgument
@@ -33,6 +31,7 @@ from a3s_agent.tools.sandbox.proxy import Grant, ProxyLimits, SandboxProxy
 from ..conftest import WITHIN_S, eventually
 from ..test_proxies import Proxy as UpstreamProxy
 from . import test_web_fetch
+from .sites import Site
 from .test_web_fetch import Resolver, _certificate
 
 pytestmark = pytest.mark.security
@@ -72,37 +71,6 @@ async def proxies() -> AsyncIterator[Callable[..., SandboxProxy]]:
         await proxy.close()
 
 
-class Site:
-    """A real HTTP(S) server on 127.0.0.1 answering "<method> <path> <body>", recording each
-    request's headers (lower-case names) and TLS server name."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, str]] = []
-        self.server_names: list[str | None] = []
-        self.runner: web.AppRunner | None = None
-
-    async def start(self, tls: ssl.SSLContext | None = None) -> int:
-        async def anything(request: web.Request) -> web.Response:
-            body = await request.text()
-            self.requests.append(
-                {"path_qs": request.path_qs, **{k.lower(): v for k, v in request.headers.items()}}
-            )
-            return web.Response(text=f"{request.method} {request.path_qs} {body}")
-
-        if tls is not None:
-            tls.sni_callback = lambda sock, name, context: self.server_names.append(name)
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", anything)
-        self.runner = web.AppRunner(app)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, LOOPBACK, 0, ssl_context=tls).start()
-        return int(self.runner.addresses[0][1])
-
-    async def stop(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
-
-
 @pytest.fixture
 async def site() -> AsyncIterator[tuple[Site, int]]:
     served = Site()
@@ -115,7 +83,7 @@ async def site() -> AsyncIterator[tuple[Site, int]]:
 async def tls_site(tmp_path: Path) -> AsyncIterator[tuple[Site, int, Path]]:
     ca_file, context = _certificate(tmp_path, "allowed.test")
     served = Site()
-    port = await served.start(context)
+    port = await served.start(tls=context)
     yield served, port, ca_file
     await served.stop()
 

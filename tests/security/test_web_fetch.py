@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -36,6 +35,7 @@ from a3s_agent.tools.special_addresses import SPECIAL_BLOCKS, SpecialBlock, spec
 
 from ..conftest import LiveServer, new_session, user
 from . import netns_scenario as scenario
+from .sites import Site
 
 pytestmark = pytest.mark.security
 
@@ -45,34 +45,6 @@ REFUSED = "only public addresses are fetched unless the server sets A3S_FETCH_AL
 
 
 # ---------------------------------------------------------------- helpers
-
-
-class Site:
-    """A real HTTP(S) server on one address, recording each request's path, Host and TLS name."""
-
-    def __init__(self, body: str) -> None:
-        self.body = body
-        self.hits: list[dict[str, str]] = []
-        self.server_names: list[str | None] = []
-        self.runner: web.AppRunner | None = None
-
-    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
-        async def anything(request: web.Request) -> web.Response:
-            self.hits.append({"path": request.path, "host": request.headers.get("Host", "")})
-            return web.Response(text=self.body)
-
-        if tls is not None:
-            tls.sni_callback = lambda sock, name, context: self.server_names.append(name)
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", anything)
-        self.runner = web.AppRunner(app)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, host, port, ssl_context=tls).start()
-        return self.runner.addresses[0][1]
-
-    async def stop(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
 
 
 @pytest.fixture
@@ -143,8 +115,8 @@ async def test_the_connection_goes_to_the_address_that_was_checked(
         await rebound.stop()
     assert result.success, result.error
     assert result.output == "the checked address"
-    assert rebound.hits == []
-    assert checked.hits == [{"path": "/page", "host": f"rebind.test:{port}"}]
+    assert rebound.requests == []
+    assert [(hit["path"], hit["host"]) for hit in checked.requests] == [("/page", f"rebind.test:{port}")]
     assert resolver.calls["rebind.test"] == 1
 
 
@@ -204,7 +176,7 @@ async def test_tls_to_the_checked_address_still_verifies_the_host_name(
         await site.stop()
     assert good.success, good.error
     assert good.output == "over TLS"
-    assert site.hits == [{"path": "/", "host": f"pinned.test:{port}"}]
+    assert [(hit["path"], hit["host"]) for hit in site.requests] == [("/", f"pinned.test:{port}")]
     # The TLS server name sent was the host name, not the address dialled.
     assert site.server_names == ["pinned.test", "impostor.test"]
     assert not wrong_name.success
@@ -280,7 +252,7 @@ async def test_web_fetch_refuses_every_form_of_a_non_public_address(
     result = await execute(live, "web_fetch", url=template.format(port=port))
     assert not result.success
     assert words in result.error and result.error.endswith(REFUSED)
-    assert site.hits == []
+    assert site.requests == []
 
 
 @pytest.mark.parametrize("address", ["::ffff:8.8.8.8", "64:ff9b::8.8.8.8", "2002:808:808::1", "::8.8.8.8"])
@@ -351,7 +323,7 @@ async def test_a_skill_http_tool_is_held_to_the_same_rules(
         f"GET {template} failed: sneaky.test resolves to 127.0.0.1, a loopback address: {REFUSED}",
         f"GET {template} failed: localhost resolves to 127.0.0.1, a loopback address: {REFUSED}",
     ]
-    assert site.hits == []
+    assert site.requests == []
 
 
 # ---------------------------------------------------------------- a private network namespace
