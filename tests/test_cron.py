@@ -454,6 +454,10 @@ async def test_an_agent_job_is_a_generation_in_the_jobs_session(
         assert [m.content[0].text.text for m in history.messages] == ["summarize the day", "the summary"]
         listed = str(await cron.stub.ListCronJobs(later.ListCronJobsRequest()))
         assert "sk-cron-secret" not in listed
+        stored = [path for path in (tmp_path / "data").rglob("*") if path.is_file()]
+        stored_bytes = b"".join(path.read_bytes() for path in stored)
+        assert b"summarize the day" in stored_bytes  # the job and its session are in there
+        assert b"sk-cron-secret" not in stored_bytes  # its key is not
 
 
 async def test_an_agent_job_times_out(workspace: Path, tmp_path: Path, fake: FakeLLM) -> None:
