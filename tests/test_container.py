@@ -56,6 +56,22 @@ def test_the_dockerfile_sets_what_box_expects() -> None:
     assert "A3S_AUTH_TOKEN=" not in text and "ALLOW_UNAUTHENTICATED" not in text
 
 
+@pytest.mark.parametrize(("extras", "installed"), [("", "."), ("lsp", ".[lsp]")])
+def test_the_image_installs_the_extras_its_build_argument_names(extras: str, installed: str) -> None:
+    """`docker build --build-arg EXTRAS=lsp` adds the language server; without it, the package alone.
+    The install line is run here by sh (as RUN runs it) with pip replaced by echo."""
+    line = re.search(r"^RUN (pip install .*)$", _dockerfile(), re.MULTILINE)
+    assert line and "ARG EXTRAS" in _dockerfile()
+    echoed = subprocess.run(
+        ["sh", "-c", f"echo {line.group(1)}"],
+        env={"EXTRAS": extras},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert echoed.stdout.split()[-1] == installed
+
+
 def _dockerfile_env() -> dict[str, str]:
     """The ENV instruction's NAME=value pairs."""
     block = re.search(r"^ENV (.*?)(?=^\S)", _dockerfile(), re.MULTILINE | re.DOTALL)
