@@ -7,7 +7,9 @@ a running server: the errors after an edit, and code navigation."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -234,18 +236,43 @@ async def test_a_language_whose_server_is_not_installed_names_what_to_install(
             assert "not installed" in (missing.details() or "")
 
 
-@pytest.mark.skipif(
-    shutil.which("typescript-language-server") is None,
-    reason="typescript-language-server is not installed (npm install -g typescript-language-server typescript@5)",
-)
-async def test_typescript_is_served_by_typescript_language_server(workspace: Path, tmp_path: Path) -> None:
+TS_SERVER_CACHE = Path.home() / ".cache" / "a3s-agent" / "typescript-language-server"
+
+
+@pytest.fixture(scope="session")
+def typescript_language_server() -> Path:
+    """The directory of `typescript-language-server`: where PATH has it, else installed from npm
+    once into ~/.cache (the test skips only without npm)."""
+    found = shutil.which("typescript-language-server")
+    if found:
+        return Path(found).parent
+    if shutil.which("npm") is None:
+        pytest.skip("typescript-language-server is not installed and there is no npm to install it")
+    bin_dir = TS_SERVER_CACHE / "node_modules" / ".bin"
+    if not (bin_dir / "typescript-language-server").exists():
+        install = subprocess.run(
+            ["npm", "install", "--prefix", str(TS_SERVER_CACHE), "--no-audit", "--no-fund",
+             "typescript-language-server@4", "typescript@5"],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert install.returncode == 0, install.stdout + install.stderr
+    return bin_dir
+
+
+async def test_typescript_is_served_by_typescript_language_server(
+    workspace: Path, tmp_path: Path, typescript_language_server: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", f"{typescript_language_server}{os.pathsep}{os.environ['PATH']}")
+    settings = replace(  # the sandbox hides homes: an install under one is made readable
+        agent_settings(workspace, tmp_path / "data"), sandbox=SandboxSettings(read=(TS_SERVER_CACHE,))
+    )
     (workspace / "a.ts").write_text(
         "export function greet(name: string): string {\n  return 'hi ' + name;\n}\n"
     )
     (workspace / "b.ts").write_text(
         "import { greet } from './a';\nconst n: number = greet('x');\nconsole.log(n);\n"
     )
-    async with running(agent_settings(workspace, tmp_path / "data")) as live:
+    async with running(settings) as live:
         stub = later_grpc.CodeAgentServiceStub(live.channel)
         started = await stub.StartLspServer(later.StartLspServerRequest(language="javascript"))
         assert (started.server_info.language, started.server_info.name) == (
