@@ -62,8 +62,34 @@ def test_only_a_group_we_list_as_not_served_is_an_expected_unimplemented() -> No
     role = "3 INVALID_ARGUMENT: messages[0].role must be ROLE_USER"
     assert tool.failure_reason(role) == ("INVALID_ARGUMENT: messages[0].role must be ROLE_USER", False)
     placeholder = "INVALID_ARGUMENT: workspace '/path/to/project' does not exist"
-    assert tool.failure_reason(placeholder, "lsp-example")[1] is True
-    assert tool.failure_reason(placeholder, "simple-test")[1] is False
+    assert tool.failure_reason(placeholder, "lsp-example")[1] is False  # the check points it elsewhere
+    no_rust = "14 UNAVAILABLE: language server rust-analyzer exited with code 1; it last wrote: error:"
+    no_rust += " Unknown binary 'rust-analyzer' in official toolchain 'stable-x86_64-unknown-linux-gnu'."
+    assert tool.failure_reason(no_rust, "lsp-example")[1] is True
+    assert tool.failure_reason(no_rust, "simple-test")[1] is False
+
+
+def test_the_lsp_example_runs_pointed_at_a_real_cargo_project(tmp_path: Path) -> None:
+    tool = _tool()
+    example = tmp_path / "examples" / "lsp-example.ts"
+    example.parent.mkdir()
+    example.write_text(
+        "await client.initialize('/path/to/project');\nlspHover('/path/to/project/src/main.rs', 10, 5)\n"
+    )
+    served = tool.Served("127.0.0.1:1", tmp_path / "check" / "workspace", [], None)
+    with tool.run_path(example, served) as runnable:
+        assert runnable.parent == example.parent and runnable != example
+        project = tmp_path / "check" / "rust-project"
+        assert (
+            runnable.read_text().count(f"'{project}") == 2 and "/path/to/project" not in runnable.read_text()
+        )
+        assert len((project / "src" / "main.rs").read_text().splitlines()) > 20
+        assert (project / "Cargo.toml").exists()
+    assert not runnable.exists() and example.exists()
+    other = tmp_path / "examples" / "simple-test.ts"
+    other.write_text("await client.initialize('/tmp/ws');\n")
+    with tool.run_path(other, served) as runnable:
+        assert runnable == other
 
 
 def test_the_fake_model_answers_structured_requests_with_valid_json_and_calls_one_tool_per_prompt() -> None:
