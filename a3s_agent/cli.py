@@ -108,6 +108,14 @@ def _parser() -> argparse.ArgumentParser:
         help=f"a directory of skills; repeatable {env_note('A3S_SKILL_DIRS')}",
     )
     serve.add_argument(
+        "--skill-source",
+        action="append",
+        default=[],
+        metavar="[NAME=]LOCATION",
+        help="where SearchSkills and InstallSkill find skills: a git URL (https://, http://, file://) or"
+        f" an absolute directory of skills; repeatable {env_note('A3S_SKILL_SOURCES')}",
+    )
+    serve.add_argument(
         "--coven-gateway",
         help=f"also connect to this coven gateway (HOST:PORT) as an agent {env_note('A3S_COVEN_GATEWAY')}",
     )
@@ -627,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
                 log_level=args.log_level,
                 max_sessions=args.max_sessions,
                 skills_dirs=args.skills_dir,
+                skill_sources=args.skill_source,
                 auth_token_file=args.auth_token_file,
                 coven_gateway=args.coven_gateway,
                 allow_unauthenticated=args.allow_unauthenticated,

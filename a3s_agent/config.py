@@ -23,6 +23,7 @@ from .base.memories import MemorySettings
 from .base.models import LLMConfig
 from .base.prices import ModelPrice, load_prices
 from .base.secrets import operator_secret_names
+from .base.skill_sources import SkillSource, parse_skill_sources
 from .base.sqlite import DURABILITY_LEVELS, Durability
 from .datadir import default_data_dir, legacy_data_dir
 
@@ -133,6 +134,7 @@ class Settings:
     llm_timeout_s: float = DEFAULT_LLM_TIMEOUT_S
     llm_retries: int = DEFAULT_LLM_RETRIES
     skill_dirs: list[Path] = field(default_factory=list)
+    skill_sources: tuple[SkillSource, ...] = ()  # where SearchSkills and InstallSkill look (--skill-source)
     llm_tool_mode: Literal["native", "text"] = "native"  # the default of LLM configs without +text/+native
     relay_dir: str = ""
     mcp_tools: list[str] = field(default_factory=list)  # what the MCP server face offers (empty: all)
@@ -271,6 +273,7 @@ def settings_from(
     log_level: str | None = None,
     max_sessions: int | None = None,
     skills_dirs: list[str] | None = None,
+    skill_sources: list[str] | None = None,
     auth_token_file: str | None = None,
     coven_gateway: str | None = None,
     allow_unauthenticated: bool = False,
@@ -376,7 +379,15 @@ def settings_from(
         skill_dirs=[
             Path(p) for p in [*(skills_dirs or []), *env.get("A3S_SKILL_DIRS", "").split(os.pathsep)] if p
         ],
+        skill_sources=_skill_sources(_list(skill_sources, env, "A3S_SKILL_SOURCES")),
     )
+
+
+def _skill_sources(values: list[str]) -> tuple[SkillSource, ...]:
+    try:
+        return parse_skill_sources(values)
+    except InvalidArgument as exc:
+        raise ConfigError(f"--skill-source (A3S_SKILL_SOURCES): {exc}") from None
 
 
 _REPLICA_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")

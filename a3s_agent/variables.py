@@ -264,6 +264,13 @@ SECTIONS: dict[str, tuple[Variable, ...]] = {
     "Skills, instructions and MCP servers": (
         Variable("A3S_SKILL_DIRS", "directories of skills, before the example skills", form="paths"),
         Variable(
+            "A3S_SKILL_SOURCES",
+            "where SearchSkills and InstallSkill find skills, `[NAME=]LOCATION` each: a git URL"
+            " (`https://`, `http://`, `file://`) or an absolute directory of skills; unset, they answer"
+            " `FAILED_PRECONDITION`",
+            form="list",
+        ),
+        Variable(
             "A3S_TRUST_WORKSPACE_SKILLS",
             "let skills in `<workspace>/.a3s/skills` turn their allowed-tools into allow rules",
             form="on",

@@ -1998,3 +1998,139 @@ class MemoryStats(_message.Message):
     short_term_count: int
     working_count: int
     def __init__(self, long_term_count: _Optional[int] = ..., short_term_count: _Optional[int] = ..., working_count: _Optional[int] = ...) -> None: ...
+
+class GetClaudeCodeSkillsRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetClaudeCodeSkillsResponse(_message.Message):
+    __slots__ = ("skills",)
+    SKILLS_FIELD_NUMBER: _ClassVar[int]
+    skills: _containers.RepeatedCompositeFieldContainer[ClaudeCodeSkill]
+    def __init__(self, skills: _Optional[_Iterable[_Union[ClaudeCodeSkill, _Mapping]]] = ...) -> None: ...
+
+class GetSkillRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetSkillResponse(_message.Message):
+    __slots__ = ("skills",)
+    SKILLS_FIELD_NUMBER: _ClassVar[int]
+    skills: _containers.RepeatedCompositeFieldContainer[CodeSkill]
+    def __init__(self, skills: _Optional[_Iterable[_Union[CodeSkill, _Mapping]]] = ...) -> None: ...
+
+class SearchSkillsRequest(_message.Message):
+    __slots__ = ("query", "limit")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    query: str
+    limit: int
+    def __init__(self, query: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class SearchSkillsResponse(_message.Message):
+    __slots__ = ("results", "total_count")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SkillSearchResult]
+    total_count: int
+    def __init__(self, results: _Optional[_Iterable[_Union[SkillSearchResult, _Mapping]]] = ..., total_count: _Optional[int] = ...) -> None: ...
+
+class InstallSkillRequest(_message.Message):
+    __slots__ = ("source", "session_id")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    session_id: str
+    def __init__(self, source: _Optional[str] = ..., session_id: _Optional[str] = ..., **kwargs) -> None: ...
+
+class InstallSkillResponse(_message.Message):
+    __slots__ = ("success", "message", "installed_path", "skill_name")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    INSTALLED_PATH_FIELD_NUMBER: _ClassVar[int]
+    SKILL_NAME_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    message: str
+    installed_path: str
+    skill_name: str
+    def __init__(self, success: _Optional[bool] = ..., message: _Optional[str] = ..., installed_path: _Optional[str] = ..., skill_name: _Optional[str] = ...) -> None: ...
+
+class LoadSkillsFromDirRequest(_message.Message):
+    __slots__ = ("session_id", "directory", "recursive")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    RECURSIVE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    directory: str
+    recursive: bool
+    def __init__(self, session_id: _Optional[str] = ..., directory: _Optional[str] = ..., recursive: _Optional[bool] = ...) -> None: ...
+
+class LoadSkillsFromDirResponse(_message.Message):
+    __slots__ = ("success", "loaded_skills", "errors")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    LOADED_SKILLS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    loaded_skills: _containers.RepeatedScalarFieldContainer[str]
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, success: _Optional[bool] = ..., loaded_skills: _Optional[_Iterable[str]] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ClaudeCodeSkill(_message.Message):
+    __slots__ = ("name", "description", "allowed_tools", "disable_model_invocation", "content")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_MODEL_INVOCATION_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    allowed_tools: str
+    disable_model_invocation: bool
+    content: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., allowed_tools: _Optional[str] = ..., disable_model_invocation: _Optional[bool] = ..., content: _Optional[str] = ...) -> None: ...
+
+class CodeSkill(_message.Message):
+    __slots__ = ("name", "description", "allowed_tools", "disable_model_invocation", "content", "metadata", "kind")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_MODEL_INVOCATION_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    allowed_tools: str
+    disable_model_invocation: bool
+    content: str
+    metadata: _containers.ScalarMap[str, str]
+    kind: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., allowed_tools: _Optional[str] = ..., disable_model_invocation: _Optional[bool] = ..., content: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., kind: _Optional[str] = ...) -> None: ...
+
+class SkillSearchResult(_message.Message):
+    __slots__ = ("name", "description", "url", "stars", "topics", "install_source")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    STARS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    INSTALL_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    url: str
+    stars: int
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    install_source: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., url: _Optional[str] = ..., stars: _Optional[int] = ..., topics: _Optional[_Iterable[str]] = ..., install_source: _Optional[str] = ...) -> None: ...

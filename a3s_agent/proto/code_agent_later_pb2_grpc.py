@@ -390,6 +390,31 @@ class CodeAgentServiceStub:
                 request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SummarizeMemoriesRequest.SerializeToString,
                 response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SummarizeMemoriesResponse.FromString,
                 _registered_method=True)
+        self.GetClaudeCodeSkills = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/GetClaudeCodeSkills',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetClaudeCodeSkillsRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetClaudeCodeSkillsResponse.FromString,
+                _registered_method=True)
+        self.GetSkill = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/GetSkill',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetSkillRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetSkillResponse.FromString,
+                _registered_method=True)
+        self.SearchSkills = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/SearchSkills',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SearchSkillsRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SearchSkillsResponse.FromString,
+                _registered_method=True)
+        self.InstallSkill = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/InstallSkill',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.InstallSkillRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.InstallSkillResponse.FromString,
+                _registered_method=True)
+        self.LoadSkillsFromDir = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/LoadSkillsFromDir',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LoadSkillsFromDirRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LoadSkillsFromDirResponse.FromString,
+                _registered_method=True)
 
 
 class CodeAgentServiceServicer:
@@ -822,6 +847,37 @@ class CodeAgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetClaudeCodeSkills(self, request, context):
+        """Skills from more places (a3s-string-dialect.md 4.2)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSkill(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SearchSkills(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InstallSkill(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LoadSkillsFromDir(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CodeAgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1179,6 +1235,31 @@ def add_CodeAgentServiceServicer_to_server(servicer, server):
                     servicer.SummarizeMemories,
                     request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SummarizeMemoriesRequest.FromString,
                     response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SummarizeMemoriesResponse.SerializeToString,
+            ),
+            'GetClaudeCodeSkills': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetClaudeCodeSkills,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetClaudeCodeSkillsRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetClaudeCodeSkillsResponse.SerializeToString,
+            ),
+            'GetSkill': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSkill,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetSkillRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetSkillResponse.SerializeToString,
+            ),
+            'SearchSkills': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchSkills,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SearchSkillsRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SearchSkillsResponse.SerializeToString,
+            ),
+            'InstallSkill': grpc.unary_unary_rpc_method_handler(
+                    servicer.InstallSkill,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.InstallSkillRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.InstallSkillResponse.SerializeToString,
+            ),
+            'LoadSkillsFromDir': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadSkillsFromDir,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LoadSkillsFromDirRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LoadSkillsFromDirResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -3098,6 +3179,141 @@ class CodeAgentService:
             '/a3s.code.agent.v1.CodeAgentService/SummarizeMemories',
             a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SummarizeMemoriesRequest.SerializeToString,
             a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SummarizeMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetClaudeCodeSkills(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/GetClaudeCodeSkills',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetClaudeCodeSkillsRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetClaudeCodeSkillsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSkill(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/GetSkill',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetSkillRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetSkillResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchSkills(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/SearchSkills',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SearchSkillsRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.SearchSkillsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InstallSkill(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/InstallSkill',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.InstallSkillRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.InstallSkillResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadSkillsFromDir(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/LoadSkillsFromDir',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LoadSkillsFromDirRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.LoadSkillsFromDirResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -141,6 +141,7 @@ class SafeGit:
     session_env: Mapping[str, str]
     place: Place
     settings: tuple[str, ...] = FIXED_SETTINGS
+    protocols: str = ""  # the transports git may use (GIT_ALLOW_PROTOCOL): none but for a clone
 
     async def execute(
         self, *args: str, env: Mapping[str, str] | None = None, operator_config: bool = False
@@ -156,6 +157,7 @@ class SafeGit:
             **self.session_env,
             **(env or {}),
             **_QUIET_ENV,
+            "GIT_ALLOW_PROTOCOL": self.protocols,
             **({} if operator_config else _SKIP_OPERATOR_CONFIG),
         }
         place = self.place
@@ -215,6 +217,27 @@ def base_git(cwd: Path, session_env: Mapping[str, str], place: Place | None = No
     return SafeGit(executable, cwd, session_env, place)
 
 
+async def shallow_clone(
+    url: str, target: Path, *, readable: tuple[Path, ...] = (), network: str = "off"
+) -> None:
+    """Clone the default branch of `url` (https, http or file), its last commit only, into `target`
+    (which must not exist yet), with no hooks, templates, submodules, tags or symlinks (a link is
+    checked out as a plain file holding its target); ToolFailure with git's reason. `readable` is
+    what the sandbox lets git read besides `target`'s directory (a file:// repository)."""
+    executable = find_binary("git")
+    if executable is None:
+        raise ToolFailure("git is not installed on this server")
+    place = Place(target.parent, readable=readable, network=network)
+    git = SafeGit(executable, target.parent, {}, place, protocols=_CLONE_PROTOCOLS)
+    status, _, err = await git.execute(
+        "clone", "--depth=1", "--single-branch", "--no-tags", "--no-recurse-submodules", "--template=",
+        "--config=core.symlinks=false", "--config=core.hooksPath=/dev/null", "--", url, str(target),
+    )  # fmt: skip
+    if status != 0:
+        raise ToolFailure(f"git clone failed: {err.strip()[-400:]}")
+
+
+_CLONE_PROTOCOLS = "https:http:file"  # never ext:: (a command) nor ssh
 _GITDIR_FILE_BYTES = 4096
 
 

@@ -106,7 +106,8 @@ class SkillCatalog:
         self._server_wide: dict[str, LoadedSkill] = {}
         self._parsed: dict[tuple[Origin, str], LoadedSkill | None] = {}  # sessions share parsed skills
 
-    def _operator_dirs(self) -> list[Path]:
+    def operator_dirs(self) -> list[Path]:
+        """The operator's skill directories that exist, in order of precedence."""
         return [d for d in [*self._settings.skill_dirs, BOX_SKILLS_DIR, EXAMPLE_SKILLS_DIR] if d.is_dir()]
 
     def _workspace_dir(self, operator_dirs: list[Path]) -> Path | None:
@@ -120,7 +121,7 @@ class SkillCatalog:
         return origin != "workspace" or self._settings.trust_workspace_skills
 
     async def rescan(self) -> None:
-        operator_dirs = self._operator_dirs()
+        operator_dirs = self.operator_dirs()
         workspace_dir = self._workspace_dir(operator_dirs)
         if not operator_dirs and workspace_dir is None:  # (the skill format's imports are paid only then)
             self._available, self._shadowed = {}, {}
@@ -221,6 +222,11 @@ class SkillCatalog:
             if name not in self._available:
                 raise NotFound(f"no skill named {name!r} (ListSkills shows the available ones)")
             skill, origin = self._available[name].skill, self._available[name].origin
+        return await self.activate(session_id, skill, origin)
+
+    async def activate(self, session_id: str, skill: Skill, origin: Origin) -> list[str]:
+        """Load `skill` (from `origin`) into the session, or server-wide for an empty id; the names
+        of the tools it added."""
         session = self._sessions.get(session_id) if session_id else None
         self._check_tool_names(skill, session)
         loaded = _built(skill, origin)
