@@ -445,17 +445,30 @@ async def test_a_source_too_large_is_refused(
     assert not leftovers(os.path.join(tempfile.gettempdir(), "a3s-skill-source-*", "checkout"))
 
 
-async def test_a_link_in_the_workspace_does_not_move_an_install(
+async def test_links_neither_move_an_install_nor_come_along(
     settings: Settings, workspace: Path, tmp_path: Path
 ) -> None:
     source = tmp_path / "src"
     write_skill(source, "one")
+    (write_skill(source, "leaky") / "key").symlink_to(tmp_path / "secret")  # a directory source's link
+    (tmp_path / "secret").write_text("the operator's key")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (workspace / ".a3s").symlink_to(elsewhere)  # the repository's content is untrusted
-    async with serving(with_sources(settings, f"src={source}")) as (_, stub):
+    async with serving(with_sources(settings, f"src={source}")) as (live, stub):
         done = await stub.InstallSkill(later.InstallSkillRequest(source="src@one"))
         assert not done.success and "leads out" in done.message
+        (workspace / ".a3s").unlink()
+        leaky = await stub.InstallSkill(later.InstallSkillRequest(source="src@leaky"))
+        assert not leaky.success and "key is not a regular file" in leaky.message
+        assert not (workspace / ".a3s" / "skills" / "leaky").exists()
+        unknown = await failure(
+            stub.InstallSkill(later.InstallSkillRequest(source="src@one", session_id="nope"))
+        )
+        assert unknown.code() == grpc.StatusCode.NOT_FOUND and "nope" in (unknown.details() or "")
+        session_id = await a_session(live)
+        done = await stub.InstallSkill(later.InstallSkillRequest(source="src@one", session_id=session_id))
+        assert done.success and done.installed_path == str(workspace / ".a3s" / "skills" / "one")
     assert not list(elsewhere.iterdir())
 
 
