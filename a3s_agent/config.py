@@ -22,6 +22,7 @@ from .base.errors import InvalidArgument
 from .base.memories import MemorySettings
 from .base.models import LLMConfig
 from .base.prices import ModelPrice, load_prices
+from .base.providers import KeyReference, checked_base_url
 from .base.secrets import operator_secret_names
 from .base.skill_sources import SkillSource, parse_skill_sources
 from .base.sqlite import DURABILITY_LEVELS, Durability
@@ -91,6 +92,22 @@ class CronSettings:
         return _zone(self.timezone, _TIMEZONE_SETTING)
 
 
+@dataclass(frozen=True)
+class ProviderKeySettings:
+    """Which keys provider entries (A3S's provider group, runtime/provider_settings.py) may use: a
+    key a client gives is stored only with `stored` (else kept in the memory of the server it was
+    given to); a reference resolves only when the operator lists it, and only for the endpoint listed
+    with it."""
+
+    stored: bool = False
+    references: Mapping[KeyReference, str] = field(default_factory=dict)  # reference -> its base URL
+
+    @property
+    def env_names(self) -> frozenset[str]:
+        """The variables references name: secrets, withheld from every tool."""
+        return frozenset(ref.target for ref in self.references if ref.kind == "env")
+
+
 @dataclass
 class Settings:
     listen: str = DEFAULT_LISTEN
@@ -149,6 +166,7 @@ class Settings:
     memory: MemorySettings = field(default_factory=MemorySettings)  # what models get of memories (--memory)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     cron: CronSettings = field(default_factory=CronSettings)
+    provider_keys: ProviderKeySettings = field(default_factory=ProviderKeySettings)
 
     @property
     def resolved_workspace_root(self) -> Path:
@@ -313,6 +331,7 @@ def settings_from(
     cert_value = tls_cert or env.get("A3S_TLS_CERT")
     key_value = tls_key or env.get("A3S_TLS_KEY")
     root_value = workspace_root or env.get("A3S_WORKSPACE_ROOT")
+    provider_keys = provider_key_settings(env)
     return Settings(
         listen=listen or env.get("LISTEN_ADDR") or DEFAULT_LISTEN,
         http_listen=http_listen or env.get("A3S_HTTP_LISTEN") or DEFAULT_HTTP_LISTEN,
@@ -326,7 +345,7 @@ def settings_from(
         tls_key=Path(key_value) if key_value else None,
         max_http_connections=int(_number(env, "A3S_MAX_HTTP_CONNECTIONS", DEFAULT_MAX_HTTP_CONNECTIONS)),
         max_grpc_connections=int(_number(env, "A3S_MAX_GRPC_CONNECTIONS", DEFAULT_MAX_GRPC_CONNECTIONS)),
-        secret_env_names=operator_secret_names(env),
+        secret_env_names=operator_secret_names(env) | provider_keys.env_names,
         trust_workspace_skills=trust_workspace_skills or _flag(env, "A3S_TRUST_WORKSPACE_SKILLS"),
         project_instructions=not no_project_instructions and _switch(env, "A3S_PROJECT_INSTRUCTIONS"),
         workspace_root=Path(root_value).resolve() if root_value else None,
@@ -353,6 +372,7 @@ def settings_from(
             deny=sandbox_deny,
         ),
         cron=cron_settings(env, enabled=enable_cron, missed=cron_missed, timezone=cron_timezone),
+        provider_keys=provider_keys,
         lease_ttl_s=_number(env, "A3S_LEASE_TTL_S", DEFAULT_LEASE_TTL_S, float),
         event_retention_hours=_number(env, "A3S_EVENT_RETENTION_HOURS", DEFAULT_EVENT_RETENTION_HOURS, float),
         event_retention_count=int(_number(env, "A3S_EVENT_RETENTION_COUNT", DEFAULT_EVENT_RETENTION_COUNT)),
@@ -712,3 +732,25 @@ def _check_tls(cert: Path | None, key: Path | None) -> None:
             f"--tls-cert {cert} and --tls-key {key} are not a usable certificate and its private key:"
             f" {exc.reason or exc}"
         ) from None
+
+
+def provider_key_settings(env: Mapping[str, str]) -> ProviderKeySettings:
+    """A3S_STORE_PROVIDER_KEYS, and A3S_PROVIDER_KEY_REFS: comma-separated `env:NAME=URL` or
+    `file:/absolute/path=URL`, each a reference provider entries may use, bound to that base URL."""
+    references: dict[KeyReference, str] = {}
+    for item in env.get("A3S_PROVIDER_KEY_REFS", "").split(","):
+        if not item.strip():
+            continue
+        reference, _, url = item.strip().partition("=")
+        kind, _, target = reference.partition(":")
+        if kind not in ("env", "file") or not target.strip() or not url.strip():
+            raise ConfigError(
+                f"A3S_PROVIDER_KEY_REFS: {item.strip()[:60]!r} is not env:NAME=URL or file:/path=URL"
+            )
+        if kind == "file" and not Path(target).is_absolute():
+            raise ConfigError(f"A3S_PROVIDER_KEY_REFS: the file {target[:60]!r} must be an absolute path")
+        try:
+            references[KeyReference(kind, target.strip())] = checked_base_url(url, f"the URL of {reference}")
+        except InvalidArgument as exc:
+            raise ConfigError(f"A3S_PROVIDER_KEY_REFS: {exc}") from None
+    return ProviderKeySettings(stored=_flag(env, "A3S_STORE_PROVIDER_KEYS"), references=references)

@@ -215,6 +215,18 @@ SECTIONS: dict[str, tuple[Variable, ...]] = {
             "none: costs are 0",
         ),
         Variable(
+            "A3S_STORE_PROVIDER_KEYS",
+            "keep the API keys clients give provider entries (AddProvider, UpdateProvider) in the session"
+            " store; off, a key is kept in the memory of the server it was given to",
+            form="on",
+        ),
+        Variable(
+            "A3S_PROVIDER_KEY_REFS",
+            "the key references provider entries may use, each with the only base URL it is sent to:"
+            " `env:NAME=URL` (a variable of the server's, withheld from tools) or `file:/path=URL`",
+            form="list",
+        ),
+        Variable(
             "A3S_MAX_CONTEXT_TOKENS",
             "the largest context window a session may set",
             _number(DEFAULT_MAX_CONTEXT_TOKENS),

@@ -16,6 +16,7 @@ from .mcp_servers import McpServerAdmin
 from .memory import Memories
 from .observability import Observability
 from .permissions import Permissions
+from .providers import Providers
 from .sessions import Sessions
 from .skills import Skills
 from .spaces import Spaces
@@ -46,6 +47,7 @@ class Application:
         self.observability = Observability(runtime)
         self.lsp = Lsp(runtime)
         self.cron = CronJobs(runtime)
+        self.providers = Providers(runtime)
         self._runtime = runtime
 
     @property

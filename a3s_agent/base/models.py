@@ -54,6 +54,11 @@ def _url_key(url: str) -> str:
     return url.strip().rstrip("/").lower()
 
 
+def same_url(a: str, b: str) -> bool:
+    """Whether two base URLs name one endpoint (a trailing slash and case aside)."""
+    return _url_key(a) == _url_key(b)
+
+
 def _provider_key(provider: str) -> str:
     """The provider a name means: "openai+text" is openai's endpoint, and no name means openai."""
     return provider.strip().lower().split("+", 1)[0] or "openai"

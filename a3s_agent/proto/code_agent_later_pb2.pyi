@@ -2134,3 +2134,177 @@ class SkillSearchResult(_message.Message):
     topics: _containers.RepeatedScalarFieldContainer[str]
     install_source: str
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., url: _Optional[str] = ..., stars: _Optional[int] = ..., topics: _Optional[_Iterable[str]] = ..., install_source: _Optional[str] = ...) -> None: ...
+
+class ListProvidersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListProvidersResponse(_message.Message):
+    __slots__ = ("providers", "default_provider", "default_model")
+    PROVIDERS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_MODEL_FIELD_NUMBER: _ClassVar[int]
+    providers: _containers.RepeatedCompositeFieldContainer[ProviderInfo]
+    default_provider: str
+    default_model: str
+    def __init__(self, providers: _Optional[_Iterable[_Union[ProviderInfo, _Mapping]]] = ..., default_provider: _Optional[str] = ..., default_model: _Optional[str] = ...) -> None: ...
+
+class GetProviderRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetProviderResponse(_message.Message):
+    __slots__ = ("provider",)
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    provider: ProviderInfo
+    def __init__(self, provider: _Optional[_Union[ProviderInfo, _Mapping]] = ...) -> None: ...
+
+class AddProviderRequest(_message.Message):
+    __slots__ = ("provider",)
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    provider: ProviderInfo
+    def __init__(self, provider: _Optional[_Union[ProviderInfo, _Mapping]] = ...) -> None: ...
+
+class AddProviderResponse(_message.Message):
+    __slots__ = ("success", "error", "provider")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    error: str
+    provider: ProviderInfo
+    def __init__(self, success: _Optional[bool] = ..., error: _Optional[str] = ..., provider: _Optional[_Union[ProviderInfo, _Mapping]] = ...) -> None: ...
+
+class UpdateProviderRequest(_message.Message):
+    __slots__ = ("provider",)
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    provider: ProviderInfo
+    def __init__(self, provider: _Optional[_Union[ProviderInfo, _Mapping]] = ...) -> None: ...
+
+class UpdateProviderResponse(_message.Message):
+    __slots__ = ("success", "error", "provider")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    error: str
+    provider: ProviderInfo
+    def __init__(self, success: _Optional[bool] = ..., error: _Optional[str] = ..., provider: _Optional[_Union[ProviderInfo, _Mapping]] = ...) -> None: ...
+
+class RemoveProviderRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RemoveProviderResponse(_message.Message):
+    __slots__ = ("success", "error")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    error: str
+    def __init__(self, success: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+
+class SetDefaultModelRequest(_message.Message):
+    __slots__ = ("provider", "model")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    model: str
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class SetDefaultModelResponse(_message.Message):
+    __slots__ = ("success", "error", "provider", "model")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    error: str
+    provider: str
+    model: str
+    def __init__(self, success: _Optional[bool] = ..., error: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class GetDefaultModelRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetDefaultModelResponse(_message.Message):
+    __slots__ = ("provider", "model")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    model: str
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class ProviderInfo(_message.Message):
+    __slots__ = ("name", "api_key", "base_url", "models")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    API_KEY_FIELD_NUMBER: _ClassVar[int]
+    BASE_URL_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    api_key: str
+    base_url: str
+    models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
+    def __init__(self, name: _Optional[str] = ..., api_key: _Optional[str] = ..., base_url: _Optional[str] = ..., models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
+
+class ModelInfo(_message.Message):
+    __slots__ = ("id", "name", "family", "api_key", "base_url", "attachment", "reasoning", "tool_call", "temperature", "release_date", "modalities", "cost", "limit")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FAMILY_FIELD_NUMBER: _ClassVar[int]
+    API_KEY_FIELD_NUMBER: _ClassVar[int]
+    BASE_URL_FIELD_NUMBER: _ClassVar[int]
+    ATTACHMENT_FIELD_NUMBER: _ClassVar[int]
+    REASONING_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_DATE_FIELD_NUMBER: _ClassVar[int]
+    MODALITIES_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    family: str
+    api_key: str
+    base_url: str
+    attachment: bool
+    reasoning: bool
+    tool_call: bool
+    temperature: bool
+    release_date: str
+    modalities: ModelModalitiesInfo
+    cost: ModelCostInfo
+    limit: ModelLimitInfo
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., family: _Optional[str] = ..., api_key: _Optional[str] = ..., base_url: _Optional[str] = ..., attachment: _Optional[bool] = ..., reasoning: _Optional[bool] = ..., tool_call: _Optional[bool] = ..., temperature: _Optional[bool] = ..., release_date: _Optional[str] = ..., modalities: _Optional[_Union[ModelModalitiesInfo, _Mapping]] = ..., cost: _Optional[_Union[ModelCostInfo, _Mapping]] = ..., limit: _Optional[_Union[ModelLimitInfo, _Mapping]] = ...) -> None: ...
+
+class ModelModalitiesInfo(_message.Message):
+    __slots__ = ("input", "output")
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    input: _containers.RepeatedScalarFieldContainer[str]
+    output: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, input: _Optional[_Iterable[str]] = ..., output: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ModelCostInfo(_message.Message):
+    __slots__ = ("input", "output", "cache_read", "cache_write")
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    CACHE_READ_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_FIELD_NUMBER: _ClassVar[int]
+    input: float
+    output: float
+    cache_read: float
+    cache_write: float
+    def __init__(self, input: _Optional[float] = ..., output: _Optional[float] = ..., cache_read: _Optional[float] = ..., cache_write: _Optional[float] = ...) -> None: ...
+
+class ModelLimitInfo(_message.Message):
+    __slots__ = ("context", "output")
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    context: int
+    output: int
+    def __init__(self, context: _Optional[int] = ..., output: _Optional[int] = ...) -> None: ...

@@ -55,6 +55,7 @@ from .initialization import (
     withheld_names,
 )
 from .mcp import McpServers, initialize_servers
+from .provider_settings import ProviderSettings
 from .providers import ProviderCache, ProviderFactory
 from .replicas import Replicas
 from .runs import Runs
@@ -99,6 +100,7 @@ class Runtime:
             max_sessions=settings.max_sessions,
             max_context_tokens=settings.max_context_tokens,
             events=self.events,
+            pin_llm=lambda llm: self.provider_settings.pinned(llm),
         )
         self.control = ControlPlane(self.sessions, self.events)
         self.client_tools = ClientTools(self.sessions, self.registry)
@@ -163,6 +165,9 @@ class Runtime:
         """Awaited by `close` once the runs have stopped, before the store closes (the A3S harness's
         follow-up work, app/harness.py)."""
         self.init = Initialization()
+        self.provider_settings = ProviderSettings(
+            self.store.providers, settings.provider_keys, lambda: self.replicas.broadcast("providers")
+        )
         self.mcp = McpServers(settings, self.skills, lambda: self.init.mcp_servers, self.tool_context)
         self.lsp = LanguageServers(
             Catalog.with_configured(settings.lsp_servers),
@@ -212,6 +217,7 @@ class Runtime:
         await self.store.open()
         await self.spaces.open()
         await self._restore_initialization()
+        await self.provider_settings.load()
         await self.sessions.load()
         # With the sessions loaded: ending a run left by a crash answers its open tool calls.
         await self.replicas.start(alone=alone)
@@ -260,7 +266,7 @@ class Runtime:
             new_workspace = existing_directory(workspace, "workspace") if workspace else self.workspace
             init = Initialization(
                 workspace=str(new_workspace) if workspace else self.init.workspace,
-                llm=llm if llm is not None and not llm.is_empty() else None,
+                llm=self.provider_settings.pinned(llm) if llm is not None and not llm.is_empty() else None,
                 env=dict(request.env),
                 enabled_tools=list(request.enabled_tools),
                 disabled_tools=list(request.disabled_tools),
@@ -355,12 +361,14 @@ class Runtime:
         init.enabled_tools, init.disabled_tools = enabled, disabled
 
     def llm_for(self, session: Session | None = None) -> LLMConfig:
-        """session config.llm > Initialize config.llm > server settings, field by field."""
+        """session config.llm > Initialize config.llm > the default model (SetDefaultModel) > server
+        settings, field by field; a layer naming a stored provider entry is completed from it first
+        (runtime/provider_settings.py). The server's own layer is taken as the operator wrote it."""
         merged = self.settings.llm
-        if self.init.llm is not None:
-            merged = self.init.llm.merged_over(merged)
-        if session is not None and session.config.llm is not None:
-            merged = session.config.llm.merged_over(merged)
+        own = session.config.llm if session is not None else None
+        for layer in (self.provider_settings.default_llm(), self.init.llm, own):
+            if layer is not None:
+                merged = self.provider_settings.expand(layer).merged_over(merged)
         return merged
 
     def configured_models(self) -> list[LLMConfig]:
@@ -462,6 +470,7 @@ class Runtime:
             self.replicas.handle(name, _as_async(action))
         self.replicas.handle("pause", lambda sid, a: control.pause(sid))
         self.replicas.handle("initialized", lambda sid, a: self._initialized_elsewhere())
+        self.replicas.handle("providers", lambda sid, a: self.provider_settings.load())
         self.replicas.handle("resume", lambda sid, a: control.resume(sid))
 
     def token_budget_for(self, session: Session) -> int:

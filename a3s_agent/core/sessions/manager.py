@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ...base.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
-from ...base.models import Message, SessionConfig, SessionState, Usage
+from ...base.models import LLMConfig, Message, SessionConfig, SessionState, Usage
 from ...llm.endpoints import credentials_clash
 from ...tools.beneath import DIRECTORY_HANDLE, OutsideRoot, locate_beneath
 from ..store.events import EventBus, EventType, event_entry
@@ -102,8 +102,12 @@ class SessionManager:
         max_sessions: int,
         max_context_tokens: int,
         events: EventBus,
+        pin_llm: Callable[[LLMConfig], LLMConfig] = lambda llm: llm,
     ) -> None:
+        """`pin_llm` writes into a session's LLM config what its key was given for (the runtime's
+        provider entries): applied to every config a session is created or configured with."""
         self._store = store
+        self._pin_llm = pin_llm
         self._events = events
         self._default_workspace = default_workspace
         self._workspace_root = workspace_root
@@ -427,4 +431,5 @@ class SessionManager:
             workspace = existing_directory(base / config.workspace, "config.workspace")
         if requested_workspace:
             inside_root(workspace, self._workspace_root, "config.workspace")
-        return replace(config, workspace=str(workspace))
+        llm = self._pin_llm(config.llm) if config.llm is not None else None
+        return replace(config, workspace=str(workspace), llm=llm)

@@ -24,6 +24,7 @@ from ...base.models import Usage
 from .cron_postgres import SCHEMA as CRON_SCHEMA
 from .postgres_memories import MIGRATION as MEMORY_MIGRATION
 from .protocol import LogEntry
+from .providers_postgres import SCHEMA as PROVIDER_SCHEMA
 
 # Advisory lock keys. The migration lock is a single bigint key; per-session locks use the two-int4
 # form (this namespace, hashtext(session id)), a key space that cannot meet the bigint one.
@@ -123,6 +124,8 @@ MIGRATIONS: list[str] = [
     MEMORY_MIGRATION,
     # Scheduled jobs and their firings (core/store/cron.py).
     CRON_SCHEMA,
+    # Provider entries and the default model (core/store/providers.py).
+    PROVIDER_SCHEMA,
 ]
 
 # The session row's usage columns: one per field of Usage, named as the field.

@@ -45,6 +45,8 @@ from .postgres_schema import (
     migrate,
 )
 from .protocol import ControlHandler, EntriesHandler, Lease, LeaseLost, LogEntry, StaleHeader
+from .providers import ProviderTable
+from .providers_postgres import PostgresProviders
 from .session import Session, SessionSettings
 
 POOL_MIN_SIZE = 1
@@ -83,6 +85,7 @@ class PostgresStore:
         self._seal: ChannelSeal | None = None  # read at `open`
         self.memories: MemoryTable = PostgresMemories(self._transaction, self._connection, self._append)
         self.cron = PostgresCronStore(self._connection)
+        self.providers: ProviderTable = PostgresProviders(self._connection)
 
     async def open(self) -> None:
         # A connection of its own first: it fails with the server's reason (a pool only times out).

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ...base.errors import FailedPrecondition
 from ...base.models import Message, Usage
 from .cron import CronStore
+from .providers import ProviderTable
 from .session import Session
 
 if TYPE_CHECKING:
@@ -69,6 +70,8 @@ class Store(Protocol):
     memory must be checked against it (`session_stamp`)."""
     memories: MemoryTable
     """The memories of sessions and workspaces (core/store/memories.py), in the same database."""
+    providers: ProviderTable
+    """The provider entries and the default model (providers.py), in the same database."""
 
     @property
     def cron(self) -> CronStore:

@@ -24,6 +24,9 @@ from .cron_sqlite import SCHEMA as CRON_SCHEMA
 from .cron_sqlite import SqliteCronStore
 from .memories import MemoryTable
 from .protocol import ControlHandler, EntriesHandler, Lease, LeaseLost, LogEntry, StaleHeader
+from .providers import ProviderTable
+from .providers_sqlite import SCHEMA as PROVIDER_SCHEMA
+from .providers_sqlite import SqliteProviders
 from .session import Session, SessionSettings
 from .sqlite_memories import MIGRATION as MEMORY_MIGRATION
 from .sqlite_memories import SqliteMemories
@@ -102,6 +105,8 @@ MIGRATIONS: list[str] = [
     MEMORY_MIGRATION,
     # Scheduled jobs and their firings (core/store/cron.py).
     CRON_SCHEMA,
+    # Provider entries and the default model (core/store/providers.py).
+    PROVIDER_SCHEMA,
 ]
 # The session row's usage columns: one per field of Usage, named as the field.
 _USAGE_COLUMNS = tuple(item.name for item in fields(Usage))
@@ -125,6 +130,7 @@ class SqliteStore:
         self.memories: MemoryTable = SqliteMemories(self._db, _append_log)
         self._on_control: ControlHandler | None = None
         self.cron = SqliteCronStore(self._db)
+        self.providers: ProviderTable = SqliteProviders(self._db)
 
     async def open(self) -> None:
         self.durability = await self._db.open()

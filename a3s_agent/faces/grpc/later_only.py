@@ -21,11 +21,12 @@ from ...base.models import Attachment, Todo
 from ...proto import code_agent_later_pb2 as later
 from ..agent_service import MAX_REQUEST_MESSAGE_SIZE
 from ..status import log_call
-from . import later_cron, later_lsp, later_memory, later_skills
+from . import later_cron, later_lsp, later_memory, later_providers, later_skills
 from .errors import decoding, rpc
 from .later_cron import LaterCronService
 from .later_lsp import LaterLspService
 from .later_memory import LaterMemoryService
+from .later_providers import LaterProviderService
 from .later_skills import LaterSkillsService
 
 SERVICE = later.DESCRIPTOR.services_by_name["CodeAgentService"]
@@ -37,6 +38,7 @@ SERVED = (
 
 ALL_SERVED = (
     *SERVED, *later_lsp.METHODS, *later_memory.METHODS, *later_cron.METHODS, *later_skills.METHODS,
+    *later_providers.METHODS,
 )  # fmt: skip
 """Every later-only RPC served: SERVED here and the groups in modules of their own."""
 
@@ -302,10 +304,6 @@ def _tool_to_pb(tool: McpToolInfo) -> later.McpToolInfo:
 # --- the groups a3s-agent does not serve -----------------------------------------------------
 
 NOT_SERVED: dict[str, tuple[str, ...]] = {
-    "provider configuration": (
-        "ListProviders", "GetProvider", "AddProvider", "UpdateProvider", "RemoveProvider",
-        "SetDefaultModel", "GetDefaultModel",
-    ),
     "planning and goal tracking": ("CreatePlan", "GetPlan", "ExtractGoal", "CheckGoalAchievement"),
     "server-side agentic loop and delegation": (
         "AgenticGenerate", "StreamAgenticGenerate", "Delegate", "StreamDelegate",
@@ -348,6 +346,7 @@ def later_only_handlers(app: Application) -> dict[str, grpc.RpcMethodHandler]:
     handlers.update(_unary_handlers(LaterMemoryService(app), later_memory.METHODS))
     handlers.update(_unary_handlers(LaterCronService(app), later_cron.METHODS))
     handlers.update(_unary_handlers(LaterSkillsService(app), later_skills.METHODS))
+    handlers.update(_unary_handlers(LaterProviderService(app), later_providers.METHODS))
     for members in NOT_SERVED.values():
         handlers.update({name: _refusing(name) for name in members})
     return handlers
