@@ -191,6 +191,31 @@ await check('getMcpTools (later-only)', async () => {
   const r = await client.getMcpTools();
   expect(Array.isArray(r.tools), `a tool list, got ${JSON.stringify(r)}`);
 });
+await check('addProvider (later-only)', async () => {
+  const r = await client.addProvider({ name: 'ts-check', apiKey: 'sk-ts-check-0123456789',
+    baseUrl: 'https://llm.example/v1', models: [{ id: 'm1', name: 'M1', cost: { input: 1, output: 2 } }] });
+  expect(r.success === true && r.provider?.name === 'ts-check', `the entry, got ${JSON.stringify(r)}`);
+  expect(!r.provider.apiKey, 'no api key answered');
+});
+await check('listProviders, getProvider (later-only)', async () => {
+  const listed = await client.listProviders();
+  expect(listed.providers.some((p) => p.name === 'ts-check'), `the entry listed, got ${JSON.stringify(listed)}`);
+  const r = await client.getProvider('ts-check');
+  expect(r.provider?.models?.[0]?.cost?.output === 2, `its model, got ${JSON.stringify(r)}`);
+});
+await check('updateProvider (later-only)', async () => {
+  const r = await client.updateProvider({ name: 'ts-check', baseUrl: 'https://llm.example/v2', models: [] });
+  expect(r.provider?.baseUrl === 'https://llm.example/v2', `the new base URL, got ${JSON.stringify(r)}`);
+});
+await check('setDefaultModel, getDefaultModel (later-only)', async () => {
+  await client.setDefaultModel('ts-check', 'm1');
+  const r = await client.getDefaultModel();
+  expect(r.provider === 'ts-check' && r.model === 'm1', `the default, got ${JSON.stringify(r)}`);
+});
+await check('removeProvider (later-only)', async () => {
+  const r = await client.removeProvider('ts-check');
+  expect(r.success === true, `success, got ${JSON.stringify(r)}`);
+});
 await check('destroySession', async () => {
   const r = await client.destroySession(sid);
   expect(r.success === true, 'success');
