@@ -345,8 +345,8 @@ async def test_references_resolve_only_as_the_operator_listed_them(
 # --- bad input ----------------------------------------------------------------------------------
 
 
-async def test_bad_input_is_named(workspace: Path, tmp_path: Path) -> None:
-    async with serving(agent_settings(workspace, tmp_path / "data")) as (_, stub):
+async def test_bad_input_is_named(settings_for: Callable[..., Settings]) -> None:
+    async with serving(settings_for("a")) as (_, stub):
         await add(stub, provider("kimi", "https://kimi.example/v1", None, "kimi-k2"))
         not_found = [
             stub.GetProvider(later.GetProviderRequest(name="nobody")),
@@ -361,6 +361,15 @@ async def test_bad_input_is_named(workspace: Path, tmp_path: Path) -> None:
             assert code == grpc.StatusCode.NOT_FOUND and "nobody" in details
         code, details = await status_of(stub.AddProvider(later.AddProviderRequest(provider=provider("kimi"))))
         assert code == grpc.StatusCode.ALREADY_EXISTS and "kimi" in details
+        for call in [
+            stub.GetProvider(later.GetProviderRequest()),
+            stub.RemoveProvider(later.RemoveProviderRequest()),
+            stub.UpdateProvider(
+                later.UpdateProviderRequest(provider=later.ProviderInfo(base_url="https://x.example"))
+            ),
+        ]:
+            code, details = await status_of(call)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "name is required" in details, details
         invalid = {
             "provider is required": later.AddProviderRequest(),
             "provider.name": later.AddProviderRequest(provider=provider("two words")),

@@ -92,6 +92,8 @@ class ProviderSettings:
         )
 
     def _record(self, name: str, where: str) -> ProviderRecord:
+        if not name:
+            raise InvalidArgument(f"{where} is required: the name of a stored provider")
         record = self._records.get(name)
         if record is None:
             raise NotFound(f"{where}: no provider named {name[:70]!r} (ListProviders lists them)")
@@ -135,6 +137,8 @@ class ProviderSettings:
 
     async def remove(self, name: str) -> None:
         """NotFound for an unknown entry; the default goes with the entry it names."""
+        if not name:
+            raise InvalidArgument("name is required: the name of a stored provider")
         if not await self._table.remove_provider(name):
             raise NotFound(f"name: no provider named {name[:70]!r} (ListProviders lists them)")
         self._held.pop(name, None)
