@@ -116,6 +116,7 @@ class ProviderSettings:
     async def update(self, change: ProviderChange) -> ProviderView:
         """Change the fields given (`provider.name` says which entry); NotFound for an unknown one.
         Moving the entry to another endpoint without giving a key drops the key it had."""
+        await self.load()  # what other replicas changed last, not this one's copy
         old = self._record(change.name, "provider.name")
         base_url = old.base_url
         if change.base_url is not None:
