@@ -76,7 +76,7 @@ def test_the_lsp_example_runs_pointed_at_a_real_cargo_project(tmp_path: Path) ->
     example.write_text(
         "await client.initialize('/path/to/project');\nlspHover('/path/to/project/src/main.rs', 10, 5)\n"
     )
-    served = tool.Served("127.0.0.1:1", tmp_path / "check" / "workspace", [], None)
+    served = tool.Served("127.0.0.1:1", tmp_path / "check" / "workspace", [], None, None)
     with tool.run_path(example, served) as runnable:
         assert runnable.parent == example.parent and runnable != example
         project = tmp_path / "check" / "rust-project"
