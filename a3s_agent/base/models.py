@@ -32,19 +32,25 @@ class LLMConfig:
         return replace(self, api_key="")
 
     def merged_over(self, base: LLMConfig | None) -> LLMConfig:
-        """This config with its empty fields filled from `base`, except the key: a key is bound to the
-        endpoint it came with, so a config naming another endpoint gets no key from `base`."""
+        """This config with its empty fields filled from `base`, except the key and the endpoint: a
+        key is bound to the endpoint it came with, so a config naming another endpoint gets no key
+        from `base`; and one naming another provider means that provider's own endpoint, not the
+        URL `base` gave for its provider."""
         if base is None:
             return replace(self)
         merged = LLMConfig(**{name: value or getattr(base, name) for name, value in vars(self).items()})
         if not self.api_key and self._names_other_endpoint(base):
             merged.api_key = ""
+        if not self.base_url and self._names_other_provider(base):
+            merged.base_url = ""
         return merged
 
     def _names_other_endpoint(self, base: LLMConfig) -> bool:
         other_url = bool(self.base_url) and _url_key(self.base_url) != _url_key(base.base_url)
-        other_provider = bool(self.provider) and _provider_key(self.provider) != _provider_key(base.provider)
-        return other_url or other_provider
+        return other_url or self._names_other_provider(base)
+
+    def _names_other_provider(self, base: LLMConfig) -> bool:
+        return bool(self.provider) and _provider_key(self.provider) != _provider_key(base.provider)
 
     def is_empty(self) -> bool:
         return not any(asdict(self).values())

@@ -111,6 +111,18 @@ def test_a_provider_name_alone_does_not_carry_the_key_elsewhere(
     assert client_llm.requests and not _carries_key(client_llm)
 
 
+def test_another_provider_named_without_an_endpoint_is_not_sent_to_the_operators(
+    stub: pb_grpc.CodeAgentServiceStub, operator_llm: FakeLLM
+) -> None:
+    """`provider: anthropic` with its own key means Anthropic's API: neither the request nor the
+    session's key goes to the operator's (OpenAI-compatible) endpoint."""
+    session_key = "sk-ant-session-0123456789abcdef"
+    with pytest.raises(grpc.RpcError) as caught:  # Anthropic's API is not reachable from here
+        _generate(stub, pb.LLMConfig(provider="anthropic", model="claude-x", api_key=session_key))
+    assert "api.anthropic.com" in (caught.value.details() or ""), caught.value.details()
+    assert not operator_llm.requests
+
+
 def test_a_reconfigured_endpoint_does_not_take_the_sessions_key_along(
     stub: pb_grpc.CodeAgentServiceStub, operator_llm: FakeLLM, client_llm: FakeLLM
 ) -> None:
