@@ -302,8 +302,8 @@ async def test_role_strings_unknown_ones_and_function(later: Later) -> None:
         (lp.SessionConfig(storage_type=lp.STORAGE_TYPE_CUSTOM), "STORAGE_TYPE_CUSTOM is not served"),
         # a number the enum does not name: proto3 enums are open on the wire
         (lp.SessionConfig(storage_type=cast(lp.StorageType, 7)), "storage_type 7 is not served"),
-        (lp.SessionConfig(planning_enabled=True), "does not serve planning or goal tracking"),
-        (lp.SessionConfig(goal_tracking=True), "does not serve planning or goal tracking"),
+        (lp.SessionConfig(planning_enabled=True), "does not plan or track goals inside a generation"),
+        (lp.SessionConfig(goal_tracking=True), "does not plan or track goals inside a generation"),
         (lp.SessionConfig(auto_compact_threshold=1.5), "auto_compact_threshold must be a share"),
         (lp.SessionConfig(auto_compact_threshold=-0.5), "auto_compact_threshold must be a share"),
         (lp.SessionConfig(auto_compact_threshold=float("nan")), "auto_compact_threshold must be a share"),

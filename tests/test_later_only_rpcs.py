@@ -69,8 +69,7 @@ async def status_of(call: Any) -> grpc.aio.AioRpcError:
 
 
 SPEC_NOT_SERVED = {
-    # spec section 3's table: every later-only RPC but the 49 served, with its group's words
-    "planning": "CreatePlan GetPlan ExtractGoal CheckGoalAchievement",
+    # spec section 3's table: every later-only RPC but the 53 served, with its group's words
     "agentic loop": "AgenticGenerate StreamAgenticGenerate Delegate StreamDelegate",
 }  # fmt: skip
 
@@ -78,7 +77,7 @@ SPEC_NOT_SERVED = {
 async def test_every_unserved_rpc_is_unimplemented_naming_its_group(served: tuple[LiveServer, Any]) -> None:
     live, _ = served
     names = {name: group for group, members in SPEC_NOT_SERVED.items() for name in members.split()}
-    assert len(names) == 8
+    assert len(names) == 4
     for name, group in names.items():
         if name.startswith("Stream"):
             stream = live.channel.unary_stream(PATH + name)(b"\x0a\x02ab")
@@ -91,10 +90,10 @@ async def test_every_unserved_rpc_is_unimplemented_naming_its_group(served: tupl
         assert details.endswith("is not served by a3s-agent"), details
         members = SPEC_NOT_SERVED[group].split()
         assert all(member in details for member in members), details
-    planning = later_only.refusal("CreatePlan")
-    assert planning == (
-        "CreatePlan: A3S's planning and goal tracking group (CreatePlan, GetPlan, ExtractGoal,"
-        " CheckGoalAchievement) is not served by a3s-agent"
+    delegation = later_only.refusal("Delegate")
+    assert delegation == (
+        "Delegate: A3S's server-side agentic loop and delegation group (AgenticGenerate,"
+        " StreamAgenticGenerate, Delegate, StreamDelegate) is not served by a3s-agent"
     )
     # The served ones are the later proto's later-only RPCs; the refused ones are not in it.
     assert set(later_only.ALL_SERVED) <= set(later_only.SERVICE.methods_by_name)
@@ -113,7 +112,7 @@ async def test_the_token_guards_the_later_only_rpcs(workspace: Path, tmp_path: P
         for attempt in (
             stub.GetMessages(later.GetMessagesRequest(session_id="x")),
             stub.ListMcpServers(later.ListMcpServersRequest()),
-            live.channel.unary_unary(PATH + "CreatePlan")(b""),
+            live.channel.unary_unary(PATH + "AgenticGenerate")(b""),
         ):
             assert (await status_of(attempt)).code() == grpc.StatusCode.UNAUTHENTICATED
         wrong = (("authorization", "Bearer nope"),)
@@ -122,7 +121,7 @@ async def test_the_token_guards_the_later_only_rpcs(workspace: Path, tmp_path: P
         ).code() == (grpc.StatusCode.UNAUTHENTICATED)
         reply = await stub.ListMcpServers(later.ListMcpServersRequest(), metadata=bearer)
         assert list(reply.servers) == []
-        refused = await status_of(live.channel.unary_unary(PATH + "CreatePlan")(b"", metadata=bearer))
+        refused = await status_of(live.channel.unary_unary(PATH + "AgenticGenerate")(b"", metadata=bearer))
         assert refused.code() == grpc.StatusCode.UNIMPLEMENTED
 
 

@@ -36,21 +36,6 @@ EPISODIC, SEMANTIC, PROCEDURAL, WORKING = (
 )
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def settings_for(
-    request: pytest.FixtureRequest, workspace: Path, tmp_path: Path
-) -> Callable[[str], Settings]:
-    """Settings of a server (named, so that two are replicas) on the store under test."""
-    url = request.getfixturevalue("postgres_url") if request.param == "postgresql" else ""
-
-    def settings(name: str = "a") -> Settings:
-        return replace(
-            agent_settings(workspace, tmp_path / f"data-{name if url else 'a'}"), store=url, replica_id=name
-        )
-
-    return settings
-
-
 @asynccontextmanager
 async def serving(settings: Settings, fake: FakeLLM | None = None) -> AsyncIterator[tuple[LiveServer, Stub]]:
     async with running(settings) as live:

@@ -47,10 +47,10 @@ def _tool() -> ModuleType:
 
 def test_only_a_group_we_list_as_not_served_is_an_expected_unimplemented() -> None:
     tool = _tool()
-    planning = (
-        "Error: 12 UNIMPLEMENTED: CreatePlan: A3S's planning and goal tracking group (...) is not served"
+    delegation = (
+        "Error: 12 UNIMPLEMENTED: Delegate: A3S's server-side agentic loop ... group (...) is not served"
     )
-    assert tool.failure_reason(planning) == (planning.removeprefix("Error: 12 "), True)
+    assert tool.failure_reason(delegation) == (delegation.removeprefix("Error: 12 "), True)
     assert tool.failure_reason("12 UNIMPLEMENTED: Method not found!") == (
         "UNIMPLEMENTED: Method not found!",
         False,

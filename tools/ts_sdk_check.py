@@ -154,11 +154,41 @@ def instance(schema: Any) -> Any:
     return simple.get(kind, "example")
 
 
+PLANNING_ANSWERS: dict[str, Any] = {
+    "execution_plan": {
+        "goal": "Do what was asked",
+        "complexity": "medium",
+        "required_tools": ["read_file", "edit_file"],
+        "steps": [
+            {
+                "id": "step-1",
+                "description": "Read the code involved",
+                "tool": "read_file",
+                "dependencies": [],
+            },
+            {
+                "id": "step-2",
+                "description": "Make the change",
+                "tool": "edit_file",
+                "dependencies": ["step-1"],
+            },
+        ],
+    },
+    "goal_check": {"achieved": True, "progress": 1, "remaining_criteria": []},
+}
+"""The planning group's answers (by the schema's name), which must hold together beyond their
+schemas (steps that depend on earlier ones, a judgement that agrees with itself): more than
+`instance` writes."""
+
+
 def answer(body: dict[str, Any]) -> Reply:
     """JSON for structured output; otherwise one harmless tool call per prompt, then text."""
     fmt = body.get("response_format") or {}
     if fmt.get("type") == "json_schema":
-        return text(json.dumps(instance(fmt.get("json_schema", {}).get("schema", {}))))
+        named = fmt.get("json_schema", {})
+        if named.get("name") in PLANNING_ANSWERS:
+            return text(json.dumps(PLANNING_ANSWERS[named["name"]]))
+        return text(json.dumps(instance(named.get("schema", {}))))
     messages = body.get("messages") or []
     last = messages[-1].get("role") if messages and isinstance(messages[-1], dict) else None
     if body.get("tools") and last == "user":

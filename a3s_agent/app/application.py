@@ -16,6 +16,7 @@ from .mcp_servers import McpServerAdmin
 from .memory import Memories
 from .observability import Observability
 from .permissions import Permissions
+from .planning import Planning
 from .providers import Providers
 from .sessions import Sessions
 from .skills import Skills
@@ -48,6 +49,7 @@ class Application:
         self.lsp = Lsp(runtime)
         self.cron = CronJobs(runtime)
         self.providers = Providers(runtime)
+        self.planning = Planning(runtime)
         self._runtime = runtime
 
     @property

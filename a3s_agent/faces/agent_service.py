@@ -28,7 +28,7 @@ FEATURES = [
     "lifecycle", "sessions", "persistent_sessions", "tool_execution", "code_generation", "streaming",
     "structured_output", "custom_tools", "skills", "context_management", "auto_compaction", "events",
     "control", "confirmation", "lanes", "external_tasks", "permissions",
-    "lsp", "memory", "skill_sources", "providers",
+    "lsp", "memory", "skill_sources", "providers", "planning",
 ]  # fmt: skip
 PROTOCOLS = "grpc,http,websocket"
 DEFAULT_MODEL_PROVIDER = "openai"

@@ -78,6 +78,23 @@ class MemoryType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MEMORY_TYPE_SEMANTIC: _ClassVar[MemoryType]
     MEMORY_TYPE_PROCEDURAL: _ClassVar[MemoryType]
     MEMORY_TYPE_WORKING: _ClassVar[MemoryType]
+
+class Complexity(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COMPLEXITY_UNKNOWN: _ClassVar[Complexity]
+    COMPLEXITY_SIMPLE: _ClassVar[Complexity]
+    COMPLEXITY_MEDIUM: _ClassVar[Complexity]
+    COMPLEXITY_COMPLEX: _ClassVar[Complexity]
+    COMPLEXITY_VERY_COMPLEX: _ClassVar[Complexity]
+
+class StepStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STEP_STATUS_UNKNOWN: _ClassVar[StepStatus]
+    STEP_STATUS_PENDING: _ClassVar[StepStatus]
+    STEP_STATUS_IN_PROGRESS: _ClassVar[StepStatus]
+    STEP_STATUS_COMPLETED: _ClassVar[StepStatus]
+    STEP_STATUS_FAILED: _ClassVar[StepStatus]
+    STEP_STATUS_SKIPPED: _ClassVar[StepStatus]
 STORAGE_TYPE_UNSPECIFIED: StorageType
 STORAGE_TYPE_MEMORY: StorageType
 STORAGE_TYPE_FILE: StorageType
@@ -119,6 +136,17 @@ MEMORY_TYPE_EPISODIC: MemoryType
 MEMORY_TYPE_SEMANTIC: MemoryType
 MEMORY_TYPE_PROCEDURAL: MemoryType
 MEMORY_TYPE_WORKING: MemoryType
+COMPLEXITY_UNKNOWN: Complexity
+COMPLEXITY_SIMPLE: Complexity
+COMPLEXITY_MEDIUM: Complexity
+COMPLEXITY_COMPLEX: Complexity
+COMPLEXITY_VERY_COMPLEX: Complexity
+STEP_STATUS_UNKNOWN: StepStatus
+STEP_STATUS_PENDING: StepStatus
+STEP_STATUS_IN_PROGRESS: StepStatus
+STEP_STATUS_COMPLETED: StepStatus
+STEP_STATUS_FAILED: StepStatus
+STEP_STATUS_SKIPPED: StepStatus
 
 class HealthCheckRequest(_message.Message):
     __slots__ = ()
@@ -2308,3 +2336,113 @@ class ModelLimitInfo(_message.Message):
     context: int
     output: int
     def __init__(self, context: _Optional[int] = ..., output: _Optional[int] = ...) -> None: ...
+
+class CreatePlanRequest(_message.Message):
+    __slots__ = ("session_id", "prompt", "context")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    prompt: str
+    context: str
+    def __init__(self, session_id: _Optional[str] = ..., prompt: _Optional[str] = ..., context: _Optional[str] = ...) -> None: ...
+
+class CreatePlanResponse(_message.Message):
+    __slots__ = ("plan",)
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    plan: ExecutionPlan
+    def __init__(self, plan: _Optional[_Union[ExecutionPlan, _Mapping]] = ...) -> None: ...
+
+class GetPlanRequest(_message.Message):
+    __slots__ = ("session_id", "plan_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    plan_id: str
+    def __init__(self, session_id: _Optional[str] = ..., plan_id: _Optional[str] = ...) -> None: ...
+
+class GetPlanResponse(_message.Message):
+    __slots__ = ("plan",)
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    plan: ExecutionPlan
+    def __init__(self, plan: _Optional[_Union[ExecutionPlan, _Mapping]] = ...) -> None: ...
+
+class ExtractGoalRequest(_message.Message):
+    __slots__ = ("session_id", "prompt")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    prompt: str
+    def __init__(self, session_id: _Optional[str] = ..., prompt: _Optional[str] = ...) -> None: ...
+
+class ExtractGoalResponse(_message.Message):
+    __slots__ = ("goal",)
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    goal: AgentGoal
+    def __init__(self, goal: _Optional[_Union[AgentGoal, _Mapping]] = ...) -> None: ...
+
+class CheckGoalAchievementRequest(_message.Message):
+    __slots__ = ("session_id", "goal", "current_state")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_STATE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    goal: AgentGoal
+    current_state: str
+    def __init__(self, session_id: _Optional[str] = ..., goal: _Optional[_Union[AgentGoal, _Mapping]] = ..., current_state: _Optional[str] = ...) -> None: ...
+
+class CheckGoalAchievementResponse(_message.Message):
+    __slots__ = ("achieved", "progress", "remaining_criteria")
+    ACHIEVED_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_CRITERIA_FIELD_NUMBER: _ClassVar[int]
+    achieved: bool
+    progress: float
+    remaining_criteria: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, achieved: _Optional[bool] = ..., progress: _Optional[float] = ..., remaining_criteria: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ExecutionPlan(_message.Message):
+    __slots__ = ("goal", "steps", "complexity", "required_tools", "estimated_steps")
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    COMPLEXITY_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_STEPS_FIELD_NUMBER: _ClassVar[int]
+    goal: str
+    steps: _containers.RepeatedCompositeFieldContainer[PlanStep]
+    complexity: Complexity
+    required_tools: _containers.RepeatedScalarFieldContainer[str]
+    estimated_steps: int
+    def __init__(self, goal: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., complexity: _Optional[_Union[Complexity, str]] = ..., required_tools: _Optional[_Iterable[str]] = ..., estimated_steps: _Optional[int] = ...) -> None: ...
+
+class AgentGoal(_message.Message):
+    __slots__ = ("description", "success_criteria", "progress", "achieved", "created_at", "achieved_at")
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_CRITERIA_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    ACHIEVED_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ACHIEVED_AT_FIELD_NUMBER: _ClassVar[int]
+    description: str
+    success_criteria: _containers.RepeatedScalarFieldContainer[str]
+    progress: float
+    achieved: bool
+    created_at: int
+    achieved_at: int
+    def __init__(self, description: _Optional[str] = ..., success_criteria: _Optional[_Iterable[str]] = ..., progress: _Optional[float] = ..., achieved: _Optional[bool] = ..., created_at: _Optional[int] = ..., achieved_at: _Optional[int] = ...) -> None: ...
+
+class PlanStep(_message.Message):
+    __slots__ = ("id", "description", "tool", "dependencies", "status", "success_criteria")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_CRITERIA_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    description: str
+    tool: str
+    dependencies: _containers.RepeatedScalarFieldContainer[str]
+    status: StepStatus
+    success_criteria: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., description: _Optional[str] = ..., tool: _Optional[str] = ..., dependencies: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[StepStatus, str]] = ..., success_criteria: _Optional[_Iterable[str]] = ...) -> None: ...

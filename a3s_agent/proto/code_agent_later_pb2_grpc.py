@@ -450,6 +450,26 @@ class CodeAgentServiceStub:
                 request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetDefaultModelRequest.SerializeToString,
                 response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetDefaultModelResponse.FromString,
                 _registered_method=True)
+        self.CreatePlan = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/CreatePlan',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CreatePlanRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CreatePlanResponse.FromString,
+                _registered_method=True)
+        self.GetPlan = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/GetPlan',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetPlanRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetPlanResponse.FromString,
+                _registered_method=True)
+        self.ExtractGoal = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/ExtractGoal',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ExtractGoalRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ExtractGoalResponse.FromString,
+                _registered_method=True)
+        self.CheckGoalAchievement = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/CheckGoalAchievement',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CheckGoalAchievementRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CheckGoalAchievementResponse.FromString,
+                _registered_method=True)
 
 
 class CodeAgentServiceServicer:
@@ -956,6 +976,31 @@ class CodeAgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreatePlan(self, request, context):
+        """Planning and goal tracking (a3s-string-dialect.md 4.5)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPlan(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExtractGoal(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CheckGoalAchievement(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CodeAgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1373,6 +1418,26 @@ def add_CodeAgentServiceServicer_to_server(servicer, server):
                     servicer.GetDefaultModel,
                     request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetDefaultModelRequest.FromString,
                     response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetDefaultModelResponse.SerializeToString,
+            ),
+            'CreatePlan': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePlan,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CreatePlanRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CreatePlanResponse.SerializeToString,
+            ),
+            'GetPlan': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPlan,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetPlanRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetPlanResponse.SerializeToString,
+            ),
+            'ExtractGoal': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExtractGoal,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ExtractGoalRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ExtractGoalResponse.SerializeToString,
+            ),
+            'CheckGoalAchievement': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckGoalAchievement,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CheckGoalAchievementRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CheckGoalAchievementResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -3616,6 +3681,114 @@ class CodeAgentService:
             '/a3s.code.agent.v1.CodeAgentService/GetDefaultModel',
             a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetDefaultModelRequest.SerializeToString,
             a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetDefaultModelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePlan(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/CreatePlan',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CreatePlanRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CreatePlanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPlan(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/GetPlan',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetPlanRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.GetPlanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExtractGoal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/ExtractGoal',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ExtractGoalRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.ExtractGoalResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckGoalAchievement(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/CheckGoalAchievement',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CheckGoalAchievementRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CheckGoalAchievementResponse.FromString,
             options,
             channel_credentials,
             insecure,

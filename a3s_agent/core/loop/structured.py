@@ -33,7 +33,7 @@ def parse_schema(text: str) -> dict[str, Any]:
     return check_json_schema(parse_json(text, "schema"), "schema", for_arguments=False)
 
 
-def _instruction(schema: dict[str, Any]) -> Message:
+def schema_instruction(schema: dict[str, Any]) -> Message:
     return Message(
         role="system",
         content="Answer with a single JSON value and nothing else (no prose, no code fences). "
@@ -41,7 +41,7 @@ def _instruction(schema: dict[str, Any]) -> Message:
     )
 
 
-def _validated(text: str, schema: dict[str, Any]) -> str | None:
+def validated_json(text: str, schema: dict[str, Any]) -> str | None:
     """The JSON text when it validates, else None; a code fence around it is tolerated."""
     import jsonschema
 
@@ -58,7 +58,7 @@ def _validated(text: str, schema: dict[str, Any]) -> str | None:
     return stripped
 
 
-def _problem(text: str, schema: dict[str, Any]) -> str:
+def validation_problem(text: str, schema: dict[str, Any]) -> str:
     import jsonschema
 
     try:
@@ -85,7 +85,7 @@ async def run_structured(
         },
     )
     usage = Usage()
-    outgoing = [_instruction(schema), *messages]
+    outgoing = [schema_instruction(schema), *messages]
     problem = ""
     for attempt in range(1, MAX_REPAIRS + 2):
         generation = None
@@ -98,11 +98,11 @@ async def run_structured(
         usage += generation.usage
         if generation.budget_spent is not None:  # no answer came, nor will another attempt get one
             raise ResourceExhausted(generation.budget_spent.message)
-        data = _validated(generation.message.content, schema)
+        data = validated_json(generation.message.content, schema)
         if data is not None:
             yield StructuredDone(data=data, usage=usage, attempts=attempt, model=generation.model)
             return
-        problem = _problem(generation.message.content, schema)
+        problem = validation_problem(generation.message.content, schema)
         outgoing = [
             Message(
                 role="user",

@@ -31,12 +31,13 @@ class TodoLists:
         checked = checked_todos(todos)
         await self._sessions.refresh(session_id)
         await self._sessions.update_settings(
-            session_id, lambda s: replace(s, todos=checked), log=[_updated(session_id, checked)]
+            session_id, lambda s: replace(s, todos=checked), log=[todos_updated(session_id, checked)]
         )
         return list(checked)
 
 
-def _updated(session_id: str, todos: list[Todo]) -> LogEntry:
+def todos_updated(session_id: str, todos: list[Todo]) -> LogEntry:
+    """The event that reports the session's new todo list."""
     counts = Counter(item.status for item in todos)
     data = {
         "kind": TODOS_UPDATED,

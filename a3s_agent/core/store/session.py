@@ -1,6 +1,7 @@
 """A session's record, and what it keeps besides its config (SessionSettings): permission and
 confirmation policies, lane handlers, loaded skills, client tools, compaction settings, the
-token budget, MCP servers, the todo list and what its model gets of memories, as one typed value.
+token budget, MCP servers, the todo list, the plan and what its model gets of memories, as one
+typed value.
 
 It is stored as the session row's `extras` JSON column, in the shape earlier versions wrote (one key
 per setting, a key absent while unset), so stores written by them load unchanged.
@@ -14,6 +15,7 @@ from typing import Any
 
 from ...base.memories import MemorySettings
 from ...base.models import SessionConfig, SessionState, Todo, Usage
+from ...base.planning import Plan
 from ...tools.mcp.config import storable
 from ..policy.permissions import PermissionPolicy
 
@@ -87,6 +89,8 @@ class SessionSettings:
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The session's todo list (core/sessions/todos.py), in order.
     todos: list[Todo] = field(default_factory=list)
+    # The session's plan, its latest CreatePlan's (core/sessions/plans.py), its steps in the todo list.
+    plan: Plan | None = None
     # What the session's model gets of memories (None: the server's --memory).
     memory: MemorySettings | None = None
 
@@ -125,6 +129,8 @@ class SessionSettings:
             data["mcp_servers"] = servers
         if self.todos:
             data["todos"] = [item.to_json() for item in self.todos]
+        if self.plan is not None:
+            data["plan"] = self.plan.to_json()
         if self.memory is not None:
             data["memory"] = asdict(self.memory)
         return data
@@ -149,6 +155,7 @@ class SessionSettings:
             token_budget=data.get("token_budget"),
             mcp_servers=dict(data.get("mcp_servers", {})),
             todos=[Todo.from_json(item) for item in data.get("todos", [])],
+            plan=Plan.from_json(data["plan"]) if "plan" in data else None,
             memory=MemorySettings(**data["memory"]) if "memory" in data else None,
         )
 

@@ -105,7 +105,10 @@ def session_extras(config: pb.SessionConfig) -> dict[str, float]:
         )
     for name in ("planning_enabled", "goal_tracking"):
         if getattr(later, name):
-            raise InvalidArgument(f"config.{name}: a3s-agent does not serve planning or goal tracking")
+            raise InvalidArgument(
+                f"config.{name}: a3s-agent does not plan or track goals inside a generation; call"
+                " CreatePlan, ExtractGoal and CheckGoalAchievement instead"
+            )
     threshold = later.auto_compact_threshold
     if threshold == 0:  # unset: the server's threshold (or a3s-compact-threshold)
         return {}

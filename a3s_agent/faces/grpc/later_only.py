@@ -21,11 +21,12 @@ from ...base.models import Attachment, Todo
 from ...proto import code_agent_later_pb2 as later
 from ..agent_service import MAX_REQUEST_MESSAGE_SIZE
 from ..status import log_call
-from . import later_cron, later_lsp, later_memory, later_providers, later_skills
+from . import later_cron, later_lsp, later_memory, later_planning, later_providers, later_skills
 from .errors import decoding, rpc
 from .later_cron import LaterCronService
 from .later_lsp import LaterLspService
 from .later_memory import LaterMemoryService
+from .later_planning import LaterPlanningService
 from .later_providers import LaterProviderService
 from .later_skills import LaterSkillsService
 
@@ -38,7 +39,7 @@ SERVED = (
 
 ALL_SERVED = (
     *SERVED, *later_lsp.METHODS, *later_memory.METHODS, *later_cron.METHODS, *later_skills.METHODS,
-    *later_providers.METHODS,
+    *later_providers.METHODS, *later_planning.METHODS,
 )  # fmt: skip
 """Every later-only RPC served: SERVED here and the groups in modules of their own."""
 
@@ -304,7 +305,6 @@ def _tool_to_pb(tool: McpToolInfo) -> later.McpToolInfo:
 # --- the groups a3s-agent does not serve -----------------------------------------------------
 
 NOT_SERVED: dict[str, tuple[str, ...]] = {
-    "planning and goal tracking": ("CreatePlan", "GetPlan", "ExtractGoal", "CheckGoalAchievement"),
     "server-side agentic loop and delegation": (
         "AgenticGenerate", "StreamAgenticGenerate", "Delegate", "StreamDelegate",
     ),
@@ -347,6 +347,7 @@ def later_only_handlers(app: Application) -> dict[str, grpc.RpcMethodHandler]:
     handlers.update(_unary_handlers(LaterCronService(app), later_cron.METHODS))
     handlers.update(_unary_handlers(LaterSkillsService(app), later_skills.METHODS))
     handlers.update(_unary_handlers(LaterProviderService(app), later_providers.METHODS))
+    handlers.update(_unary_handlers(LaterPlanningService(app), later_planning.METHODS))
     for members in NOT_SERVED.values():
         handlers.update({name: _refusing(name) for name in members})
     return handlers
