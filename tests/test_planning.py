@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from acp import text_block
+from acp.schema import AgentPlanUpdate
 
 from a3s_agent.config import Settings
 from a3s_agent.proto import code_agent_later_pb2 as later
@@ -20,6 +22,7 @@ from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.testing.fake_llm import FakeLLM, error, text, tool_call
 
 from .conftest import LiveServer, agent_settings, user
+from .test_acp import Editor, acp_agent
 from .test_memory import failure, serving
 
 Stub = later_grpc.CodeAgentServiceStub
@@ -199,6 +202,42 @@ async def test_a_plan_that_does_not_hold_together_goes_back_to_the_model(
     )
     kept = (await stub.GetPlan(later.GetPlanRequest(session_id=session_id))).plan
     assert kept.goal == PLAN["goal"]  # the refused plan replaced nothing
+
+
+async def test_an_editor_sees_the_plan_and_its_model_moves_it_on(
+    workspace: Path, tmp_path: Path, fake: FakeLLM
+) -> None:
+    """A plan made over gRPC, shown by `a3s-agent acp` on the same store when the editor loads the
+    session; the editor's model's plan updates are the plan's step statuses afterwards."""
+    data = tmp_path / "data"
+    async with serving(agent_settings(workspace, data), fake) as (live, stub):
+        config = pb.SessionConfig(workspace=str(workspace))
+        session_id = (await live.stub.CreateSession(pb.CreateSessionRequest(config=config))).session_id
+        fake.script(answer(PLAN))
+        await stub.CreatePlan(later.CreatePlanRequest(session_id=session_id, prompt="auth"))
+        todos = list((await stub.GetTodos(later.GetTodosRequest(session_id=session_id))).todos)
+        todos[0].status = "completed"
+        await stub.SetTodos(later.SetTodosRequest(session_id=session_id, todos=todos))
+
+    moved = {"entries": [{"content": "Read the routes", "status": "completed"},
+                         {"content": "Write the JWT middleware", "status": "completed"},
+                         {"content": "Run the tests", "status": "in_progress"}]}  # fmt: skip
+    fake.script(tool_call("update_plan", moved, id="plan"), text("Middleware written."))
+    editor = Editor()
+    async with acp_agent(editor, workspace, fake, data) as conn:
+        await conn.load_session(cwd=str(workspace), session_id=session_id, mcp_servers=[])
+        [loaded] = editor.of(AgentPlanUpdate)
+        assert [(e.content, e.status) for e in loaded.entries] == [
+            ("Read the routes", "completed"),
+            ("Write the JWT middleware", "pending"),
+            ("Run the tests", "pending"),
+        ]
+        await conn.prompt(session_id=session_id, prompt=[text_block("carry on")])
+    assert len(editor.of(AgentPlanUpdate)) == 2
+
+    async with serving(agent_settings(workspace, data)) as (_, stub):
+        plan = (await stub.GetPlan(later.GetPlanRequest(session_id=session_id))).plan
+        assert steps(plan) == [("read", COMPLETED), ("middleware", COMPLETED), ("test", IN_PROGRESS)]
 
 
 # --- goals --------------------------------------------------------------------------------------------

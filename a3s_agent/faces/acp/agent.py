@@ -20,6 +20,7 @@ from acp import PROTOCOL_VERSION, RequestError
 from acp.interfaces import Client
 from acp.schema import (
     AgentCapabilities,
+    AgentPlanUpdate,
     ClientCapabilities,
     CloseSessionResponse,
     Implementation,
@@ -53,6 +54,7 @@ from .errors import answering
 from .mcp_servers import McpServer, servers_given
 from .outbox import Outbox
 from .permissions import Asker, editor_confirmation, editor_policy
+from .plan import todo_plan
 from .replay import replay
 from .turn import Turn
 
@@ -159,8 +161,13 @@ class EditorAgent:
             history = await self._app.sessions.history(session_id)
             tools = {t.name: t for t in self._app.tools.available(session_id)}
             outbox = self._require_outbox()
+            shown: AgentPlanUpdate | None = None
             for update in replay(history, workspace, tools):
                 outbox.send(session_id, update)
+                shown = update if isinstance(update, AgentPlanUpdate) else shown
+            todos = await self._app.todos.get(session_id)
+            if todos and todo_plan(todos) != shown:  # the list as it is now, if it moved on since
+                outbox.send(session_id, todo_plan(todos))
             await outbox.drain()  # the whole conversation is out before the answer
             return LoadSessionResponse()
 

@@ -1,5 +1,9 @@
 """The plan tool: the model keeps a list of steps, which the editor shows as the session's plan
-(`session/update` plan entries). It exists in `a3s-agent acp` only, where someone sees the plan."""
+(`session/update` plan entries). It exists in `a3s-agent acp` only, where someone sees the plan.
+
+The list is the session's todo list too (what GetTodos answers, and the steps of a plan CreatePlan
+made: docs/agent/planning.md): each entry keeps the id of the item at its place, so a plan's
+steps follow the statuses the model sets here. Loading a session shows the list as it is now."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...app.tool_kit import ToolContext, tool
 from ...app.types import ToolOutput
 from ...base.jsontext import model_json
+from ...base.models import Todo
 
 PLAN_TOOL = "update_plan"
 
@@ -38,6 +43,9 @@ async def update_plan(args: PlanArgs, ctx: ToolContext) -> ToolOutput:
     a task of one or two steps. Example: {"entries": [{"content": "Find the failing test",
     "status": "completed"}, {"content": "Fix the parser", "status": "in_progress"}]}
     """
+    if ctx.todos is not None and ctx.session_id:
+        kept = await ctx.todos.get(ctx.session_id)
+        await ctx.todos.set(ctx.session_id, _todos(args.entries, [item.id for item in kept]))
     done = sum(step.status == "completed" for step in args.entries)
     return ToolOutput(output=f"plan updated: {done} of {len(args.entries)} steps done")
 
@@ -50,3 +58,31 @@ def plan_update(arguments: str) -> AgentPlanUpdate | None:
         return None
     entries = [PlanEntry(content=s.content, status=s.status, priority=s.priority) for s in plan.entries]
     return AgentPlanUpdate(session_update="plan", entries=entries)
+
+
+def todo_plan(todos: list[Todo]) -> AgentPlanUpdate:
+    """The session's todo list as the plan the editor shows (ACP has no status for a cancelled
+    item: those are left out)."""
+    entries = [
+        PlanEntry(content=t.content, status=t.status, priority=t.priority)
+        for t in todos
+        if t.status != "cancelled"
+    ]
+    return AgentPlanUpdate(session_update="plan", entries=entries)
+
+
+def _todos(entries: list[Step], ids: list[str]) -> list[Todo]:
+    """The entries as todo items: each with the id of the item at its place (a new place: its
+    number, made distinct)."""
+    taken = set(ids[: len(entries)])
+    todos = []
+    for place, step in enumerate(entries):
+        if place < len(ids):
+            item_id = ids[place]
+        else:
+            item_id = str(place + 1)
+            while item_id in taken:
+                item_id += "+"
+            taken.add(item_id)
+        todos.append(Todo(id=item_id, content=step.content, status=step.status, priority=step.priority))
+    return todos
