@@ -20,6 +20,7 @@ from a3s_agent.config import Settings
 from a3s_agent.faces.agent_service import FEATURES
 from a3s_agent.faces.http import HttpBindError, start_http
 from a3s_agent.faces.http import app as http_app
+from a3s_agent.faces.later_service import served_features
 from a3s_agent.faces.readiness import Readiness
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.testing.fake_llm import FakeLLM, broken_stream, text, tool_call
@@ -193,7 +194,11 @@ async def test_health_and_capabilities_are_the_rpc_replies_as_json(rest: Http) -
     assert health["status"] == "STATUS_HEALTHY" and health["message"] == "ok"
     assert health["details"]["version"] == rest.server.runtime.info.version
     capabilities = await (await rest.client.get("/capabilities")).json()
-    assert capabilities["features"] == [*FEATURES, "sandbox"]  # tool processes run in the OS sandbox
+    assert capabilities["features"] == [
+        *FEATURES,
+        *served_features(False),
+        "sandbox",
+    ]  # tool processes run in the OS sandbox
     assert capabilities["info"]["name"] == "a3s-agent"
     assert {t["name"] for t in capabilities["tools"]} >= {"read_file", "bash"}
     assert capabilities["limits"]["max_tools_per_request"] == 50
@@ -295,7 +300,11 @@ async def test_any_rpc_by_name_and_unknown_names(rest: Http) -> None:
     tools = await rest.client.post("/rpc/list_tools", headers=JSON)
     assert tools.status == 200 and len((await tools.json())["tools"]) >= 20
     policy = await rest.client.post("/rpc/GetCapabilities", json={})
-    assert (await policy.json())["features"] == [*FEATURES, "sandbox"]  # tool processes run in the OS sandbox
+    assert (await policy.json())["features"] == [
+        *FEATURES,
+        *served_features(False),
+        "sandbox",
+    ]  # tool processes run in the OS sandbox
     unknown = await rest.client.post("/rpc/launch_rockets", headers=JSON)
     body = await unknown.json()
     assert unknown.status == 501 and body["error"]["code"] == "UNIMPLEMENTED"

@@ -24,7 +24,7 @@ from a3s_agent.config import ConfigError, Settings, settings_from
 from a3s_agent.core.skills.catalog import EXAMPLE_SKILLS_DIR
 from a3s_agent.faces.grpc import dialect, later_convert
 from a3s_agent.faces.grpc.dialect import BOX, LATER
-from a3s_agent.faces.grpc.later_only import ALL_SERVED
+from a3s_agent.faces.later_service import SERVED_METHODS
 from a3s_agent.proto import code_agent_later_pb2 as lp
 from a3s_agent.proto import code_agent_later_pb2_grpc as lp_grpc
 from a3s_agent.proto import code_agent_pb2 as pb
@@ -259,7 +259,9 @@ async def test_every_shared_rpc_answers_the_later_client(later: Later, fake: Fak
     did("Shutdown")
     assert later.server.runtime.shutdown_requested.is_set()
 
-    shared = {m.name for m in lp.DESCRIPTOR.services_by_name["CodeAgentService"].methods} - set(ALL_SERVED)
+    shared = {m.name for m in lp.DESCRIPTOR.services_by_name["CodeAgentService"].methods} - set(
+        SERVED_METHODS
+    )
     assert len(shared) == 34 and called == shared
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from a3s_agent.base.prices import ModelPrice
 from a3s_agent.config import Settings
+from a3s_agent.faces import agent_service, later_service
 from a3s_agent.faces.grpc import later_only
 from a3s_agent.proto import code_agent_later_pb2 as later
 from a3s_agent.proto import code_agent_later_pb2_grpc as later_grpc
@@ -90,13 +91,13 @@ async def test_every_unserved_rpc_is_unimplemented_naming_its_group(served: tupl
         assert details.endswith("is not served by a3s-agent"), details
         members = SPEC_NOT_SERVED[group].split()
         assert all(member in details for member in members), details
-    delegation = later_only.refusal("Delegate")
+    delegation = later_service.refusal("Delegate")
     assert delegation == (
         "Delegate: A3S's server-side agentic loop and delegation group (AgenticGenerate,"
         " StreamAgenticGenerate, Delegate, StreamDelegate) is not served by a3s-agent"
     )
     # The served ones are the later proto's later-only RPCs; the refused ones are not in it.
-    assert set(later_only.ALL_SERVED) <= set(later_only.SERVICE.methods_by_name)
+    assert set(later_service.SERVED_METHODS) <= set(later_only.SERVICE.methods_by_name)
     assert not set(names) & set(later_only.SERVICE.methods_by_name)
 
 
@@ -233,14 +234,14 @@ async def test_a_page_stops_at_what_one_reply_may_carry(
             pb.CreateSessionRequest(initial_context=[user(big), user("x"), user(big)])
         )
     ).session_id
-    monkeypatch.setattr(later_only, "MAX_PAGE_BYTES", 10_000)
+    monkeypatch.setattr(agent_service, "MAX_PAGE_BYTES", 10_000)
     first = await stub.GetMessages(later.GetMessagesRequest(session_id=session_id))
     assert [m.id for m in first.messages] == ["msg_0", "msg_1"] and first.has_more and first.total_count == 3
     assert first.messages[0].content[0].text.text == big
     rest = await stub.GetMessages(later.GetMessagesRequest(session_id=session_id, offset=2))
     assert [m.id for m in rest.messages] == ["msg_2"] and not rest.has_more
     # One message alone over the bound comes cut, marked, never as an empty page.
-    monkeypatch.setattr(later_only, "MAX_PAGE_BYTES", 2_000)
+    monkeypatch.setattr(agent_service, "MAX_PAGE_BYTES", 2_000)
     cut = await stub.GetMessages(later.GetMessagesRequest(session_id=session_id, limit=3))
     assert [m.id for m in cut.messages] == ["msg_0"] and cut.has_more
     shortened = cut.messages[0].content[0].text.text

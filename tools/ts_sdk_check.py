@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
 
-from a3s_agent.faces.grpc.later_only import NOT_SERVED  # noqa: E402
+from a3s_agent.faces.later_service import NOT_SERVED_METHODS  # noqa: E402
 from a3s_agent.proto import code_agent_later_pb2 as later  # noqa: E402
 from a3s_agent.proto import code_agent_later_pb2_grpc as later_grpc  # noqa: E402
 from a3s_agent.proto import code_agent_pb2 as pb  # noqa: E402
@@ -64,7 +64,7 @@ SKILL = "remotion-best-practices"
 SKIPPED = 2
 
 # Later-only RPCs we do not serve: they answer UNIMPLEMENTED "<RPC>: ... group ... is not served".
-NOT_SERVED_RPCS = frozenset(rpc for rpcs in NOT_SERVED.values() for rpc in rpcs)
+NOT_SERVED_RPCS = NOT_SERVED_METHODS
 
 # Failures whose cause is the SDK's example itself, not our server: (example, output pattern, reason);
 # an example of None matches every example.

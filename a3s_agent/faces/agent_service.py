@@ -22,13 +22,13 @@ from ..app.types import (
 )
 from ..base.errors import InvalidArgument, NotWaiting, ResourceExhausted
 from ..base.models import Message, Usage
+from . import later_service
 
-# What GetCapabilities advertises: every RPC of the service is served.
+# What GetCapabilities advertises for the Box-era RPCs: every one is served.
 FEATURES = [
     "lifecycle", "sessions", "persistent_sessions", "tool_execution", "code_generation", "streaming",
     "structured_output", "custom_tools", "skills", "context_management", "auto_compaction", "events",
     "control", "confirmation", "lanes", "external_tasks", "permissions",
-    "lsp", "memory", "skill_sources", "providers", "planning",
 ]  # fmt: skip
 PROTOCOLS = "grpc,http,websocket"
 DEFAULT_MODEL_PROVIDER = "openai"
@@ -42,6 +42,10 @@ MAX_REQUEST_MESSAGE_SIZE = 48 * 1024 * 1024
 """The most the messages of one request may hold: characters of text (contents, metadata) plus
 bytes of attachments. Below gRPC's 64 MiB message limit, so the refusal names the field; above
 the 50 MB the benchmark sends."""
+MAX_PAGE_BYTES = MAX_REQUEST_MESSAGE_SIZE
+"""The most one GetMessages reply carries (bytes of its messages), the bound a request's messages
+have, below gRPC's 64 MiB: a page that would hold more ends early with `has_more` set, and the
+client asks again from offset + len(messages). A single message over it has its texts cut."""
 
 
 def health_message(health: Health) -> str:
@@ -73,10 +77,10 @@ def sandbox_details(sandbox: dict[str, str]) -> dict[str, str]:
 
 
 def features(sandbox: dict[str, str], cron: bool = False) -> list[str]:
-    """FEATURES, with "sandbox" while tool processes run in an OS sandbox and "cron" while the
-    scheduled-jobs group is served."""
+    """FEATURES, the served later-only groups' (later_service.served_features: "cron" while scheduling
+    is enabled), and "sandbox" while tool processes run in an OS sandbox."""
     sandboxed = sandbox.get("mechanism") in ("bwrap", "landlock")
-    return [*FEATURES, *(["sandbox"] if sandboxed else []), *(["cron"] if cron else [])]
+    return [*FEATURES, *later_service.served_features(cron), *(["sandbox"] if sandboxed else [])]
 
 
 def check_message_count(count: int, field: str, max_count: int) -> None:

@@ -14,27 +14,12 @@ from ...app.cron import (
     CronJob,
     ExecutionStatus,
     JobChanges,
-    JobType,
     NewJob,
 )
 from ...base.errors import InvalidArgument
 from ...proto import code_agent_later_pb2 as later
+from ..later_service import cron_execution, cron_job, job_type
 from .errors import rpc
-
-METHODS = (
-    "ListCronJobs", "CreateCronJob", "GetCronJob", "UpdateCronJob", "PauseCronJob", "ResumeCronJob",
-    "DeleteCronJob", "GetCronHistory", "RunCronJob", "ParseCronSchedule",
-)  # fmt: skip
-
-_JOB_TYPES = {later.CRON_JOB_TYPE_SHELL: JobType.SHELL, later.CRON_JOB_TYPE_AGENT: JobType.AGENT}
-_JOB_TYPE_NUMBERS = {kind: number for number, kind in _JOB_TYPES.items()}
-_EXECUTION_STATUSES = {
-    ExecutionStatus.RUNNING: later.CRON_EXECUTION_STATUS_UNKNOWN,  # the proto has no running
-    ExecutionStatus.SUCCESS: later.CRON_EXECUTION_STATUS_SUCCESS,
-    ExecutionStatus.FAILED: later.CRON_EXECUTION_STATUS_FAILED,
-    ExecutionStatus.TIMEOUT: later.CRON_EXECUTION_STATUS_TIMEOUT,
-    ExecutionStatus.CANCELLED: later.CRON_EXECUTION_STATUS_CANCELLED,
-}
 
 
 class LaterCronService:
@@ -51,17 +36,13 @@ class LaterCronService:
     async def CreateCronJob(
         self, request: later.CreateCronJobRequest, context: Any
     ) -> later.CreateCronJobResponse:
-        if request.job_type not in _JOB_TYPES:
-            raise InvalidArgument(
-                f"job_type {request.job_type} is neither CRON_JOB_TYPE_SHELL (0) nor CRON_JOB_TYPE_AGENT (1)"
-            )
         given = request.agent_config
         new = NewJob(
             name=request.name,
             schedule=request.schedule,
             command=request.command,
             timeout_ms=request.timeout_ms if request.HasField("timeout_ms") else None,
-            job_type=_JOB_TYPES[request.job_type],
+            job_type=job_type(request.job_type),
             agent=AgentConfig(
                 given.model, given.api_key, given.workspace, given.system_prompt, given.base_url
             )
@@ -137,51 +118,8 @@ class LaterCronService:
 
 
 def _job(job: CronJob) -> later.CronJob:
-    spec = job.spec
-    status = (
-        later.CRON_JOB_STATUS_RUNNING
-        if job.running
-        else later.CRON_JOB_STATUS_PAUSED
-        if job.paused
-        else later.CRON_JOB_STATUS_ACTIVE
-    )
-    agent = spec.agent
-    return later.CronJob(
-        id=job.id,
-        name=job.name,
-        schedule=spec.schedule,
-        command=spec.command,
-        status=status,
-        timeout_ms=spec.timeout_ms,
-        created_at=job.created_at,
-        updated_at=job.updated_at,
-        last_run=job.last_run,
-        next_run=job.next_run,
-        run_count=job.run_count,
-        fail_count=job.fail_count,
-        working_dir=spec.working_dir,
-        job_type=_JOB_TYPE_NUMBERS[spec.job_type],
-        agent_config=None
-        if agent is None
-        else later.CronAgentConfig(  # never the key
-            model=agent.model,
-            workspace=agent.workspace or None,
-            system_prompt=agent.system_prompt or None,
-            base_url=agent.base_url or None,
-        ),
-    )
+    return later.CronJob(**cron_job(job))
 
 
 def _execution(execution: CronExecution) -> later.CronExecution:
-    return later.CronExecution(
-        id=execution.id,
-        job_id=execution.job_id,
-        status=_EXECUTION_STATUSES[execution.status],
-        started_at=execution.started_at,
-        ended_at=execution.ended_at,
-        duration_ms=execution.duration_ms,
-        exit_code=execution.exit_code,
-        stdout=execution.stdout,
-        stderr=execution.stderr,
-        error=execution.error or None,
-    )
+    return later.CronExecution(**cron_execution(execution))

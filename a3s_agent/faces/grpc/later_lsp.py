@@ -12,11 +12,6 @@ from ...app.lsp import Diagnostic, Location, Range, ServerInfo
 from ...proto import code_agent_later_pb2 as later
 from .errors import rpc
 
-METHODS = (
-    "StartLspServer", "StopLspServer", "ListLspServers", "LspHover", "LspDefinition", "LspReferences",
-    "LspSymbols", "LspDiagnostics",
-)  # fmt: skip
-
 
 class LaterLspService:
     def __init__(self, app: Application) -> None:

@@ -11,14 +11,10 @@ from typing import Any
 
 from ...app import Application
 from ...base.errors import InvalidArgument
-from ...base.memories import Memory, MemoryQuery, MemoryType
+from ...base.memories import Memory, MemoryQuery
 from ...proto import code_agent_later_pb2 as later
+from ..later_service import memory_item, memory_type
 from .errors import rpc
-
-METHODS = (
-    "StoreMemory", "RetrieveMemory", "SearchMemories", "GetMemoryStats", "ClearMemories",
-    "DeleteMemory", "SummarizeMemories",
-)  # fmt: skip
 
 
 class LaterMemoryService:
@@ -33,7 +29,7 @@ class LaterMemoryService:
         memory = await self.app.memory.store(
             request.session_id,
             item.content,
-            _memory_type(item.memory_type),
+            memory_type(item.memory_type),
             item.importance,
             list(item.tags),
             dict(item.metadata),
@@ -106,25 +102,5 @@ class LaterMemoryService:
         )
 
 
-def _memory_type(number: int) -> MemoryType:
-    """The wire's MemoryType (unknown, 0, is episodic, as A3S's default); InvalidArgument otherwise."""
-    if number == later.MEMORY_TYPE_UNKNOWN:
-        return MemoryType.EPISODIC
-    try:
-        return MemoryType(number)
-    except ValueError:
-        raise InvalidArgument(f"memory.memory_type {number} is not a MemoryType (1-4)") from None
-
-
 def _item(memory: Memory) -> later.MemoryItem:
-    return later.MemoryItem(
-        id=memory.id,
-        content=memory.content,
-        timestamp=memory.created_at,
-        importance=memory.importance,
-        tags=memory.tags,
-        memory_type=int(memory.memory_type),  # type: ignore[arg-type]  # the enum's numbers
-        metadata=memory.metadata,
-        access_count=memory.access_count,
-        last_accessed=memory.last_accessed,
-    )
+    return later.MemoryItem(**memory_item(memory))

@@ -8,11 +8,10 @@ from typing import Any
 
 from ...app import Application
 from ...base.errors import InvalidArgument
-from ...base.planning import Goal, Plan, PlanStep
+from ...base.planning import Goal
 from ...proto import code_agent_later_pb2 as later
+from .. import later_service as groups
 from .errors import rpc
-
-METHODS = ("CreatePlan", "GetPlan", "ExtractGoal", "CheckGoalAchievement")
 
 
 class LaterPlanningService:
@@ -22,26 +21,17 @@ class LaterPlanningService:
     @rpc
     async def CreatePlan(self, request: later.CreatePlanRequest, context: Any) -> later.CreatePlanResponse:
         plan = await self.app.planning.create_plan(request.session_id, request.prompt, request.context)
-        return later.CreatePlanResponse(plan=_plan(plan))
+        return later.CreatePlanResponse(plan=groups.execution_plan(plan))
 
     @rpc
     async def GetPlan(self, request: later.GetPlanRequest, context: Any) -> later.GetPlanResponse:
-        return later.GetPlanResponse(
-            plan=_plan(await self.app.planning.plan(request.session_id, request.plan_id))
-        )
+        plan = await self.app.planning.plan(request.session_id, request.plan_id)
+        return later.GetPlanResponse(plan=groups.execution_plan(plan))
 
     @rpc
     async def ExtractGoal(self, request: later.ExtractGoalRequest, context: Any) -> later.ExtractGoalResponse:
         goal = await self.app.planning.extract_goal(request.session_id, request.prompt)
-        return later.ExtractGoalResponse(
-            goal=later.AgentGoal(
-                description=goal.description,
-                success_criteria=goal.success_criteria,
-                progress=goal.progress,
-                achieved=goal.achieved,
-                created_at=goal.created_at,
-            )
-        )
+        return later.ExtractGoalResponse(goal=groups.agent_goal(goal))
 
     @rpc
     async def CheckGoalAchievement(
@@ -56,24 +46,3 @@ class LaterPlanningService:
         return later.CheckGoalAchievementResponse(
             achieved=done.achieved, progress=done.progress, remaining_criteria=done.remaining_criteria
         )
-
-
-def _plan(plan: Plan) -> later.ExecutionPlan:
-    return later.ExecutionPlan(
-        goal=plan.goal,
-        steps=[_step(step) for step in plan.steps],
-        complexity=int(plan.complexity),  # type: ignore[arg-type]  # the enum's numbers
-        required_tools=plan.required_tools,
-        estimated_steps=plan.estimated_steps,
-    )
-
-
-def _step(step: PlanStep) -> later.PlanStep:
-    return later.PlanStep(
-        id=step.id,
-        description=step.description,
-        tool=step.tool,
-        dependencies=step.dependencies,
-        status=int(step.status),  # type: ignore[arg-type]  # the enum's numbers
-        success_criteria=step.success_criteria,
-    )

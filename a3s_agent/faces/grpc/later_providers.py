@@ -13,15 +13,10 @@ from typing import Any
 
 from ...app import Application
 from ...base.errors import InvalidArgument
-from ...base.providers import DefaultModel, ModelSpec, ProviderChange, ProviderView
+from ...base.providers import ModelSpec, ProviderChange
 from ...proto import code_agent_later_pb2 as later
-from ..agent_service import DEFAULT_MODEL_PROVIDER
+from .. import later_service as groups
 from .errors import rpc
-
-METHODS = (
-    "ListProviders", "GetProvider", "AddProvider", "UpdateProvider", "RemoveProvider", "SetDefaultModel",
-    "GetDefaultModel",
-)  # fmt: skip
 
 
 class LaterProviderService:
@@ -32,29 +27,23 @@ class LaterProviderService:
     async def ListProviders(
         self, request: later.ListProvidersRequest, context: Any
     ) -> later.ListProvidersResponse:
-        listed = self.app.providers.list()
-        provider, model = _default(listed.default)
-        return later.ListProvidersResponse(
-            providers=[_info(view) for view in listed.providers],
-            default_provider=provider,
-            default_model=model,
-        )
+        return later.ListProvidersResponse(**groups.provider_list(self.app.providers.list()))
 
     @rpc
     async def GetProvider(self, request: later.GetProviderRequest, context: Any) -> later.GetProviderResponse:
-        return later.GetProviderResponse(provider=_info(self.app.providers.get(request.name)))
+        return later.GetProviderResponse(provider=groups.provider_info(self.app.providers.get(request.name)))
 
     @rpc
     async def AddProvider(self, request: later.AddProviderRequest, context: Any) -> later.AddProviderResponse:
         view = await self.app.providers.add(_change(request))
-        return later.AddProviderResponse(success=True, provider=_info(view))
+        return later.AddProviderResponse(success=True, provider=groups.provider_info(view))
 
     @rpc
     async def UpdateProvider(
         self, request: later.UpdateProviderRequest, context: Any
     ) -> later.UpdateProviderResponse:
         view = await self.app.providers.update(_change(request))
-        return later.UpdateProviderResponse(success=True, provider=_info(view))
+        return later.UpdateProviderResponse(success=True, provider=groups.provider_info(view))
 
     @rpc
     async def RemoveProvider(
@@ -74,15 +63,7 @@ class LaterProviderService:
     async def GetDefaultModel(
         self, request: later.GetDefaultModelRequest, context: Any
     ) -> later.GetDefaultModelResponse:
-        provider, model = _default(self.app.providers.default())
-        return later.GetDefaultModelResponse(provider=provider, model=model)
-
-
-def _default(default: DefaultModel) -> tuple[str | None, str | None]:
-    """The default's fields as the optional strings of the replies (unset when there is none)."""
-    if not default.model:
-        return None, None
-    return default.provider or DEFAULT_MODEL_PROVIDER, default.model
+        return later.GetDefaultModelResponse(**groups.default_model(self.app.providers.default()))
 
 
 def _change(request: later.AddProviderRequest | later.UpdateProviderRequest) -> ProviderChange:
@@ -98,12 +79,7 @@ def _change(request: later.AddProviderRequest | later.UpdateProviderRequest) -> 
 
 
 def _model(model: later.ModelInfo, where: str) -> ModelSpec:
-    for field in ("api_key", "base_url"):
-        if model.HasField(field) and getattr(model, field):
-            raise InvalidArgument(
-                f"{where}.{field}: a model of its own endpoint or key is not supported; give the"
-                f" provider's {field}, or add a provider for that endpoint"
-            )
+    groups.refuse_model_endpoint(where, model.api_key, model.base_url)
     return ModelSpec(
         id=model.id,
         name=model.name,
@@ -121,34 +97,4 @@ def _model(model: later.ModelInfo, where: str) -> ModelSpec:
         cost_cache_write=model.cost.cache_write,
         context_limit=model.limit.context,
         output_limit=model.limit.output,
-    )
-
-
-def _info(view: ProviderView) -> later.ProviderInfo:
-    return later.ProviderInfo(
-        name=view.name,
-        api_key=view.key_reference or None,
-        base_url=view.base_url or None,
-        models=[_model_info(model) for model in view.models],
-    )
-
-
-def _model_info(model: ModelSpec) -> later.ModelInfo:
-    return later.ModelInfo(
-        id=model.id,
-        name=model.name,
-        family=model.family,
-        attachment=model.attachment,
-        reasoning=model.reasoning,
-        tool_call=model.tool_call,
-        temperature=model.temperature,
-        release_date=model.release_date or None,
-        modalities=later.ModelModalitiesInfo(input=model.input_modalities, output=model.output_modalities),
-        cost=later.ModelCostInfo(
-            input=model.cost_input,
-            output=model.cost_output,
-            cache_read=model.cost_cache_read,
-            cache_write=model.cost_cache_write,
-        ),
-        limit=later.ModelLimitInfo(context=model.context_limit, output=model.output_limit),
     )

@@ -14,8 +14,6 @@ from ...app.skills import SkillDetail
 from ...proto import code_agent_later_pb2 as later
 from .errors import rpc
 
-METHODS = ("GetClaudeCodeSkills", "GetSkill", "SearchSkills", "InstallSkill", "LoadSkillsFromDir")
-
 
 class LaterSkillsService:
     def __init__(self, app: Application) -> None:
