@@ -1,8 +1,9 @@
 """faces/http/codec.py speaks the proto3 JSON mapping as json_format does: every message of
 CodeAgentService round-trips to the same JSON text; odd and bad inputs are accepted (to the same
 values) or refused alike, the refusal naming the field; a synthetic proto covers what
-CodeAgentService does not use (every scalar kind, real oneofs, every map key kind, recursion); and
-schema.py is what tools/gen_http_schema.py generates now."""
+CodeAgentService does not use (every scalar kind, real oneofs, every map key kind, recursion); the
+later dialect's own RPCs' messages (later_schema.py, codec.LATER) round-trip too; and schema.py and
+later_schema.py are what tools/gen_http_schema.py generates now."""
 
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ from google.protobuf import descriptor_pb2, descriptor_pool, json_format, messag
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescriptor
 from google.protobuf.message import Message
 
-from a3s_agent.faces.http import codec, schema
+from a3s_agent.faces.http import codec, later_schema, schema
 from a3s_agent.faces.http.codec import Codec, CodecError
-from a3s_agent.proto import code_agent_pb2
+from a3s_agent.proto import code_agent_later_pb2, code_agent_pb2
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("gen_http_schema", ROOT / "tools" / "gen_http_schema.py")
@@ -63,6 +64,7 @@ class Proto:
 
 
 REAL = Proto(code_agent_pb2.DESCRIPTOR, codec.decode, codec.encode)
+LATER = Proto(code_agent_later_pb2.DESCRIPTOR, codec.LATER.decode, codec.LATER.encode)
 
 
 # -- a synthetic proto with everything CodeAgentService's lacks --------------------------------
@@ -300,6 +302,27 @@ def test_the_schema_holds_every_message_of_the_service() -> None:
     ]
 
 
+@pytest.mark.parametrize("name", list(later_schema.MESSAGES))
+def test_every_message_of_the_later_only_rpcs_round_trips(name: str) -> None:
+    check_round_trip(LATER, name, populate(LATER.message(name)))
+    check_round_trip(LATER, name, LATER.message(name))
+
+
+def test_the_later_schema_holds_the_later_only_rpcs_and_what_they_use() -> None:
+    box = code_agent_pb2.DESCRIPTOR.services_by_name["CodeAgentService"]
+    service = code_agent_later_pb2.DESCRIPTOR.services_by_name["CodeAgentService"]
+    only = [m for m in service.methods if m.name not in box.methods_by_name]
+    assert [(m.name, m.input_type.name, m.output_type.name, m.server_streaming) for m in only] == [
+        tuple(method) for method in later_schema.METHODS
+    ]
+    used = {m.input_type.name for m in only} | {m.output_type.name for m in only}
+    assert used <= set(later_schema.MESSAGES) <= set(LATER.names())
+    assert "ContentBlock" in later_schema.MESSAGES and "Message" not in later_schema.MESSAGES
+    # an enum is written by its name, also when the plain form holds the name (as protobuf takes it)
+    job = LATER.encode("CronJob", {"status": "CRON_JOB_STATUS_PAUSED", "job_type": 1})
+    assert (job["status"], job["job_type"]) == ("CRON_JOB_STATUS_PAUSED", "CRON_JOB_TYPE_AGENT")
+
+
 def test_every_kind_round_trips_in_a_synthetic_proto() -> None:
     for name in SYNTHETIC.names():
         check_round_trip(SYNTHETIC, name, populate(SYNTHETIC.message(name)))
@@ -375,7 +398,8 @@ def _odd_cases(proto: Proto, name: str) -> Iterator[tuple[dict[str, Any], str]]:
 
 
 def test_odd_values_in_every_field_are_taken_or_refused_alike() -> None:
-    for proto, name in [(SYNTHETIC, "All"), *((REAL, n) for n in REAL.names())]:
+    later = ((LATER, n) for n in later_schema.MESSAGES)
+    for proto, name in [(SYNTHETIC, "All"), *((REAL, n) for n in REAL.names()), *later]:
         for value, where in _odd_cases(proto, name):
             check_alike(proto, name, value, where)
 
@@ -469,12 +493,13 @@ def test_a_request_that_is_not_an_object_is_refused(value: object, kind: str) ->
         codec.decode("CreateSessionRequest", value)
 
 
-def test_the_schema_is_what_the_generator_writes_now(tmp_path: Path) -> None:
-    fresh = tmp_path / "schema.py"
+def test_the_schemas_are_what_the_generator_writes_now(tmp_path: Path) -> None:
     subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "gen_http_schema.py"), "--out", str(fresh)],
+        [sys.executable, str(ROOT / "tools" / "gen_http_schema.py"), "--dir", str(tmp_path)],
         check=True,
         capture_output=True,
     )
-    committed = ROOT / "a3s_agent" / "faces" / "http" / "schema.py"
-    assert fresh.read_text() == committed.read_text(), "schema.py is stale: run tools/gen_http_schema.py"
+    for name in ("schema.py", "later_schema.py"):
+        committed = ROOT / "a3s_agent" / "faces" / "http" / name
+        fresh = (tmp_path / name).read_text()
+        assert fresh == committed.read_text(), f"{name} is stale: run tools/gen_http_schema.py"

@@ -1,5 +1,6 @@
 """The HTTP face's wire format without protobuf: the proto3 JSON mapping of CodeAgentService's
-messages, read from the table in schema.py.
+messages, read from a table: schema.py's (the Box-era proto: `decode`, `encode`) or
+later_schema.py's (the RPCs only the later dialect has: `LATER`).
 
 `decode` accepts exactly what json_format.ParseDict accepts (and refuses what it refuses, with a
 message naming the field); `encode` writes exactly what json_format.MessageToDict writes with
@@ -8,9 +9,9 @@ message naming the field); `encode` writes exactly what json_format.MessageToDic
 can rely on). tests/test_http_codec.py holds both to json_format.
 
 Between them is a message's *plain form*: a dict with every field by its proto name; scalars as
-int, float, bool, str, bytes; enums as int; repeated fields as lists, maps as dicts; a singular
-message as its plain form; None for an absent message or `optional`/oneof field. A float field
-holds what a float32 holds, as it would in protobuf.
+int, float, bool, str, bytes; enums as int (`encode` takes a value's name too); repeated fields as
+lists, maps as dicts; a singular message as its plain form; None for an absent message or
+`optional`/oneof field. A float field holds what a float32 holds, as it would in protobuf.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import schema
+from . import later_schema, schema
 
 MAX_DEPTH = 100
 """Messages nested deeper than this are refused (json_format's max_recursion_depth)."""
@@ -267,6 +268,8 @@ class Codec:
             names = {number: name for name, number in values.items()}
 
             def write(value: Any) -> Any:
+                if isinstance(value, str) and value in values:  # a value's name, as protobuf takes it
+                    return value
                 return names.get(value, int(value))  # a number it does not name as itself
 
             return _Spec(field, _enum(field.type, values), write, read_key, 0)
@@ -374,6 +377,7 @@ def _unused(value: Any) -> Any:
     raise AssertionError("a message is read by the walk, and only a map has keys")
 
 
-_CODEC = Codec(schema.MESSAGES, schema.ENUMS)
-decode = _CODEC.decode
-encode = _CODEC.encode
+BOX = Codec(schema.MESSAGES, schema.ENUMS)
+LATER = Codec(later_schema.MESSAGES, later_schema.ENUMS)
+decode = BOX.decode
+encode = BOX.encode
