@@ -1,6 +1,8 @@
 """The RPC table: every CodeAgentService RPC (schema.METHODS) as its request's plain form
 (codec.decode) converted (convert.py), one call into the application layer, and the reply's plain
-form encoded (codec.encode), as faces/grpc/service.py does for protobuf.
+form encoded (codec.encode), as faces/grpc/service.py does for protobuf. The later dialect's own
+RPCs (later_schema.METHODS) come the same way from later.py, in that dialect's messages (codec.LATER);
+those of the groups a3s-agent does not serve are UNIMPLEMENTED naming the group.
 
 A call's `a3s-*` metadata (faces/call_metadata.py) comes in and goes out as CallMetadata: app.py
 fills it from the request's headers of those names and answers a unary call's reply pairs as
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,12 +32,16 @@ from ...app.types import StructuredDone, TextEvent
 from ...base.errors import InvalidArgument
 from ...base.models import Message
 from .. import agent_service as service
-from .. import call_metadata
+from .. import call_metadata, later_service
 from ..call_metadata import Metadata, Pairs
+from ..status import log_call
 from . import convert
-from .codec import CodecError, decode, encode
+from .codec import BOX, LATER, Codec, CodecError
 from .convert import Given, Plain, number
 from .errors import CallError, stream_call, unary_call
+from .later import HANDLERS as LATER_HANDLERS
+from .later_schema import METHODS as LATER_RPCS
+from .rpc_table import Handler as Plainly
 from .schema import METHODS as RPCS
 from .schema import Method as Rpc
 
@@ -47,7 +54,6 @@ class CallMetadata:
     reply: Pairs = field(default_factory=list)
 
 
-Plainly = Callable[[Application, Given], Awaitable[Plain]]
 Unary = Callable[[Application, Given, CallMetadata], Awaitable[Plain]]
 Started = Callable[[], None]
 """Called once a stream has started (and maybe again: only the first call counts)."""
@@ -67,6 +73,8 @@ class Method:
     _streaming: Streaming | None = None
     cursor: Cursor | None = None
     """A resumable stream's: the seq of a reply (its JSON)."""
+    codec: Codec = BOX
+    """The dialect's messages: the Box-era proto's, or the later one's for its own RPCs."""
 
     async def call(
         self, app: Application, request: Given, metadata: CallMetadata | None = None
@@ -93,14 +101,14 @@ class Method:
 
     async def _reply(self, app: Application, request: Given, metadata: CallMetadata) -> dict[str, Any]:
         assert self._unary is not None
-        return encode(self.reply, await self._unary(app, request, metadata))
+        return self.codec.encode(self.reply, await self._unary(app, request, metadata))
 
     async def _replies(
         self, app: Application, request: Given, metadata: CallMetadata, started: Started
     ) -> AsyncIterator[dict[str, Any]]:
         assert self._streaming is not None
         async for reply in self._streaming(app, request, metadata, started):
-            yield encode(self.reply, reply)
+            yield self.codec.encode(self.reply, reply)
 
 
 def _session_of(request: Given) -> str:
@@ -116,6 +124,9 @@ def find_method(name: object) -> Method:
     if not isinstance(name, str) or not name:
         raise CallError("INVALID_ARGUMENT", "method must be a non-empty string naming an RPC")
     method = _BY_NAME.get(name)
+    if method is None and (refused := _REFUSED.get(name)):
+        log_call(refused, "", time.perf_counter(), "UNIMPLEMENTED")
+        raise CallError("UNIMPLEMENTED", later_service.refusal(refused))
     if method is None:
         raise CallError(
             "UNIMPLEMENTED", f"unknown method {name!r}", {"methods": sorted(_snake(n) for n in METHODS)}
@@ -126,7 +137,7 @@ def find_method(name: object) -> Method:
 def parse(method: Method, params: object, **fields: str) -> Plain:
     """`params` (a JSON object) as the request of `method`; `fields` (path parameters) set fields too."""
     try:
-        request = decode(method.request, params)
+        request = method.codec.decode(method.request, params)
     except CodecError as exc:
         raise CallError("INVALID_ARGUMENT", str(exc)) from None
     for name, value in fields.items():
@@ -150,13 +161,17 @@ def _rpc(name: str) -> Callable[[Plainly], Plainly]:
     """A handler that reads no call metadata."""
 
     def register(handler: Plainly) -> Plainly:
-        async def unary(app: Application, request: Given, metadata: CallMetadata) -> Plain:
-            return await handler(app, request)
-
-        _UNARY[name] = unary
+        _UNARY[name] = _without_metadata(handler)
         return handler
 
     return register
+
+
+def _without_metadata(handler: Plainly) -> Unary:
+    async def unary(app: Application, request: Given, metadata: CallMetadata) -> Plain:
+        return await handler(app, request)
+
+    return unary
 
 
 def _rpc_with_metadata(name: str) -> Callable[[Unary], Unary]:
@@ -601,6 +616,19 @@ def _method(rpc: Rpc) -> Method:
     return Method(rpc.name, rpc.input, rpc.output, False, _unary=_UNARY[rpc.name])
 
 
-METHODS: dict[str, Method] = {rpc.name: _method(rpc) for rpc in RPCS}
-"""Every RPC of the service, by its proto name; a missing handler fails the import."""
+def _later_method(rpc: Rpc) -> Method:
+    unary = _without_metadata(LATER_HANDLERS[rpc.name])
+    return Method(rpc.name, rpc.input, rpc.output, False, _unary=unary, codec=LATER)
+
+
+METHODS: dict[str, Method] = {
+    **{rpc.name: _method(rpc) for rpc in RPCS},
+    **{rpc.name: _later_method(rpc) for rpc in LATER_RPCS if rpc.name in LATER_HANDLERS},
+}
+"""Every RPC served, by its proto name: the service's, and the later dialect's own of the groups
+later_service.SERVED lists; a missing handler fails the import."""
 _BY_NAME = {**METHODS, **{_snake(name): method for name, method in METHODS.items()}}
+_REFUSED = {
+    **{name: name for name in later_service.NOT_SERVED_METHODS},
+    **{_snake(name): name for name in later_service.NOT_SERVED_METHODS},
+}
