@@ -65,9 +65,13 @@ def same_url(a: str, b: str) -> bool:
     return _url_key(a) == _url_key(b)
 
 
+DEFAULT_PROVIDER = "openai"
+"""A configured model without a provider is served by the OpenAI-compatible one."""
+
+
 def _provider_key(provider: str) -> str:
     """The provider a name means: "openai+text" is openai's endpoint, and no name means openai."""
-    return provider.strip().lower().split("+", 1)[0] or "openai"
+    return provider.strip().lower().split("+", 1)[0] or DEFAULT_PROVIDER
 
 
 @dataclass

@@ -31,8 +31,6 @@ FEATURES = [
     "control", "confirmation", "lanes", "external_tasks", "permissions",
 ]  # fmt: skip
 PROTOCOLS = "grpc,http,websocket"
-DEFAULT_MODEL_PROVIDER = "openai"
-"""A configured model without a provider is served by the OpenAI-compatible one."""
 MODEL_FEATURES = ["chat"]
 
 MAX_PAGE_SIZE = 1000

@@ -15,9 +15,9 @@ from ..app.cron import CronExecution, CronJob, ExecutionStatus, JobType
 from ..app.history import Conversation, TextBlock, ToolResultBlock, ToolUseBlock
 from ..base.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from ..base.memories import Memory, MemoryType
+from ..base.models import DEFAULT_PROVIDER
 from ..base.planning import Goal, Plan
 from ..base.providers import DefaultModel, ModelSpec, ProviderList, ProviderView
-from . import agent_service
 
 
 @dataclass(frozen=True)
@@ -342,7 +342,7 @@ def default_model(default: DefaultModel) -> dict[str, str | None]:
     """GetDefaultModelResponse's fields (unset when there is no default model)."""
     if not default.model:
         return {"provider": None, "model": None}
-    return {"provider": default.provider or agent_service.DEFAULT_MODEL_PROVIDER, "model": default.model}
+    return {"provider": default.provider or DEFAULT_PROVIDER, "model": default.model}
 
 
 def provider_list(listed: ProviderList) -> dict[str, Any]:

@@ -14,13 +14,12 @@ from ...app import Application
 from ...app.lifecycle import InitializeRequest
 from ...app.types import ContextUsage, Session, StructuredDone, TextEvent
 from ...base.errors import InvalidArgument
+from ...base.models import DEFAULT_PROVIDER, ToolCall
 from ...base.models import Message as CoreMessage
-from ...base.models import ToolCall
 from ...proto import code_agent_pb2 as pb
 from ...proto import code_agent_pb2_grpc as pb_grpc
 from .. import call_metadata
 from ..agent_service import (
-    DEFAULT_MODEL_PROVIDER,
     MODEL_FEATURES,
     PROTOCOLS,
     answered_in_band,
@@ -85,7 +84,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
             tools=[convert.tool_capability_to_pb(t) for t in capabilities.tools],
             models=[
                 pb.ModelCapability(
-                    provider=m.provider or DEFAULT_MODEL_PROVIDER, model=m.model, features=MODEL_FEATURES
+                    provider=m.provider or DEFAULT_PROVIDER, model=m.model, features=MODEL_FEATURES
                 )
                 for m in capabilities.models
             ],

@@ -30,7 +30,7 @@ from ...app.lifecycle import InitializeRequest
 from ...app.sessions import SessionView
 from ...app.types import StructuredDone, TextEvent
 from ...base.errors import InvalidArgument
-from ...base.models import Message
+from ...base.models import DEFAULT_PROVIDER, Message
 from .. import agent_service as service
 from .. import call_metadata, later_service
 from ..call_metadata import Metadata, Pairs
@@ -230,7 +230,7 @@ async def _get_capabilities(app: Application, request: Given) -> Plain:
         "tools": [convert.tool_capability(t) for t in capabilities.tools],
         "models": [
             {
-                "provider": m.provider or service.DEFAULT_MODEL_PROVIDER,
+                "provider": m.provider or DEFAULT_PROVIDER,
                 "model": m.model,
                 "features": service.MODEL_FEATURES,
             }
