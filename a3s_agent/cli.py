@@ -116,6 +116,18 @@ def _parser() -> argparse.ArgumentParser:
         f" an absolute directory of skills; repeatable {env_note('A3S_SKILL_SOURCES')}",
     )
     serve.add_argument(
+        "--agents-dir",
+        action="append",
+        default=[],
+        help=f"a directory of agent files (subagents the task tool starts); repeatable {env_note('A3S_AGENT_DIRS')}",
+    )
+    serve.add_argument(
+        "--trust-workspace-agents",
+        action="store_true",
+        help="let agents in <workspace>/.a3s/agents have the tools and the model they name, not only"
+        f" read-only tools and the session's model {env_note('A3S_TRUST_WORKSPACE_AGENTS')}",
+    )
+    serve.add_argument(
         "--coven-gateway",
         help=f"also connect to this coven gateway (HOST:PORT) as an agent {env_note('A3S_COVEN_GATEWAY')}",
     )
@@ -636,6 +648,8 @@ def main(argv: list[str] | None = None) -> int:
                 max_sessions=args.max_sessions,
                 skills_dirs=args.skills_dir,
                 skill_sources=args.skill_source,
+                agents_dirs=args.agents_dir,
+                trust_workspace_agents=args.trust_workspace_agents,
                 auth_token_file=args.auth_token_file,
                 coven_gateway=args.coven_gateway,
                 allow_unauthenticated=args.allow_unauthenticated,

@@ -46,6 +46,8 @@ DEFAULT_MAX_GRPC_CONNECTIONS = 256  # with the HTTP cap and the reserve (faces/o
 DEFAULT_MAX_TOOL_CALLS = 64
 DEFAULT_MAX_MEMORIES = 100_000  # shared memories a workspace keeps (core/store/memories.py)
 DEFAULT_MAX_SPACE_RUNS = 16
+DEFAULT_SUBAGENT_DEPTH = 1  # how deep subagents nest: a top-level session's children start none
+DEFAULT_MAX_SUBAGENTS = 4  # children of one generation running at once (more task calls wait)
 DEFAULT_MAX_SPACES = 1000  # Agent Spaces kept in the store; the protocol has no way to delete one
 DEFAULT_MAX_REQUEST_MESSAGES = 10_000
 DEFAULT_LEASE_TTL_S = 10.0  # a running generation's lease: renewed every third of it
@@ -152,6 +154,10 @@ class Settings:
     llm_retries: int = DEFAULT_LLM_RETRIES
     skill_dirs: list[Path] = field(default_factory=list)
     skill_sources: tuple[SkillSource, ...] = ()  # where SearchSkills and InstallSkill look (--skill-source)
+    agent_dirs: list[Path] = field(default_factory=list)  # the operator's agent files (core/agents/)
+    trust_workspace_agents: bool = False  # a workspace agent may get more than read-only tools
+    subagent_depth: int = DEFAULT_SUBAGENT_DEPTH  # 0: no `task` tool
+    max_subagents: int = DEFAULT_MAX_SUBAGENTS
     llm_tool_mode: Literal["native", "text"] = "native"  # the default of LLM configs without +text/+native
     relay_dir: str = ""
     mcp_tools: list[str] = field(default_factory=list)  # what the MCP server face offers (empty: all)
@@ -292,6 +298,8 @@ def settings_from(
     max_sessions: int | None = None,
     skills_dirs: list[str] | None = None,
     skill_sources: list[str] | None = None,
+    agents_dirs: list[str] | None = None,
+    trust_workspace_agents: bool = False,
     auth_token_file: str | None = None,
     coven_gateway: str | None = None,
     allow_unauthenticated: bool = False,
@@ -400,6 +408,12 @@ def settings_from(
             Path(p) for p in [*(skills_dirs or []), *env.get("A3S_SKILL_DIRS", "").split(os.pathsep)] if p
         ],
         skill_sources=_skill_sources(_list(skill_sources, env, "A3S_SKILL_SOURCES")),
+        agent_dirs=[
+            Path(p) for p in [*(agents_dirs or []), *env.get("A3S_AGENT_DIRS", "").split(os.pathsep)] if p
+        ],
+        trust_workspace_agents=trust_workspace_agents or _flag(env, "A3S_TRUST_WORKSPACE_AGENTS"),
+        subagent_depth=int(_number(env, "A3S_SUBAGENT_DEPTH", DEFAULT_SUBAGENT_DEPTH, zero_ok=True)),
+        max_subagents=int(_number(env, "A3S_MAX_SUBAGENTS", DEFAULT_MAX_SUBAGENTS)),
     )
 
 

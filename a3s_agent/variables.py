@@ -34,8 +34,10 @@ from .config import (
     DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_SPACE_RUNS,
     DEFAULT_MAX_SPACES,
+    DEFAULT_MAX_SUBAGENTS,
     DEFAULT_MAX_TOOL_CALLS,
     DEFAULT_SANDBOX_PROCESSES,
+    DEFAULT_SUBAGENT_DEPTH,
 )
 
 Form = Literal["value", "on", "off", "list", "paths"]
@@ -286,6 +288,28 @@ SECTIONS: dict[str, tuple[Variable, ...]] = {
             "A3S_TRUST_WORKSPACE_SKILLS",
             "let skills in `<workspace>/.a3s/skills` turn their allowed-tools into allow rules",
             form="on",
+        ),
+        Variable(
+            "A3S_AGENT_DIRS",
+            "directories of agent files, the subagents the `task` tool starts besides explore, plan"
+            " and general (docs/agent/subagents.md)",
+            form="paths",
+        ),
+        Variable(
+            "A3S_TRUST_WORKSPACE_AGENTS",
+            "let agents in `<workspace>/.a3s/agents` have the tools and the model they name (else"
+            " read-only tools and the session's model)",
+            form="on",
+        ),
+        Variable(
+            "A3S_SUBAGENT_DEPTH",
+            "how deep subagents nest: 1, children start none; 0, no `task` tool",
+            _number(DEFAULT_SUBAGENT_DEPTH),
+        ),
+        Variable(
+            "A3S_MAX_SUBAGENTS",
+            "subagents one generation runs at once; further `task` calls wait for one to end",
+            _number(DEFAULT_MAX_SUBAGENTS),
         ),
         Variable(
             "A3S_PROJECT_INSTRUCTIONS",

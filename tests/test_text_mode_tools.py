@@ -36,7 +36,7 @@ async def _edit(server: LiveServer, session_id: str) -> pb.ToolResult:
 async def test_a_text_protocol_session_lists_and_runs_edit_lines(live: LiveServer, provider: str) -> None:
     (live.workspace / "a.txt").write_text("one\ntwo\nthree\n")
     session_id = await _session(live, provider)
-    assert await _tools(live, session_id) == [*ALL_TOOLS, "edit_lines"]
+    assert await _tools(live, session_id) == [*ALL_TOOLS, "edit_lines", "task"]
     result = await _edit(live, session_id)
     assert result.success, result.error
     assert (live.workspace / "a.txt").read_text() == "one\nTWO\nthree\n"
@@ -46,8 +46,8 @@ async def test_a_text_protocol_session_lists_and_runs_edit_lines(live: LiveServe
 async def test_a_native_session_neither_lists_nor_runs_edit_lines(live: LiveServer, provider: str) -> None:
     (live.workspace / "a.txt").write_text("one\ntwo\nthree\n")
     session_id = await _session(live, provider)
-    assert await _tools(live, session_id) == ALL_TOOLS
-    assert await _tools(live) == ALL_TOOLS
+    assert await _tools(live, session_id) == [*ALL_TOOLS, "task"]
+    assert await _tools(live) == [*ALL_TOOLS, "task"]
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await _edit(live, session_id)
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
@@ -61,8 +61,8 @@ async def test_the_server_default_text_mode_offers_it_but_capabilities_do_not_li
         listen="127.0.0.1:0", workspace=workspace, data_dir=tmp_path / "data", llm_tool_mode="text"
     )
     async with running(settings) as server:
-        assert await _tools(server) == [*ALL_TOOLS, "edit_lines"]  # no session: the server's model
-        assert await _tools(server, await _session(server, "openai+native")) == ALL_TOOLS
+        assert await _tools(server) == [*ALL_TOOLS, "edit_lines", "task"]  # no session: the server's model
+        assert await _tools(server, await _session(server, "openai+native")) == [*ALL_TOOLS, "task"]
         caps = await server.stub.GetCapabilities(pb.GetCapabilitiesRequest())
         assert [tool.name for tool in caps.tools] == ALL_TOOLS
 

@@ -20,6 +20,7 @@ ALL_TOOLS = [
     "web_search", "web_fetch", "ask_user", "todo",
 ]  # fmt: skip
 READ_ONLY = {
+    "task",
     "read_file", "list_files", "search_files", "grep", "find_definition", "find_references",
     "git_status", "git_diff", "git_log", "web_search", "web_fetch", "ask_user", "todo",
 }  # fmt: skip
@@ -34,7 +35,7 @@ async def _execute(live: LiveServer, tool: str, session_id: str = "", **argument
 
 async def test_list_tools_has_all_twenty_one_with_schemas_and_tags(live: LiveServer) -> None:
     reply = await live.stub.ListTools(pb.ListToolsRequest())
-    assert [t.name for t in reply.tools] == ALL_TOOLS
+    assert [t.name for t in reply.tools] == [*ALL_TOOLS, "task"]  # task: made per session (subagents)
     for item in reply.tools:
         schema = json.loads(item.parameters_schema)
         assert schema["type"] == "object" and schema["properties"], item.name
@@ -63,7 +64,7 @@ async def test_disabled_tools_disappear_and_are_refused(live: LiveServer) -> Non
         )
     )
     names = [t.name for t in (await live.stub.ListTools(pb.ListToolsRequest())).tools]
-    assert "bash" not in names and "web_fetch" not in names and len(names) == 19
+    assert "bash" not in names and "web_fetch" not in names and len(names) == 20
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await _execute(live, "bash", command="echo hi")
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
@@ -73,6 +74,11 @@ async def test_disabled_tools_disappear_and_are_refused(live: LiveServer) -> Non
     )
     names = [t.name for t in (await live.stub.ListTools(pb.ListToolsRequest())).tools]
     assert names == ["read_file", "grep"]
+    await live.stub.Initialize(
+        pb.InitializeRequest(config=pb.AgentConfig(tools=pb.ToolsConfig(disabled_tools=["task"])))
+    )
+    names = [t.name for t in (await live.stub.ListTools(pb.ListToolsRequest())).tools]
+    assert names == ALL_TOOLS
 
 
 async def test_unknown_tool_is_not_found(live: LiveServer) -> None:

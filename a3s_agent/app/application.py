@@ -21,6 +21,7 @@ from .providers import Providers
 from .sessions import Sessions
 from .skills import Skills
 from .spaces import Spaces
+from .subagents import Subagents
 from .todos import Todos
 from .tools import Tools
 
@@ -50,6 +51,7 @@ class Application:
         self.cron = CronJobs(runtime)
         self.providers = Providers(runtime)
         self.planning = Planning(runtime)
+        self.subagents = Subagents(runtime)
         self._runtime = runtime
 
     @property

@@ -71,6 +71,53 @@ class Runs:
         wanted = Filter(session_id, CHUNK, run_id=named[0].body["run"])
         return _follow(await self._bus.subscribe(wanted, after_seq=after_seq))
 
+    async def here(
+        self, session_id: str, messages: list[Message], options: GenerateOptions
+    ) -> AsyncIterator[AgentEvent]:
+        """A generation run by the caller's task (a subagent's, in its parent's tool call), its
+        events committed to the log as chunks as `start`'s are, so that anyone may follow it; it
+        stops when the caller does. What ends it is raised after its stream is ended in the log."""
+        run_id = options.run_id or f"run_{uuid.uuid4().hex}"
+        logged = False
+        try:
+            async for event in self._logged(session_id, messages, replace(options, run_id=run_id)):
+                logged = True
+                yield event
+        except BaseException as exc:
+            if logged:
+                await self._end(session_id, run_id, exc)
+            raise
+
+    async def _logged(
+        self, session_id: str, messages: list[Message], options: GenerateOptions
+    ) -> AsyncIterator[AgentEvent]:
+        """The run's events, each once it is committed to the log as a chunk."""
+        carried: dict[int, AgentEvent] = {}  # logged with the write they report (kept: ids stay unique)
+
+        def log_chunk(event: AgentEvent) -> LogEntry:
+            carried[id(event)] = event
+            return chunk_entry(session_id, options.run_id, event)
+
+        async for event in self._agent.run(session_id, messages, options, log_chunk):
+            # Committed in order with the run's events (a refused one stops the run: runtime
+            # on_fenced); followers see it once it is.
+            if carried.pop(id(event), None) is not event:
+                self._bus.submit(chunk_entry(session_id, options.run_id, event))
+            yield event
+
+    async def _end(self, session_id: str, run_id: str, exc: BaseException) -> None:
+        """End the stream of a run that logged events and then stopped with `exc`."""
+        if isinstance(exc, LeaseLost):  # the replica that took the run over ended its stream
+            log.warning("the generation of session %s stopped: %s", session_id, exc)
+            return
+        error = (
+            exc if isinstance(exc, AgentError) else Unavailable("the server stopped while the generation ran")
+        )
+        if not isinstance(exc, (AgentError, asyncio.CancelledError)):
+            log.exception("generation of session %s failed", session_id)
+            error = AgentError(f"the generation failed: {exc}")
+        await self._bus.append(failure_entry(session_id, run_id, error))
+
     async def _execute(
         self,
         session_id: str,
@@ -79,19 +126,8 @@ class Runs:
         started: asyncio.Future[None],
     ) -> None:
         logged = False
-        carried: dict[int, AgentEvent] = {}  # logged with the write they report (kept: ids stay unique)
-
-        def log_chunk(event: AgentEvent) -> LogEntry:
-            carried[id(event)] = event
-            return chunk_entry(session_id, options.run_id, event)
-
         try:
-            run = self._agent.run(session_id, messages, options, log_chunk)
-            async for event in run:
-                # Committed in order with the run's events (a refused one stops the run: runtime
-                # on_fenced); followers see it once it is.
-                if carried.pop(id(event), None) is not event:
-                    self._bus.submit(chunk_entry(session_id, options.run_id, event))
+            async for _ in self._logged(session_id, messages, options):
                 if not logged:
                     logged = True
                     started.set_result(None)
@@ -105,18 +141,7 @@ class Runs:
                 if not isinstance(exc, Exception):
                     raise
                 return
-            if isinstance(exc, LeaseLost):  # the replica that took the run over ended its stream
-                log.warning("the generation of session %s stopped: %s", session_id, exc)
-                return
-            error = (
-                exc
-                if isinstance(exc, AgentError)
-                else Unavailable("the server stopped while the generation ran")
-            )
-            if not isinstance(exc, (AgentError, asyncio.CancelledError)):
-                log.exception("generation of session %s failed", session_id)
-                error = AgentError(f"the generation failed: {exc}")
-            await self._bus.append(failure_entry(session_id, options.run_id, error))
+            await self._end(session_id, options.run_id, exc)
             if not isinstance(exc, Exception):
                 raise
 

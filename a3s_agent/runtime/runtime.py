@@ -17,6 +17,7 @@ from ..base.errors import FailedPrecondition, InvalidArgument, NotFound
 from ..base.memories import MAX_CONTENT_CHARS, MemoryQuery, MemorySettings
 from ..base.models import LLMConfig, Message
 from ..config import BOX_SKILLS_DIR, Settings
+from ..core.agents.task_tool import TASK
 from ..core.loop.agent import Agent
 from ..core.loop.budget import effective_budget
 from ..core.loop.context import ContextManager
@@ -59,6 +60,7 @@ from .provider_settings import ProviderSettings
 from .providers import ProviderCache, ProviderFactory
 from .replicas import Replicas
 from .runs import Runs
+from .subagents import Subagents
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,7 @@ class Runtime:
         self.workspace: Path = settings.workspace.resolve()
         self.store: Store = store or _store(settings)
         self.registry = registry or ToolRegistry()
+        self.registry.reserved.add(TASK)  # made per session (runtime/subagents.py); Initialize may name it
         self.events = EventBus(self.store, fence_for=lambda session_id: self.replicas.fence_for(session_id))
         self.sessions = SessionManager(
             self.store,
@@ -108,7 +111,10 @@ class Runtime:
         self.memories = MemoryBank(self.sessions, self.store, self.events, Bounds(settings.max_memories))
         self.prompts = SystemPrompts(settings.resolved_workspace_root, settings.project_instructions)
         self.skills = SkillCatalog(
-            self.sessions, settings, lambda: self.workspace, lambda: set(self.registry.names())
+            self.sessions,
+            settings,
+            lambda: self.workspace,
+            lambda: {*self.registry.names(), *self.registry.reserved},
         )
         self.tools = ToolRunner(
             self.registry,
@@ -153,6 +159,15 @@ class Runtime:
         self.events.on_fenced = self.replicas.on_lost = self._stop_fenced_run
         self._serve_control()
         self.runs = Runs(self.agent, self.events, self.sessions)
+        self.subagents = Subagents(
+            settings,
+            self.sessions,
+            self.control,
+            self.events,
+            self.runs,
+            self.tools_for,
+            lambda: self.workspace,
+        )
         self.cron = Scheduler(
             self.store.cron,
             Firings(self.registry, self.sessions, self.tool_context, self.runs, self.control),
@@ -349,7 +364,7 @@ class Runtime:
     def _restore_tools(self, init: Initialization) -> None:
         """The stored tool lists, without names this server no longer has. An enabled list left
         empty by that would mean every tool: enable none instead."""
-        known = set(self.registry.names())
+        known = {*self.registry.names(), *self.registry.reserved}
         gone = sorted((set(init.enabled_tools) | set(init.disabled_tools)) - known)
         if gone:
             log.warning("stored Initialize names tools this server does not have: %s", ", ".join(gone))
@@ -387,7 +402,8 @@ class Runtime:
 
     def tools_for(self, session: Session | None) -> list[Tool]:
         """What a session's model may call: the built-in tools the registry offers its model, skill
-        tools, client tools and the tools of its MCP servers (as last listed: see prepare_tools)."""
+        tools, client tools, the tools of its MCP servers (as last listed: see prepare_tools) and
+        `task` (runtime/subagents.py)."""
         provider = self.llm_for(session).provider
         return [
             *self.registry.offered(text_protocol=speaks_text_protocol(provider, self.settings.llm_tool_mode)),
@@ -395,6 +411,7 @@ class Runtime:
             *self.client_tools.for_session(session),
             *self.mcp.tools_for(session),
             *(memory_tools.TOOLS if self.memory_settings_for(session).tools else ()),
+            *(self.subagents.tools_for(session) if self.registry.lets(TASK) else ()),
         ]
 
     def memory_settings_for(self, session: Session | None) -> MemorySettings:

@@ -95,6 +95,18 @@ class MemoryKeeper(Protocol):
     ) -> tuple[list[Memory], int]: ...
 
 
+@dataclass(frozen=True)
+class Caller:
+    """The model call a tool runs for, when a generation runs it (the `task` tool starts its
+    subagent from it)."""
+
+    call_id: str
+    offered: frozenset[str]
+    """The names of the tools the calling model has in this generation."""
+    notify: Callable[[dict[str, str]], None]
+    """Tells the generation's caller something while the call runs (a stream's METADATA chunk)."""
+
+
 @dataclass
 class ToolContext:
     """Where and how a tool runs."""
@@ -109,6 +121,7 @@ class ToolContext:
     lsp: LanguageServers | None = None
     """The server's language servers: edits report the errors a running one finds, code navigation
     asks one that runs (tools/lsp/for_model.py)."""
+    caller: Caller | None = None  # set for a call a generation's model made (None: ExecuteTool's)
 
     @property
     def place(self) -> Place:
@@ -320,6 +333,8 @@ class ToolRegistry:
         self._text_protocol_tools: dict[str, Tool] = {}
         self._enabled: set[str] | None = None
         self._disabled: set[str] = set()
+        self.reserved: set[str] = set()
+        """Names of tools made elsewhere (per session: `task`) that Initialize's lists may name."""
         for item in tools:
             self.register(item)
 
@@ -332,7 +347,7 @@ class ToolRegistry:
         """Apply Initialize's tool lists (A3S Code's names too): empty `enabled` means all;
         `disabled` always wins."""
         enabled, disabled = {self._named(n) for n in enabled}, {self._named(n) for n in disabled}
-        unknown = sorted((enabled | disabled) - set(self._tools))
+        unknown = sorted((enabled | disabled) - set(self._tools) - self.reserved)
         if unknown:
             raise InvalidArgument(f"config.tools names unknown tools: {', '.join(unknown)}")
         self._enabled = enabled or None
@@ -355,11 +370,11 @@ class ToolRegistry:
         return name in self._tools
 
     def is_enabled(self, name: str) -> bool:
-        return (
-            name in self._tools
-            and name not in self._disabled
-            and (self._enabled is None or name in self._enabled)
-        )
+        return name in self._tools and self.lets(name)
+
+    def lets(self, name: str) -> bool:
+        """Whether Initialize's tool lists let the tool `name` be offered."""
+        return name not in self._disabled and (self._enabled is None or name in self._enabled)
 
     def enabled(self) -> list[Tool]:
         return [t for name, t in self._tools.items() if self.is_enabled(name)]

@@ -7,7 +7,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...base.errors import Cancelled, ContextOverflow, FailedPrecondition, InvalidArgument, ResourceExhausted
@@ -15,7 +15,7 @@ from ...base.models import LLMConfig, Message, ProviderState, SessionState, Tool
 from ...llm.messages import to_openai, tool_schema
 from ...llm.provider import CompletionRequest, Provider, ReasoningDelta, TextDelta, ToolCallReady, TurnEnd
 from ...tools.aliases import find_tool, our_tool_name
-from ...tools.registry import Tool, ToolOutput
+from ...tools.registry import Caller, Tool, ToolOutput
 from ..sessions.control import ControlPlane, Lane
 from ..sessions.manager import SessionManager
 from ..store.events import EventBus, EventType, event_entry
@@ -407,9 +407,12 @@ class _Run:
 
     def _budget_spent(self) -> BudgetSpent | None:
         """Whether the session's token budget forbids the next model call (read now: a
-        ConfigureSession may have changed it while the run went on)."""
-        session = self.agent._sessions.get(self.session.id)
-        return budget_spent(session, self.agent._host.token_budget_for(session))
+        ConfigureSession may have changed it while the run went on). A subagent's is the budget
+        of the session at the top of its line, whose usage holds every subagent's below it."""
+        sessions = self.agent._sessions
+        session = sessions.get(self.session.id)
+        owner = (sessions.lineage(session) or [session])[-1]
+        return budget_spent(owner, self.agent._host.token_budget_for(owner))
 
     def _stopped(self, spent: BudgetSpent, turns: int) -> list[AgentEvent]:
         """The end of a run the budget stopped before its next model call: a METADATA notice,
@@ -515,13 +518,14 @@ class _Run:
         announced: bool,
     ) -> AsyncIterator[AgentEvent]:
         """Run a group of calls, passing on notices (such as confirmation requests) while they run."""
+        offered = frozenset(self.tools)
         tasks = [
             asyncio.create_task(
                 self.agent._gate.run(
                     self.session,
                     call,
                     find_tool(self.tools, call.name),
-                    self.context,
+                    replace(self.context, caller=Caller(call.id, offered, self.notices.put_nowait)),
                     self.notices.put_nowait,
                     completed,
                     announced,
@@ -546,7 +550,8 @@ class _Run:
         finally:
             started: list[asyncio.Future[Any]] = [*tasks, *([notice] if notice is not None else [])]
             for task in started:
-                task.cancel()
+                if not (isinstance(task, asyncio.Task) and task.cancelling()):  # (a subagent's Cancel)
+                    task.cancel()
 
     def _generation(self, message: Message, finish_reason: str, turns: int) -> Generation:
         return Generation(

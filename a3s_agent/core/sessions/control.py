@@ -100,6 +100,7 @@ class ControlPlane:
         self._sessions = sessions
         self._events = events
         self._controls: dict[str, SessionControl] = {}
+        self._parents: dict[str, str] = {}  # a running subagent's session -> its parent's
 
     def of(self, session_id: str) -> SessionControl:
         self._sessions.get(session_id)
@@ -112,6 +113,25 @@ class ControlPlane:
         control = self._controls.pop(session_id, None)
         if control is not None and control.run_task is not None:
             control.run_task.cancel()
+
+    # --- subagents: a parent's control reaches the children it runs --------------------------
+
+    def adopt(self, parent_id: str, child_id: str) -> None:
+        """`child_id`'s run is a subagent of `parent_id`'s until `release`: Cancel, Pause and
+        Resume of the parent reach it, and its confirmations are the parent's clients' too."""
+        self._parents[child_id] = parent_id
+
+    def release(self, child_id: str) -> None:
+        self._parents.pop(child_id, None)
+
+    def _children(self, session_id: str) -> list[str]:
+        return [child for child, parent in self._parents.items() if parent == session_id]
+
+    def _ancestors(self, session_id: str) -> list[str]:
+        line: list[str] = []
+        while (session_id := self._parents.get(session_id, "")) and session_id not in line:
+            line.append(session_id)
+        return line
 
     # --- runs: cancel, pause, resume ------------------------------------------------------
 
@@ -129,10 +149,13 @@ class ControlPlane:
             control.cancelled_tools.clear()
 
     def cancel(self, session_id: str, operation_id: str | None) -> bool:
-        """Stop the running generation (or only the tool call `operation_id`); False when idle."""
+        """Stop the running generation and its subagents' (or only the tool call `operation_id`);
+        False when nothing ran."""
         control = self.of(session_id)
         with control.counts.running(Lane.CONTROL):
-            return self._cancel(control, operation_id)
+            children = self._children(session_id) if operation_id is None else []
+            stopped = [self.cancel(child, None) for child in children]  # first: see the loop's _run_group
+            return self._cancel(control, operation_id) or any(stopped)
 
     def _cancel(self, control: SessionControl, operation_id: str | None) -> bool:
         if control.run_task is None or control.run_task.done():
@@ -168,16 +191,21 @@ class ControlPlane:
         return taken
 
     async def pause(self, session_id: str) -> None:
+        """Hold the session's run, and its subagents', at their next step."""
         control = self.of(session_id)
         with control.counts.running(Lane.CONTROL):
             control.running.clear()
             await self._sessions.set_state(session_id, SessionState.PAUSED)
+        for child in self._children(session_id):
+            await self.pause(child)
 
     async def resume(self, session_id: str) -> None:
         control = self.of(session_id)
         with control.counts.running(Lane.CONTROL):
             control.running.set()
             await self._sessions.set_state(session_id, SessionState.ACTIVE)
+        for child in self._children(session_id):
+            await self.resume(child)
 
     async def checkpoint(self, session_id: str) -> None:
         """A step boundary: wait here while the session is paused."""
@@ -206,6 +234,11 @@ class ControlPlane:
         self._events.publish(
             EventType.CONFIRMATION_REQUIRED, session_id, f"{tool_name} needs confirmation", data
         )
+        for above in self._ancestors(session_id):  # a subagent's: its parents' clients answer it
+            self._events.publish(
+                EventType.CONFIRMATION_REQUIRED, above, f"{tool_name} of subagent {session_id} needs"
+                " confirmation", {**data, "child_session_id": session_id},
+            )  # fmt: skip
         try:
             return await asyncio.wait_for(waiter, timeout_ms / 1000)
         except TimeoutError:
@@ -221,9 +254,29 @@ class ControlPlane:
             control.confirmations.pop(tool_id, None)
 
     def confirm(self, session_id: str, tool_id: str, approved: bool, reason: str) -> None:
+        """Answer the call `tool_id` waiting in the session, or in one of its running subagents."""
         control = self.of(session_id)
         with control.counts.running(Lane.CONTROL):
+            waiting = (
+                self._waiting_child(session_id, tool_id) if tool_id not in control.confirmations else None
+            )
+            if waiting is not None:
+                session_id, control = waiting, self.of(waiting)
             self._confirm(control, session_id, tool_id, approved, reason)
+
+    def _waiting_child(self, session_id: str, tool_id: str) -> str | None:
+        """The subagent below `session_id` whose call `tool_id` waits for confirmation, if one does."""
+        found = [
+            child
+            for child, parent in self._parents.items()
+            if session_id in (parent, *self._ancestors(parent)) and tool_id in self.of(child).confirmations
+        ]
+        if len(found) > 1:
+            raise NotWaiting(
+                f"subagents {', '.join(found)} each wait for a confirmation of a call {tool_id!r}: answer"
+                " with the subagent's session_id"
+            )
+        return found[0] if found else None
 
     def _confirm(
         self, control: SessionControl, session_id: str, tool_id: str, approved: bool, reason: str

@@ -19,7 +19,7 @@ from ...llm.endpoints import credentials_clash
 from ...tools.beneath import DIRECTORY_HANDLE, OutsideRoot, locate_beneath
 from ..store.events import EventBus, EventType, event_entry
 from ..store.protocol import LogEntry, StaleHeader, Store
-from ..store.session import Session, SessionSettings
+from ..store.session import ParentLink, Session, SessionSettings
 
 SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 # Histories kept in memory, the most recently used; the others are read from the store when needed.
@@ -175,6 +175,29 @@ class SessionManager:
         except KeyError:
             raise NotFound(f"session {session_id!r} not found") from None
 
+    def lineage(self, session: Session) -> list[Session]:
+        """The sessions whose subagents `session` descends from, its parent first (those this
+        replica knows; a parent destroyed meanwhile ends the line)."""
+        line: list[Session] = []
+        link = session.parent
+        while link is not None and (above := self._sessions.get(link.session_id)) is not None:
+            if above in line:  # (a link never points down; a store edited by hand could)
+                break
+            line.append(above)
+            link = above.parent
+        return line
+
+    def children(self, session_id: str) -> list[Session]:
+        """The subagents' sessions `session_id`'s model started, oldest first."""
+        return sorted(
+            (
+                s
+                for s in self._sessions.values()
+                if s.parent is not None and s.parent.session_id == session_id
+            ),
+            key=listing_key,
+        )
+
     def page(self, after: tuple[int, str] | None, size: int) -> tuple[list[Session], bool]:
         """Up to `size` sessions in listing order, those after the listing key `after` (a session
         listed on an earlier page); and whether more follow."""
@@ -193,6 +216,7 @@ class SessionManager:
         config: SessionConfig,
         initial_context: list[Message],
         settings: SessionSettings | None = None,
+        parent: ParentLink | None = None,
     ) -> Session:
         if session_id is None or session_id == "":
             session_id = uuid.uuid4().hex
@@ -211,6 +235,7 @@ class SessionManager:
             updated_at=stamp,
             message_count=len(initial_context),
             settings=settings or SessionSettings(),
+            parent=parent,
         )
         created = event_entry(EventType.SESSION_CREATED, session_id, f"session {session_id} created")
         await self._events.write(

@@ -73,7 +73,7 @@ log = logging.getLogger(__name__)
 SKILL_FILE = "SKILL.md"
 
 _FENCES = ("---", "...")
-_FRONTMATTER_FORM = "a skill starts with YAML frontmatter: a '---' line, 'name: ...' and the other fields, then another '---' line"
+_FRONTMATTER_FORM = "{kind} starts with YAML frontmatter: a '---' line, 'name: ...' and the other fields, then another '---' line"
 
 
 @dataclass
@@ -106,8 +106,10 @@ def parse_skill(text: str, *, source: str, secret_names: Iterable[str] = ()) -> 
     `secret_names` are the variables the operator marks secret, besides those is_secret_name
     recognises; the skill's `env` may name none of them. Every problem in the fields is
     reported, one line each."""
-    first_line, frontmatter, body = _split_frontmatter(text, source)
-    fields = read_frontmatter(_load_yaml(frontmatter, first_line, source), source, frozenset(secret_names))
+    first_line, frontmatter, body = split_frontmatter(text, source)
+    fields = read_frontmatter(
+        load_frontmatter(frontmatter, first_line, source), source, frozenset(secret_names)
+    )
     return Skill(
         name=fields.name,
         description=fields.description or "",
@@ -183,15 +185,17 @@ def _skill_files(directory: Path) -> list[Path]:
 # ---------------------------------------------------------------- frontmatter
 
 
-def _split_frontmatter(text: str, source: str) -> tuple[int, str, str]:
-    """(file line of the first YAML line, the YAML, the body). Line endings are normalised;
-    a byte-order mark and blank lines before the opening fence are allowed."""
+def split_frontmatter(text: str, source: str, kind: str = "skill") -> tuple[int, str, str]:
+    """(file line of the first YAML line, the YAML, the body) of a `kind` of file (a skill, an
+    agent) that starts with frontmatter. Line endings are normalised; a byte-order mark and blank
+    lines before the opening fence are allowed."""
     lines = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n").split("\n")
     start = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
+    form = _FRONTMATTER_FORM.format(kind=f"a {kind}")
     if start == len(lines):
-        raise InvalidArgument(f"{source}: the skill is empty; {_FRONTMATTER_FORM}")
+        raise InvalidArgument(f"{source}: the {kind} is empty; {form}")
     if lines[start].rstrip() != "---":
-        raise InvalidArgument(f"{source}: line {start + 1}: {_FRONTMATTER_FORM}")
+        raise InvalidArgument(f"{source}: line {start + 1}: {form}")
     for end in range(start + 1, len(lines)):
         if lines[end].rstrip() in _FENCES:
             return start + 2, "\n".join(lines[start + 1 : end]), "\n".join(lines[end + 1 :])
@@ -207,13 +211,14 @@ class _FrontmatterLoader(yaml.SafeLoader):
             raise yaml.composer.ComposerError(
                 None,
                 None,
-                "aliases (*name) are not allowed in skill frontmatter",
+                "aliases (*name) are not allowed in frontmatter",
                 self.peek_event().start_mark,
             )
         return super().compose_node(parent, index)
 
 
-def _load_yaml(frontmatter: str, first_line: int, source: str) -> dict[Any, Any]:
+def load_frontmatter(frontmatter: str, first_line: int, source: str) -> dict[Any, Any]:
+    """The frontmatter's fields; InvalidArgument naming the source and the line at fault."""
     try:
         data = yaml.load(frontmatter, Loader=_FrontmatterLoader)
     except yaml.MarkedYAMLError as exc:

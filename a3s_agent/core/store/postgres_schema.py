@@ -25,6 +25,7 @@ from .cron_postgres import SCHEMA as CRON_SCHEMA
 from .postgres_memories import MIGRATION as MEMORY_MIGRATION
 from .protocol import LogEntry
 from .providers_postgres import SCHEMA as PROVIDER_SCHEMA
+from .session_links import MIGRATION as LINK_MIGRATION
 
 # Advisory lock keys. The migration lock is a single bigint key; per-session locks use the two-int4
 # form (this namespace, hashtext(session id)), a key space that cannot meet the bigint one.
@@ -126,6 +127,8 @@ MIGRATIONS: list[str] = [
     CRON_SCHEMA,
     # Provider entries and the default model (core/store/providers.py).
     PROVIDER_SCHEMA,
+    # A subagent's session: its parent, the tool call that started it, its agent (session.py ParentLink).
+    LINK_MIGRATION,
 ]
 
 # The session row's usage columns: one per field of Usage, named as the field.

@@ -48,6 +48,7 @@ from .protocol import ControlHandler, EntriesHandler, Lease, LeaseLost, LogEntry
 from .providers import ProviderTable
 from .providers_postgres import PostgresProviders
 from .session import Session, SessionSettings
+from .session_links import LINK_COLUMNS, link_of, link_values
 
 POOL_MIN_SIZE = 1
 POOL_MAX_SIZE = 10
@@ -58,8 +59,8 @@ _SET_USAGE = ", ".join(f"{column} = %s" for column in USAGE_COLUMNS)
 _SESSION_COLUMNS = """
     s.id, s.config, s.state, s.created_at, s.updated_at, s.extras,
     (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND NOT m.archived),
-    {}
-""".format(", ".join(f"s.{column}" for column in USAGE_COLUMNS))
+    {}, {}
+""".format(", ".join(f"s.{column}" for column in USAGE_COLUMNS), LINK_COLUMNS)
 _LEASE_COLUMNS = "session_id, owner, token, run_id, expires_at"
 _LOCK_SESSION = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
 
@@ -136,8 +137,9 @@ class PostgresStore:
             await conn.execute(_LOCK_SESSION, (SESSION_LOCK_SPACE, session.id))
             try:
                 await conn.execute(
-                    "INSERT INTO sessions (id, config, state, created_at, updated_at, extras, last_seq)"
-                    " SELECT %s, %s, %s, %s, %s, %s, COALESCE(MAX(seq), 0) FROM event_log WHERE session_id = %s",
+                    f"INSERT INTO sessions (id, config, state, created_at, updated_at, extras, {LINK_COLUMNS},"
+                    " last_seq) SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(MAX(seq), 0)"
+                    " FROM event_log WHERE session_id = %s",
                     (
                         session.id,
                         json.dumps(session.config.to_storable()),
@@ -145,6 +147,7 @@ class PostgresStore:
                         session.created_at,
                         session.updated_at,
                         json.dumps(session.settings.to_json()),
+                        *link_values(session.parent),
                         session.id,
                     ),
                 )
@@ -574,5 +577,6 @@ def _session_from_row(row: tuple[Any, ...]) -> Session:
         updated_at=row[4],
         settings=SessionSettings.from_json(json.loads(row[5])),
         message_count=row[6],
-        usage=Usage(*row[7:]),
+        usage=Usage(*row[7 : 7 + len(USAGE_COLUMNS)]),
+        parent=link_of(row[7 + len(USAGE_COLUMNS) :]),
     )

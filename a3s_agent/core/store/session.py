@@ -160,6 +160,16 @@ class SessionSettings:
         )
 
 
+@dataclass(frozen=True)
+class ParentLink:
+    """What makes a session a subagent's (a child): the session whose model started it, the tool
+    call that did, and the agent it runs (core/agents/)."""
+
+    session_id: str
+    tool_call_id: str
+    agent: str
+
+
 @dataclass
 class Session:
     id: str
@@ -171,3 +181,4 @@ class Session:
     usage: Usage = field(default_factory=Usage)
     # What the session keeps besides its config: policies, lane handlers, skills, client tools.
     settings: SessionSettings = field(default_factory=SessionSettings)
+    parent: ParentLink | None = None  # set for a subagent's session, never changed

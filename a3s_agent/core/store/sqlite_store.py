@@ -28,6 +28,8 @@ from .providers import ProviderTable
 from .providers_sqlite import SCHEMA as PROVIDER_SCHEMA
 from .providers_sqlite import SqliteProviders
 from .session import Session, SessionSettings
+from .session_links import LINK_COLUMNS, link_of, link_values
+from .session_links import MIGRATION as LINK_MIGRATION
 from .sqlite_memories import MIGRATION as MEMORY_MIGRATION
 from .sqlite_memories import SqliteMemories
 
@@ -107,13 +109,16 @@ MIGRATIONS: list[str] = [
     CRON_SCHEMA,
     # Provider entries and the default model (core/store/providers.py).
     PROVIDER_SCHEMA,
+    # A subagent's session: its parent, the tool call that started it, its agent (session.py ParentLink).
+    LINK_MIGRATION,
 ]
 # The session row's usage columns: one per field of Usage, named as the field.
 _USAGE_COLUMNS = tuple(item.name for item in fields(Usage))
 _SET_USAGE = ", ".join(f"{column} = ?" for column in _USAGE_COLUMNS)
-_SESSION_COLUMNS = "s.id, s.config, s.state, s.created_at, s.updated_at, s.extras, {}, {}".format(
+_SESSION_COLUMNS = "s.id, s.config, s.state, s.created_at, s.updated_at, s.extras, {}, {}, {}".format(
     "(SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND m.archived = 0)",
     ", ".join(f"s.{column}" for column in _USAGE_COLUMNS),
+    LINK_COLUMNS,
 )
 _LEASE_COLUMNS = "session_id, owner, token, run_id, expires_at"
 
@@ -147,9 +152,9 @@ class SqliteStore:
         def write(db: sqlite3.Connection) -> None:
             with transaction(db):
                 db.execute(
-                    "INSERT INTO sessions (id, config, state, created_at, updated_at, extras, last_seq)"
-                    " VALUES (?, ?, ?, ?, ?, ?,"
-                    " (SELECT COALESCE(MAX(seq), 0) FROM event_log WHERE session_id = ?))",
+                    f"INSERT INTO sessions (id, config, state, created_at, updated_at, extras, last_seq,"
+                    f" {LINK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?,"
+                    " (SELECT COALESCE(MAX(seq), 0) FROM event_log WHERE session_id = ?), ?, ?, ?)",
                     (
                         session.id,
                         json.dumps(session.config.to_storable()),
@@ -158,6 +163,7 @@ class SqliteStore:
                         session.updated_at,
                         json.dumps(session.settings.to_json()),
                         session.id,
+                        *link_values(session.parent),
                     ),
                 )
                 _insert_messages(db, session.id, messages, session.created_at)
@@ -476,7 +482,8 @@ def _session(row: Sequence[Any]) -> Session:
         updated_at=row[4],
         settings=SessionSettings.from_json(json.loads(row[5])),
         message_count=row[6],
-        usage=Usage(*row[7:]),
+        usage=Usage(*row[7 : 7 + len(_USAGE_COLUMNS)]),
+        parent=link_of(row[7 + len(_USAGE_COLUMNS) :]),
     )
 
 
