@@ -507,3 +507,101 @@ async def test_delegate_runs_a_named_agent_on_a_task_as_a_child_of_a_session(
         [item async for item in app.subagents.delegate(session_id, "explore", " ")]
     with pytest.raises(NotFound):
         [item async for item in app.subagents.delegate("no-such-session", "explore", "x")]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue("postgres_url")) if request.param == "postgresql" else ""
+
+
+async def test_a_childs_link_to_its_parent_is_stored_and_the_parent_takes_its_children_along(
+    workspace: Path, tmp_path: Path, scripted: ScriptedProvider, store_url: str
+) -> None:
+    scripted.fallback = Conversations(
+        go=[tool_call("task", {"agent": "plan", "description": "p", "prompt": "Plan"}, id="c1"), "planned"],
+        Plan=["1. do it"],
+    )
+    settings = replace(agent_settings(workspace, tmp_path / "data"), store=store_url)
+    async with running(settings, connect=scripted.connect) as first:
+        await initialize(first)
+        session_id = await new_session(first)
+        await first.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("go")]))
+    child = f"{session_id}.c1"
+    async with running(settings, connect=scripted.connect) as second:
+        assert second.runtime.sessions.get(child).parent == ParentLink(session_id, "c1", "plan")
+        assert second.runtime.sessions.get(session_id).parent is None
+        assert [c.id for c in Application(second.runtime).subagents.children(session_id)] == [child]
+        got = await second.stub.GetSession(pb.GetSessionRequest(session_id=child))
+        assert got.session.config.name == "plan: p"
+
+        await second.stub.DestroySession(pb.DestroySessionRequest(session_id=session_id))
+
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await second.stub.GetSession(pb.GetSessionRequest(session_id=child))
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        assert not (await second.stub.ListSessions(pb.ListSessionsRequest())).sessions
+
+
+async def test_children_beyond_the_cap_wait_for_one_to_end(
+    workspace: Path, tmp_path: Path, scripted: ScriptedProvider
+) -> None:
+    scripted.fallback = Conversations(
+        go=[tool_calls([task("explore", "One", "c1"), task("explore", "Two", "c2")]), "done"],
+        One=[tool_call("list_files", {}), "one"],
+        Two=[tool_call("list_files", {}), "two"],
+    )
+    settings = replace(agent_settings(workspace, tmp_path / "data"), max_subagents=1)
+    async with running(settings, connect=scripted.connect) as server:
+        await initialize(server)
+        session_id = await new_session(server)
+        reply = await server.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("go")]))
+    assert [c.result.output for c in reply.tool_calls] == ["one", "two"]
+    order = [
+        r.body["session_id"].rsplit(".", 1)[-1] for r in scripted.requests if "." in r.body["session_id"]
+    ]
+    assert order == ["c1", "c1", "c2", "c2"]  # one child at a time: the second started once the first ended
+
+
+async def test_pause_holds_the_children_and_cancelling_one_child_lets_the_parent_go_on(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
+    marker = scripted_agent.workspace / "slow-runs"
+    release = asyncio.Event()
+
+    async def held(_body: dict[str, Any]) -> Any:
+        await release.wait()
+        return tool_call("list_files", {})
+
+    scripted.fallback = Conversations(
+        go=[tool_calls([task("general", "Slow", "c1"), task("general", "Held", "c2")]), "went on"],
+        Slow=[tool_call("bash", {"command": f"touch {marker}; sleep 60"})],
+        Held=[held, "held one done"],
+    )
+    session_id = await new_session(scripted_agent)
+    generation = asyncio.ensure_future(
+        scripted_agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("go")]))
+    )
+    await eventually(marker.exists, "the first child's command runs")
+    held_child = f"{session_id}.c2"
+    await eventually(lambda: any(r.body["session_id"] == held_child for r in scripted.requests), "c2 asks")
+
+    await scripted_agent.stub.Pause(pb.PauseRequest(session_id=session_id))
+    got = await scripted_agent.stub.GetSession(pb.GetSessionRequest(session_id=held_child))
+    assert got.session.state == pb.SESSION_STATE_PAUSED
+    release.set()  # its model answers a tool call; the paused child stops before running it
+    await eventually(lambda: scripted.finished >= 3, "c2's turn ends")
+    calls = [r for r in scripted.requests if r.body["session_id"] == held_child]
+    assert len(calls) == 1
+    await scripted_agent.stub.Resume(pb.ResumeRequest(session_id=session_id))
+    await eventually(
+        lambda: len([r for r in scripted.requests if r.body["session_id"] == held_child]) == 2, "c2 goes on"
+    )
+
+    cancelled = await scripted_agent.stub.Cancel(pb.CancelRequest(session_id=session_id, operation_id="c1"))
+    assert cancelled.success
+    reply = await generation
+    assert reply.message.content == "went on"
+    assert [c.result.output or c.result.error for c in reply.tool_calls] == [
+        "cancelled by the client",
+        "held one done",
+    ]

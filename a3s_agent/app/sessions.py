@@ -133,9 +133,13 @@ class Sessions:
         return await self._view(session)
 
     async def destroy(self, session_id: str) -> None:
-        """NotFound for an unknown session; a running generation stops with its session."""
+        """NotFound for an unknown session; a running generation stops with its session, and the
+        sessions of its subagents go with it."""
         await self._rt.sessions.refresh(session_id)
         self._rt.sessions.get(session_id)
+        await self._rt.sessions.refresh_all()  # (on a shared store: children other replicas made)
+        for child in self._rt.sessions.children(session_id):
+            await self.destroy(child.id)
         self._rt.control.forget(session_id)
         await self._rt.sessions.destroy(session_id)
         await self._rt.mcp.session_ended(session_id)  # its MCP servers stop

@@ -287,12 +287,14 @@ class ControlPlane:
                 f"no tool call {tool_id!r} is waiting for confirmation in session {session_id!r}"
             )
         waiter.set_result(Outcome(approved, reason))
-        self._events.publish(
-            EventType.CONFIRMATION_RECEIVED,
-            session_id,
-            f"tool call {tool_id} {'approved' if approved else 'rejected'}",
-            {"tool_id": tool_id, "approved": str(approved).lower(), "reason": reason},
-        )
+        data = {"tool_id": tool_id, "approved": str(approved).lower(), "reason": reason}
+        said = f"tool call {tool_id} {'approved' if approved else 'rejected'}"
+        self._events.publish(EventType.CONFIRMATION_RECEIVED, session_id, said, data)
+        for above in self._ancestors(session_id):
+            data = {**data, "child_session_id": session_id}
+            self._events.publish(
+                EventType.CONFIRMATION_RECEIVED, above, f"{said} in subagent {session_id}", data
+            )
 
     # --- lanes and external tasks ---------------------------------------------------------
 
