@@ -46,15 +46,22 @@ NAMES = ("A", "B", "C")
 CHUNK = pb.GenerateChunk
 AFTER_SEQ = "a3s-after-seq"
 BASH = re.compile(r"bash (\d+): (.*)", re.DOTALL)
+DELEGATE = "delegate: "
 
 
 def model(body: dict[str, Any]) -> Reply:
     """The model every replica calls: `bash N: <command>` runs the command N times through the bash
-    tool, then answers `ran: <the last output>`; anything else is answered `echo: <message>`."""
+    tool, then answers `ran: <the last output>`; `delegate: <prompt>` starts a general subagent on
+    the prompt, then answers `delegated: <its answer>`; anything else is answered `echo: <message>`."""
     messages = body["messages"]
     last = max(i for i, m in enumerate(messages) if m["role"] == "user")
     prompt = messages[last]["content"]
     outputs = [m["content"] for m in messages[last + 1 :] if m["role"] == "tool"]
+    if prompt.startswith(DELEGATE):
+        if outputs:
+            return text(f"delegated: {outputs[-1]}")
+        task = {"agent": "general", "description": "delegated", "prompt": prompt.removeprefix(DELEGATE)}
+        return tool_call("task", task)
     wanted = BASH.fullmatch(prompt)
     if wanted is None:
         return text(f"echo: {prompt}")
@@ -608,6 +615,58 @@ async def test_a_replica_woken_after_losing_its_lease_is_fenced_and_stops_its_ru
     run = at_takeover[-1].body["data"]["run_id"]
     assert not [e for e in later if e.body.get("run") == run], "an entry of the fenced run landed"
     assert f"the generation of session {session_id} stopped: " in stale.log()
+
+
+async def test_a_fenced_parent_stops_its_child_and_neither_writes_after_the_takeover(
+    cluster: Cluster,
+) -> None:
+    """A subagent runs on its parent's replica: SIGSTOP that replica past its leases, and another
+    takes both runs over; once woken, it stops the child's command, and nothing either run still
+    had to say lands in the parent's log or the child's."""
+    sleep = f"30.{tag()}"
+    stale = cluster.replicas["A"]
+    try:
+        async with stubs(cluster) as stub:
+            session_id = await session_on(stub["A"])
+            stream = stub["A"].StreamGenerate(
+                pb.GenerateRequest(
+                    session_id=session_id, messages=[user(f"delegate: bash 1: sleep {sleep}")]
+                ),
+                timeout=RPC_TIMEOUT_S,
+            )
+            await tool_call_seq(stream)
+            await eventually(lambda: processes_with(sleep), "the child's command runs on A")
+            started = [
+                e for e in await read_log(cluster, session_id) if e.body.get("message") == "subagent_start"
+            ]
+            child = started[0].body["data"]["child_session_id"]
+            os.kill(stale.pid, signal.SIGSTOP)
+            try:
+
+                async def taken_over() -> bool:
+                    logs = [await read_log(cluster, s) for s in (session_id, child)]
+                    return all(events_of(log, EventType.ERROR) for log in logs)
+
+                await eventually(taken_over, "another replica takes both runs over")
+                at_takeover = {s: await read_log(cluster, s) for s in (session_id, child)}
+            finally:
+                os.kill(stale.pid, signal.SIGCONT)
+            with pytest.raises(grpc.aio.AioRpcError) as ended:
+                async for _ in stream:
+                    pass
+            assert ended.value.code() == grpc.StatusCode.UNAVAILABLE, ended.value
+            await eventually(lambda: not processes_with(sleep), "A stopped the child's command")
+            assert not (await stub["A"].Cancel(pb.CancelRequest(session_id=child))).success  # nothing runs
+            landed = {s: await read_log(cluster, s) for s in (session_id, child)}
+            after = await generate(stub["B"], session_id, "after the wake-up")
+            child_after = await generate(stub["C"], child, "and you?")
+    finally:
+        kill_leftovers(sleep)
+    for session, entries in at_takeover.items():
+        assert landed[session] == entries, f"{session}: an entry of a fenced run landed after the takeover"
+        assert not await dangling_calls(cluster, session)
+    assert after.message.content == "echo: after the wake-up"
+    assert child_after.message.content == "echo: and you?"
 
 
 # --- a stuck database ------------------------------------------------------------------------------

@@ -166,6 +166,7 @@ class Runtime:
             self.events,
             self.runs,
             self.tools_for,
+            self.llm_for,
             lambda: self.workspace,
         )
         self.cron = Scheduler(

@@ -11,8 +11,8 @@ server stopping) stops the child too. Its tools are those of the parent's model 
 allows, and `task` only while the depth limit lets it start children of its own.
 
 While it runs the parent's control reaches it (core/sessions/control.py adopt), each of its model
-turns' usage is added to the usage of every session above it (so a token budget at the top covers
-the whole tree), and the parent's log gets `subagent_start`, `subagent_progress` (each tool call of
+turns' usage is added to the usage of every session above it (by the loop: a token budget at the top
+covers the whole tree), and the parent's log gets `subagent_start`, `subagent_progress` (each tool call of
 the child) and `subagent_end` INFO events naming the child's session.
 """
 
@@ -88,6 +88,7 @@ class Subagents:
         events: EventBus,
         runs: Runs,
         tools_for: Callable[[Session | None], list[Tool]],
+        llm_for: Callable[[Session], LLMConfig],
         workspace: Callable[[], Path],
     ) -> None:
         self._settings = settings
@@ -96,6 +97,7 @@ class Subagents:
         self._events = events
         self._runs = runs
         self._tools_for = tools_for
+        self._llm_for = llm_for
         self.catalog = AgentCatalog(settings.agent_dirs, settings.trust_workspace_agents, workspace)
         self._slots: dict[str, tuple[asyncio.Semaphore, list[None]]] = {}  # per parent: slots, users
         self._task_tools: dict[str, Tool] = {}
@@ -195,24 +197,24 @@ class Subagents:
         options: GenerateOptions,
     ) -> AsyncIterator[AgentEvent]:
         about = {"child_session_id": child.id, "agent": agent.name, "tool_id": call_id}
+
+        def tell(message: str, data: dict[str, object]) -> None:
+            """An event in the parent's log, fenced by the parent run's lease (the run ends only
+            once its calls have: core/loop/agent.py), so refused once another replica took it."""
+            self._events.publish(EventType.INFO, parent.id, message, {**about, **data})
+
         self._control.adopt(parent.id, child.id)
-        self._events.publish(
-            EventType.INFO, parent.id, SUBAGENT_START, {**about, "description": delegation.description}
-        )
+        tell(SUBAGENT_START, {"description": delegation.description})
         started = time.perf_counter()
         ending: dict[str, object] = {"finish_reason": "error", "success": "false"}
         usage, calls = Usage(), 0
         try:
             prompt = [Message(role="user", content=delegation.prompt)]
             async for event in self._runs.here(child.id, prompt, options):
-                if isinstance(event, TurnEvent):
+                if isinstance(event, TurnEvent):  # (the loop adds it to the parent's usage too)
                     usage, calls = usage + event.usage, calls + 1
-                    for above in self._sessions.lineage(self._sessions.get(child.id)):
-                        await self._sessions.append_messages(above.id, [], usage=event.usage)
                 elif isinstance(event, ToolCallEvent | ToolResultEvent):
-                    self._events.publish(
-                        EventType.INFO, parent.id, SUBAGENT_PROGRESS, {**about, **_step(event)}
-                    )
+                    tell(SUBAGENT_PROGRESS, _step(event))
                 elif isinstance(event, DoneEvent):
                     ending = {"finish_reason": event.generation.finish_reason, "success": "true",
                               "turns": event.generation.turns}  # fmt: skip
@@ -226,13 +228,8 @@ class Subagents:
         finally:
             self._control.release(child.id)
             duration = round((time.perf_counter() - started) * 1000, 3)
-            self._events.publish(
-                EventType.INFO, parent.id, SUBAGENT_END,
-                {**about, **ending, "duration_ms": duration, **spending_data(self._model(child), calls, usage)},
-            )  # fmt: skip
-
-    def _model(self, child: Session) -> str:
-        return child.config.llm.model if child.config.llm is not None else ""
+            spent = spending_data(self._llm_for(child).model, calls, usage)
+            tell(SUBAGENT_END, {**ending, "duration_ms": duration, **spent})
 
     async def _create(
         self, parent: Session, call_id: str, agent: AgentDefinition, delegation: Delegation

@@ -30,6 +30,8 @@ from .tool_gate import ToolGate, called
 from .tool_runner import new_call_id, tool_message
 
 DEFAULT_MAX_TOOL_CALLS = 50
+CALLS_END_S = 10.0
+"""How long a stopped run waits for its cancelled tool calls to end (a subagent's to store its end)."""
 
 NO_LLM_MESSAGE = (
     "no LLM is configured: set A3S_LLM_MODEL (with A3S_LLM_BASE_URL and A3S_LLM_API_KEY, or OPENAI_API_KEY),"
@@ -391,6 +393,8 @@ class _Run:
             await self.agent._sessions.append_messages(
                 self.session.id, [assistant], usage=turn_usage, log=[*self._carried([ended]), *announced]
             )
+            for above in self.agent._sessions.lineage(self.session):  # a subagent's: see _budget_spent
+                await self.agent._sessions.append_messages(above.id, [], usage=turn_usage)
             yield ended
             conversation.append(to_openai(assistant))
             if not requested:
@@ -552,6 +556,13 @@ class _Run:
             for task in started:
                 if not (isinstance(task, asyncio.Task) and task.cancelling()):  # (a subagent's Cancel)
                     task.cancel()
+            # The run ends once its calls have: a subagent's last words in this session's log are
+            # written under this run's lease, and its processes are gone before Cancel's answer.
+            ending = [task for task in started if not task.done()]
+            if ending:
+                done, _ = await asyncio.wait(ending, timeout=CALLS_END_S)
+                for task in done:
+                    task.cancelled() or task.exception()  # retrieved: nobody wants it now
 
     def _generation(self, message: Message, finish_reason: str, turns: int) -> Generation:
         return Generation(
