@@ -303,6 +303,41 @@ async def test_a_childs_confirmation_reaches_the_parents_client_and_is_answered(
     assert (scripted_agent.workspace / "c.txt").read_text() == "x"
 
 
+async def test_a_childs_question_reaches_the_parents_host_and_is_answered(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
+    scripted.fallback = Conversations(
+        go=[tool_call("task", {"agent": "general", "description": "q", "prompt": "Ask"}, id="c1"), "done"],
+        Ask=[tool_call("ask_user", {"question": "Which colour?"}), "the user said blue"],
+    )
+    session_id = await new_session(scripted_agent)
+    generation = asyncio.ensure_future(
+        scripted_agent.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("go")]))
+    )
+
+    async def pending() -> list[pb.ExternalTask]:
+        listed = pb.ListPendingExternalTasksRequest(session_id=session_id)  # the parent's
+        return list((await scripted_agent.stub.ListPendingExternalTasks(listed)).tasks)
+
+    asked = (await eventually(pending, "the child's question is listed under its parent"))[0]
+    assert asked.command_type == "ask_user" and asked.session_id == f"{session_id}.c1"
+    events = await events_of(
+        scripted_agent, session_id,
+        lambda seen: any(e.type == pb.AgentEvent.EVENT_TYPE_EXTERNAL_TASK_PENDING for e in seen),
+    )  # fmt: skip
+    pending_event = next(e for e in events if e.type == pb.AgentEvent.EVENT_TYPE_EXTERNAL_TASK_PENDING)
+    assert pending_event.data["child_session_id"] == f"{session_id}.c1"
+    await scripted_agent.stub.CompleteExternalTask(
+        pb.CompleteExternalTaskRequest(
+            session_id=session_id, task_id=asked.task_id, success=True, result="blue"
+        )
+    )
+    reply = await generation
+    assert reply.tool_calls[0].result.output == "the user said blue"
+    child_last = [r for r in scripted.requests if r.body["session_id"] == f"{session_id}.c1"][-1]
+    assert child_last.messages[-1]["content"] == "blue"
+
+
 async def test_the_parents_token_budget_covers_its_children(
     scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:

@@ -167,6 +167,7 @@ class Runtime:
             self.runs,
             self.tools_for,
             self.llm_for,
+            lambda session_id: self.mcp.session_ended(session_id),
             lambda: self.workspace,
         )
         self.cron = Scheduler(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,7 +47,7 @@ from ..core.loop.agent import (
 from ..core.sessions.control import ControlPlane
 from ..core.sessions.manager import SESSION_ID_PATTERN, SessionManager
 from ..core.store.events import EventBus, EventType
-from ..core.store.session import ParentLink, Session
+from ..core.store.session import ParentLink, Session, SessionSettings
 from ..tools.registry import Tool, ToolContext, ToolOutput
 from .runs import Runs
 
@@ -89,8 +89,11 @@ class Subagents:
         runs: Runs,
         tools_for: Callable[[Session | None], list[Tool]],
         llm_for: Callable[[Session], LLMConfig],
+        release: Callable[[str], Awaitable[None]],
         workspace: Callable[[], Path],
     ) -> None:
+        """`release` stops what a session holds open (the MCP servers of the skills a child has
+        from its parent), when a child's run ends."""
         self._settings = settings
         self._sessions = sessions
         self._control = control
@@ -98,6 +101,7 @@ class Subagents:
         self._runs = runs
         self._tools_for = tools_for
         self._llm_for = llm_for
+        self._release = release
         self.catalog = AgentCatalog(settings.agent_dirs, settings.trust_workspace_agents, workspace)
         self._slots: dict[str, tuple[asyncio.Semaphore, list[None]]] = {}  # per parent: slots, users
         self._task_tools: dict[str, Tool] = {}
@@ -226,7 +230,8 @@ class Subagents:
             ending = {"finish_reason": "error", "success": "false", "error": str(exc)[:2000]}
             raise
         finally:
-            self._control.release(child.id)
+            self._control.disown(child.id)
+            await self._release(child.id)
             duration = round((time.perf_counter() - started) * 1000, 3)
             spent = spending_data(self._llm_for(child).model, calls, usage)
             tell(SUBAGENT_END, {**ending, "duration_ms": duration, **spent})
@@ -236,7 +241,8 @@ class Subagents:
     ) -> Session:
         """The child's session: the parent's settings but its client's own tools, MCP servers,
         todos and budget (the budget at the top of the line covers it)."""
-        settings = replace(parent.settings, client_tools={}, mcp_servers={}, todos=[], token_budget=None)
+        copied = SessionSettings.from_json(parent.settings.to_json())  # (no list or dict shared)
+        settings = replace(copied, client_tools={}, mcp_servers={}, todos=[], token_budget=None)
         llm = parent.config.llm
         if agent.model:
             llm = LLMConfig(model=agent.model).merged_over(llm or LLMConfig())

@@ -110,6 +110,7 @@ class ControlPlane:
         return control
 
     def forget(self, session_id: str) -> None:
+        self._parents.pop(session_id, None)
         control = self._controls.pop(session_id, None)
         if control is not None and control.run_task is not None:
             control.run_task.cancel()
@@ -117,15 +118,19 @@ class ControlPlane:
     # --- subagents: a parent's control reaches the children it runs --------------------------
 
     def adopt(self, parent_id: str, child_id: str) -> None:
-        """`child_id`'s run is a subagent of `parent_id`'s until `release`: Cancel, Pause and
+        """`child_id`'s run is a subagent of `parent_id`'s until `disown`: Cancel, Pause and
         Resume of the parent reach it, and its confirmations are the parent's clients' too."""
         self._parents[child_id] = parent_id
 
-    def release(self, child_id: str) -> None:
+    def disown(self, child_id: str) -> None:
         self._parents.pop(child_id, None)
 
     def _children(self, session_id: str) -> list[str]:
         return [child for child, parent in self._parents.items() if parent == session_id]
+
+    def _descendants(self, session_id: str) -> list[str]:
+        """The running subagents below the session, at any depth."""
+        return [child for child in self._parents if session_id in self._ancestors(child)]
 
     def _ancestors(self, session_id: str) -> list[str]:
         line: list[str] = []
@@ -266,11 +271,7 @@ class ControlPlane:
 
     def _waiting_child(self, session_id: str, tool_id: str) -> str | None:
         """The subagent below `session_id` whose call `tool_id` waits for confirmation, if one does."""
-        found = [
-            child
-            for child, parent in self._parents.items()
-            if session_id in (parent, *self._ancestors(parent)) and tool_id in self.of(child).confirmations
-        ]
+        found = [child for child in self._descendants(session_id) if tool_id in self.of(child).confirmations]
         if len(found) > 1:
             raise NotWaiting(
                 f"subagents {', '.join(found)} each wait for a confirmation of a call {tool_id!r}: answer"
@@ -327,12 +328,14 @@ class ControlPlane:
             future=asyncio.get_running_loop().create_future(),
         )
         control.external[task.task_id] = task
-        self._events.publish(
-            EventType.EXTERNAL_TASK_PENDING,
-            session_id,
-            f"{command_type} is waiting for the host",
-            {"task_id": task.task_id, "lane": lane.name, "command_type": command_type, "payload": payload},
-        )
+        data = {"task_id": task.task_id, "lane": lane.name, "command_type": command_type, "payload": payload}
+        said = f"{command_type} is waiting for the host"
+        self._events.publish(EventType.EXTERNAL_TASK_PENDING, session_id, said, data)
+        for above in self._ancestors(session_id):  # a subagent's: its parents' hosts answer it
+            data = {**data, "child_session_id": session_id}
+            self._events.publish(
+                EventType.EXTERNAL_TASK_PENDING, above, f"{said} in subagent {session_id}", data
+            )
         outcome: tuple[bool, str, str] = (False, "", "")
         try:
             outcome = await asyncio.wait_for(task.future, timeout_ms / 1000)
@@ -346,8 +349,15 @@ class ControlPlane:
     def complete_external(
         self, session_id: str, task_id: str, success: bool, result: str, error: str
     ) -> None:
+        """Complete the task `task_id` waiting in the session, or in one of its running subagents."""
         control = self.of(session_id)
         with control.counts.running(Lane.CONTROL):
+            if task_id not in control.external:
+                waiting = next(
+                    (c for c in self._descendants(session_id) if task_id in self.of(c).external), None
+                )
+                if waiting is not None:
+                    session_id, control = waiting, self.of(waiting)
             self._complete_external(control, session_id, task_id, success, result, error)
 
     def _complete_external(
@@ -365,11 +375,13 @@ class ControlPlane:
         )
 
     def pending_external(self, session_id: str) -> list[PendingTask]:
+        """The session's, then its running subagents' (each naming its own session)."""
         return [
             PendingTask(
                 t.task_id, t.session_id, t.lane, t.command_type, t.payload, t.timeout_ms, t.remaining_ms
             )
-            for t in self.of(session_id).external.values()
+            for session in (session_id, *self._descendants(session_id))
+            for t in self.of(session).external.values()
         ]
 
     def lane_stats(self, session_id: str) -> dict[str, dict[str, int]]:
