@@ -137,8 +137,9 @@ class Subagents:
         try:
             async for item in self.stream(ctx.session_id, caller.call_id, delegation, caller.offered):
                 child = item.session_id
-                if isinstance(item.event, NoticeEvent):  # a confirmation request, for the parent's caller
-                    caller.notify({**item.event.data, "child_session_id": child, "agent": args.agent})
+                notice = item.event.data if isinstance(item.event, NoticeEvent) else {}
+                if notice.get("type") == "confirmation_required":  # the parent's caller answers it
+                    caller.notify({**notice, "child_session_id": child, "agent": args.agent})
                 elif isinstance(item.event, DoneEvent):
                     done = item.event.generation
         except Cancelled:

@@ -118,6 +118,8 @@ def _problems(errors: Iterable[Any], source: str) -> Iterable[str]:
             yield f"{source}: missing required field {where!r}"
         elif error["type"] == "extra_forbidden":
             yield f"{source}: unknown field {where!r} (known: name, description, tools, model, max-steps)"
+        elif where == "tools" and error["type"] == "list_type":
+            yield f"{source}: tools: must be a comma-separated string or a list of tool names"
         elif error["type"] == "string_pattern_mismatch" and where == "name":
             yield f"{source}: name: {error['input']!r} is not a valid agent name: use 1-64 letters, digits, '.', '_' or '-'"
         else:

@@ -191,7 +191,7 @@ def split_frontmatter(text: str, source: str, kind: str = "skill") -> tuple[int,
     lines before the opening fence are allowed."""
     lines = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n").split("\n")
     start = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
-    form = _FRONTMATTER_FORM.format(kind=f"a {kind}")
+    form = _FRONTMATTER_FORM.format(kind=f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}")
     if start == len(lines):
         raise InvalidArgument(f"{source}: the {kind} is empty; {form}")
     if lines[start].rstrip() != "---":
