@@ -152,6 +152,13 @@ async def test_two_children_read_files_at_once_and_only_their_answers_reach_the_
         assert got.session.config.name == "explore: look"
         history = await stub.GetMessages(later.GetMessagesRequest(session_id=child))
         assert history.messages[0].role == "user" and history.total_count == 4
+    # Usage and cost per child and in total: the parent's summary holds its children's model calls.
+    parent_cost = await stub.GetCostSummary(later.GetCostSummaryRequest(session_id=session_id))
+    child_costs = [await stub.GetCostSummary(later.GetCostSummaryRequest(session_id=c)) for c in children]
+    assert [c.call_count for c in child_costs] == [2, 2] and parent_cost.call_count == 6
+    assert parent_cost.total_tokens > sum(c.total_tokens for c in child_costs) > 0
+    tools = await stub.GetToolMetrics(later.GetToolMetricsRequest(session_id=session_id))
+    assert {t.tool_name: t.total_calls for t in tools.tools} == {"task": 2, "read_file": 2}
     # A client following the parent sees each child start, work and end, by its session id.
     events = await events_of(scripted_agent, session_id, lambda seen: len(named(seen, "subagent_end")) == 2)
     for child in children:

@@ -96,8 +96,9 @@ class Observability:
         self._rt = runtime
 
     async def tool_metrics(self, session_id: str | None, tool_name: str | None) -> ToolMetrics:
-        """Per tool (by the name the model called it), the calls the model made in the session
-        (None: in every session), or of `tool_name` only. NotFound for an unknown session."""
+        """Per tool (by the name the model called it), the calls the model made in the session and
+        its subagents (None: in every session), or of `tool_name` only. NotFound for an unknown
+        session."""
         tallies: dict[str, _Tally] = {}
         async for entry in self._entries(session_id):
             use = tool_use_of(entry)
@@ -110,7 +111,7 @@ class Observability:
         self, session_id: str | None, model: str | None, start_date: str | None, end_date: str | None
     ) -> CostSummary:
         """Tokens and their cost (at the operator's prices) of the model calls of generations in
-        the session (None: in every session), of `model` only, on the days from `start_date` to
+        the session and its subagents (None: in every session), of `model` only, on the days from `start_date` to
         `end_date` (YYYY-MM-DD, UTC, both included; None: unbounded)."""
         first, last = _day(start_date, "start_date"), _day(end_date, "end_date")
         summary = CostSummary()
@@ -157,16 +158,22 @@ class Observability:
         return 0.0 if price is None else price.cost(spent.prompt_tokens, spent.completion_tokens)
 
     async def _entries(self, session_id: str | None) -> AsyncIterator[LogEntry]:
-        """The retained log of the session (None: of every session), a page at a time."""
+        """The retained log of the session and of its subagents' sessions, at any depth (None: of
+        every session), a page at a time."""
         store = self._rt.store
         if session_id:
             await self._rt.sessions.refresh(session_id)
             self._rt.sessions.get(session_id)  # NotFound
-            after = 0
-            while page := await store.read_log(session_id, after, PAGE):
-                for entry in page:
-                    yield entry
-                after = page[-1].seq
+            await self._rt.sessions.refresh_all()  # (on a shared store: children other replicas made)
+            line = [session_id]
+            while line:
+                session_id = line.pop(0)
+                line += [child.id for child in self._rt.sessions.children(session_id)]
+                after = 0
+                while page := await store.read_log(session_id, after, PAGE):
+                    for entry in page:
+                        yield entry
+                    after = page[-1].seq
         else:
             after = 0
             while page := await store.read_log_since(after, PAGE):
