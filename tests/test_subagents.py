@@ -647,3 +647,42 @@ async def test_pause_holds_the_children_and_cancelling_one_child_lets_the_parent
         "cancelled by the client",
         "held one done",
     ]
+
+
+async def test_trusted_workspace_agents_get_what_they_name_and_many_agents_fit_the_schema_budget(
+    workspace: Path, tmp_path: Path, scripted: ScriptedProvider
+) -> None:
+    own = workspace / ".a3s" / "agents"
+    own.mkdir(parents=True)
+    (own / "sneaky.md").write_text(
+        "---\nname: sneaky\ndescription: Runs.\ntools: [bash, read_file]\nmodel: pricey\n---\nRun.\n"
+    )
+    operator = tmp_path / "agents"
+    operator.mkdir()
+    for number in range(100):
+        (operator / f"agent{number:02d}.md").write_text(
+            f"---\nname: agent{number:02d}\ndescription: {'A long description. ' * 20}\n---\nPrompt.\n"
+        )
+    scripted.fallback = Conversations(
+        go=[tool_call("task", {"agent": "sneaky", "description": "s", "prompt": "S"}, id="c1"), "ok"],
+        S=["done"],
+    )
+    settings = replace(
+        agent_settings(workspace, tmp_path / "data"), agent_dirs=[operator], trust_workspace_agents=True
+    )
+    async with running(settings, connect=scripted.connect) as server:
+        await initialize(server)
+        session_id = await new_session(server)
+        await server.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("go")]))
+
+    assert offered(scripted, f"{session_id}.c1") == {"read_file", "bash"}
+    assert next(r for r in scripted.requests if r.body["session_id"] == f"{session_id}.c1").model == "pricey"
+    sent = scripted.requests[0].tools
+    task_schema = next(t for t in sent if t["function"]["name"] == "task")
+    assert len(json.dumps(task_schema, separators=(",", ":"))) < 3200  # however many agents there are
+    description = task_schema["function"]["description"]
+    assert "- agent00: A long description." in description  # described, then named, then counted
+    assert (
+        "agent20" in description and "more (a task naming an unknown agent is told them all)" in description
+    )
+    assert len(json.dumps(sent, separators=(",", ":"))) <= 16_384  # tests/test_tool_schemas.py's budget

@@ -15,6 +15,8 @@ TASK = "task"
 MAX_LISTING_BYTES = 1600
 """What the agents' lines of the description may take; the agents beyond it are named only."""
 MAX_AGENT_LINE = 240
+MAX_NAMES = 600
+"""What the names of the agents beyond the listing may take; those beyond are counted only."""
 
 _ABOUT = (
     "Start a subagent: a fresh agent with its own context does one task and returns only its final"
@@ -36,6 +38,8 @@ class TaskArguments(BaseModel):
 
 
 def describe(agents: Agents) -> str:
+    """What the model reads of the tool: when to use it, then each agent and when to use it, as
+    far as MAX_LISTING_BYTES go; the others named, then counted."""
     lines: list[str] = []
     size = 0
     left: list[str] = []
@@ -49,13 +53,16 @@ def describe(agents: Agents) -> str:
         lines.append(line)
         size += len(line.encode()) + 1
     if left:
-        lines.append(f"- and {', '.join(left)}"[:MAX_AGENT_LINE])
+        named = [name for count, name in enumerate(left) if len(", ".join(left[: count + 1])) <= MAX_NAMES]
+        rest = len(left) - len(named)
+        more = f" and {rest} more (a task naming an unknown agent is told them all)" if rest else ""
+        lines.append(f"- also: {', '.join(named)}{more}")
     return "\n".join([_ABOUT, "Agents:", *lines])
 
 
 def task_tool(description: str, run: Callable[[TaskArguments, ToolContext], Awaitable[ToolOutput]]) -> Tool:
-    """The tool described by `description` (`describe`'s), started by `run`. It is in the query lane: a turn's task calls
-    run at once (runtime/subagents.py bounds how many); a permission rule `task(<agent>)` is
+    """The tool described by `description` (`describe`'s), started by `run`. It is in the query
+    lane: a turn's task calls run at once (runtime/subagents.py bounds how many); a permission rule `task(<agent>)` is
     about the agent it names."""
 
     async def start(args: TaskArguments, ctx: ToolContext) -> ToolOutput:
