@@ -197,6 +197,32 @@ async def test_a_read_only_child_is_refused_write_file(
     assert refusal["role"] == "tool" and "not available" in refusal["content"]
 
 
+async def test_permission_rules_govern_task_by_its_agent_and_bind_the_children(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
+    scripted.fallback = Conversations(
+        go=[tool_calls([task("plan", "Plan", "c1"), task("general", "Run", "c2")]), "ok"],
+        Run=[tool_call("bash", {"command": "touch ran"}), "could not run"],
+    )
+    session_id = await new_session(scripted_agent)
+    rules = [pb.PermissionRule(rule="task(plan)"), pb.PermissionRule(rule="bash")]
+    await scripted_agent.stub.SetPermissionPolicy(
+        pb.SetPermissionPolicyRequest(
+            session_id=session_id, policy=pb.PermissionPolicy(enabled=True, deny=rules)
+        )
+    )
+
+    reply = await scripted_agent.stub.Generate(
+        pb.GenerateRequest(session_id=session_id, messages=[user("go")])
+    )
+
+    planned, ran = (c.result for c in reply.tool_calls)
+    assert planned.error == "denied by policy: task(plan)"
+    assert ran.output == "could not run" and not (scripted_agent.workspace / "ran").exists()
+    child_last = [r for r in scripted.requests if r.body["session_id"] == f"{session_id}.c2"][-1]
+    assert "denied by policy: bash" in child_last.messages[-1]["content"]
+
+
 async def test_the_depth_limit_keeps_a_child_from_starting_children(
     scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:
