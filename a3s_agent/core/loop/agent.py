@@ -558,7 +558,7 @@ class _Run:
                     task.cancel()
             # The run ends once its calls have: a subagent's last words in this session's log are
             # written under this run's lease, and its processes are gone before Cancel's answer.
-            ending = [task for task in started if not task.done()]
+            ending = [task for task in tasks if not task.done()]
             if ending:
                 done, _ = await asyncio.wait(ending, timeout=CALLS_END_S)
                 for task in done:

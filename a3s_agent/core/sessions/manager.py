@@ -181,7 +181,7 @@ class SessionManager:
         line: list[Session] = []
         link = session.parent
         while link is not None and (above := self._sessions.get(link.session_id)) is not None:
-            if above in line:  # (a link never points down; a store edited by hand could)
+            if any(known.id == above.id for known in line):  # (a store edited by hand could loop)
                 break
             line.append(above)
             link = above.parent
