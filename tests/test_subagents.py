@@ -712,3 +712,30 @@ async def test_trusted_workspace_agents_get_what_they_name_and_many_agents_fit_t
         "agent20" in description and "more (a task naming an unknown agent is told them all)" in description
     )
     assert len(json.dumps(sent, separators=(",", ":"))) <= 16_384  # tests/test_tool_schemas.py's budget
+
+
+async def test_a_deeper_limit_lets_children_start_children_of_their_own(
+    workspace: Path, tmp_path: Path, scripted: ScriptedProvider
+) -> None:
+    scripted.fallback = Conversations(
+        go=[tool_call("task", {"agent": "general", "description": "a", "prompt": "Nest"}, id="c1"), "top"],
+        Nest=[
+            tool_call("task", {"agent": "explore", "description": "b", "prompt": "Deeper"}, id="c2"),
+            "middle",
+        ],
+        Deeper=["bottom"],
+    )
+    settings = replace(agent_settings(workspace, tmp_path / "data"), subagent_depth=2)
+    async with running(settings, connect=scripted.connect) as server:
+        await initialize(server)
+        session_id = await new_session(server)
+        reply = await server.stub.Generate(pb.GenerateRequest(session_id=session_id, messages=[user("go")]))
+        grandchild = f"{session_id}.c1.c2"
+        assert server.runtime.sessions.get(grandchild).parent == ParentLink(
+            f"{session_id}.c1", "c2", "explore"
+        )
+    assert reply.tool_calls[0].result.output == "middle"
+    assert "task" in offered(scripted, f"{session_id}.c1")
+    assert "task" not in offered(scripted, grandchild)  # the limit is reached there
+    middle = [r for r in scripted.requests if r.body["session_id"] == f"{session_id}.c1"][-1]
+    assert middle.messages[-1]["content"] == "bottom"

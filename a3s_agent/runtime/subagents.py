@@ -31,7 +31,7 @@ from ..base.models import LLMConfig, Message, SessionConfig, Usage
 from ..config import Settings
 from ..core.agents.catalog import AgentCatalog, Agents
 from ..core.agents.definition import AgentDefinition
-from ..core.agents.task_tool import TASK, TaskArguments, describe, task_tool
+from ..core.agents.task_tool import TaskArguments, describe, task_tool
 from ..core.loop.accounting import spending_data
 from ..core.loop.agent import (
     DEFAULT_MAX_TOOL_CALLS,
@@ -272,15 +272,13 @@ class Subagents:
         allowed: tuple[str, ...],
     ) -> list[str]:
         """The child's tools: those of the parent's model (all the parent's when `offered` is None)
-        that the agent allows (and `allowed` names, when it names any), and `task` when the depth
-        limit lets the child start children."""
+        that the agent allows (and `allowed` names, when it names any); `task` among them only
+        when the depth limit lets the child start children (`tools_for`)."""
         parents = {tool.name for tool in self._tools_for(parent)} if offered is None else set(offered)
         return [
             tool.name
             for tool in self._tools_for(child)
-            if (tool.name in parents or tool.name == TASK)
-            and (tool.name == TASK or agent.allows(tool))
-            and (not allowed or tool.name in allowed)
+            if tool.name in parents and agent.allows(tool) and (not allowed or tool.name in allowed)
         ]
 
     @asynccontextmanager
