@@ -112,6 +112,7 @@ async def test_lists_the_tools_with_their_schemas_and_runs_them_in_the_workspace
         assert {"read_file", "grep", "bash", "agent_task"} <= set(tools)
         assert "todo" not in tools  # a session's list: these calls run in none
         assert "ask_user" not in tools  # a question for the host of a run: these calls have none
+        assert "task" not in tools  # a subagent of a run: agent_task runs the agent itself
         assert tools["read_file"].input_schema["properties"]["path"]
         assert tools["read_file"].annotations and tools["read_file"].annotations.read_only_hint
         assert tools["agent_task"].input_schema["required"] == ["task"]

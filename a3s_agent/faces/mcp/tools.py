@@ -11,10 +11,11 @@ from ...app import Application
 from ...app.types import Tool
 
 AGENT_TASK = "agent_task"
-LEFT_OUT = frozenset({"todo", "ask_user"})
-"""Built-in tools an MCP client's calls could not use: todo keeps its list in a session, and
-ask_user hands its question to the host of a run (an external task). The calls run in neither,
-and the calling agent asks its own user. Inside agent_task's session the model has both."""
+LEFT_OUT = frozenset({"todo", "ask_user", "task"})
+"""Built-in tools an MCP client's calls could not use: todo keeps its list in a session, ask_user
+hands its question to the host of a run (an external task), and task starts a subagent of a run.
+The calls run in none, the calling agent asks its own user and agent_task runs the agent itself.
+Inside agent_task's session the model has all three."""
 
 log = logging.getLogger(__name__)
 
