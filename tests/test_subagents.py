@@ -449,7 +449,7 @@ def offered(scripted: ScriptedProvider, session_id: str) -> set[str]:
 
 
 async def test_agent_files_the_model_sees_and_a_broken_one_reported_clearly(
-    with_agent_files: LiveServer, scripted: ScriptedProvider
+    with_agent_files: LiveServer, scripted: ScriptedProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
     scripted.fallback = Conversations(
         go=[
@@ -493,6 +493,15 @@ async def test_agent_files_the_model_sees_and_a_broken_one_reported_clearly(
     general = next(r for r in scripted.requests if r.body["session_id"] == f"{session_id}.c5")
     assert "REPO GENERAL PROMPT" not in general.messages[0]["content"]
     assert "bash" in offered(scripted, f"{session_id}.c5")
+    # The operator reads it in the log; a face listing the agents gets it too.
+    logged = [r.getMessage() for r in caplog.records if "agent file left out" in r.getMessage()]
+    assert len(logged) == 1 and "broken.md: max-steps" in logged[0]  # once, not at every generation
+    listing = await Application(with_agent_files.runtime).subagents.agents(session_id)
+    assert [a.name for a in listing.agents] == ["explore", "plan", "general", "reviewer", "sneaky"]
+    assert [a.source for a in listing.shadowed] == [
+        str(with_agent_files.workspace / ".a3s/agents/general.md")
+    ]
+    assert "max-steps" in listing.problems["broken"]
 
 
 # --- a crash during a child ------------------------------------------------------------------
