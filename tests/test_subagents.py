@@ -573,6 +573,8 @@ async def test_delegate_runs_a_named_agent_on_a_task_as_a_child_of_a_session(
         and seen[-1].event.generation.message.content == "a.txt holds alpha"
     )
     assert [c.id for c in app.subagents.children(session_id)] == [child]
+    logged = await scripted_agent.runtime.store.read_log(child, 0, 1000)  # its chunks, for followers
+    assert [e.body["chunk"] for e in logged if e.kind == "chunk"][-1]["done"]["finish_reason"] == "stop"
     assert scripted_agent.runtime.sessions.get(child).parent == ParentLink(
         session_id, child.split(".")[-1], "explore"
     )
