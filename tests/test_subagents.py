@@ -17,7 +17,7 @@ import pytest
 
 from a3s_agent.app import Application
 from a3s_agent.app.subagents import ParentLink
-from a3s_agent.app.types import DoneEvent
+from a3s_agent.app.types import DoneEvent, NoticeEvent
 from a3s_agent.base.errors import InvalidArgument, NotFound
 from a3s_agent.proto import code_agent_later_pb2 as later
 from a3s_agent.proto import code_agent_later_pb2_grpc as later_grpc
@@ -308,13 +308,20 @@ async def test_a_childs_confirmation_reaches_the_parents_client_and_is_answered(
     stream = scripted_agent.stub.StreamGenerate(
         pb.GenerateRequest(session_id=session_id, messages=[user("go")])
     )
-    asked = None
+    notices: list[pb.GenerateChunk] = []
     async for chunk in stream:
-        if chunk.type == CHUNK.CHUNK_TYPE_METADATA and chunk.metadata.get("type") == "confirmation_required":
-            asked = chunk
+        if chunk.type == CHUNK.CHUNK_TYPE_METADATA and "child_session_id" in chunk.metadata:
+            notices.append(chunk)
+        if chunk.metadata.get("type") == "confirmation_required":
             break
-    assert asked is not None
     child = f"{session_id}.c1"
+    # The parent's stream says the child started and what it does, as the parent's log does.
+    assert [(n.metadata["type"], n.metadata["child_session_id"]) for n in notices] == [
+        ("subagent_start", child),
+        ("subagent_progress", child),
+        ("confirmation_required", child),
+    ]
+    asked = notices[-1]
     assert asked.metadata["child_session_id"] == child and asked.metadata["tool_name"] == "write_file"
     assert not (scripted_agent.workspace / "c.txt").exists()
     events = await events_of(
@@ -331,8 +338,11 @@ async def test_a_childs_confirmation_reaches_the_parents_client_and_is_answered(
         )
     )
     assert reply.success, reply.error
-    results = [c async for c in stream if c.type == CHUNK.CHUNK_TYPE_TOOL_RESULT]
+    rest = [c async for c in stream]
+    results = [c for c in rest if c.type == CHUNK.CHUNK_TYPE_TOOL_RESULT]
     assert [r.tool_result.output for r in results] == ["written"]
+    ended = [c.metadata for c in rest if c.metadata.get("type") == "subagent_end"]
+    assert len(ended) == 1 and ended[0]["finish_reason"] == "stop" and ended[0]["child_session_id"] == child
     assert (scripted_agent.workspace / "c.txt").read_text() == "x"
 
 
@@ -568,6 +578,8 @@ async def test_delegate_runs_a_named_agent_on_a_task_as_a_child_of_a_session(
 
     child = seen[0].session_id
     assert {item.session_id for item in seen} == {child} and child.startswith(f"{session_id}.delegate_")
+    notices = [item.event.data["type"] for item in seen if isinstance(item.event, NoticeEvent)]
+    assert notices == ["subagent_start", "subagent_progress", "subagent_progress", "subagent_end"]
     assert (
         isinstance(seen[-1].event, DoneEvent)
         and seen[-1].event.generation.message.content == "a.txt holds alpha"

@@ -50,7 +50,8 @@ class Subagents:
         """Run `agent` on `task` as a child of the session, with the session's tools that the
         agent allows (and `allowed_tools` names, when it names any), at most `max_steps` tool
         calls (0: the agent's); the child's events as they are committed, each with the child's
-        session id, a DoneEvent last. It runs in the caller's task: it stops when the caller does
+        session id, with notices of its start, progress and end (`subagent_start`,
+        `subagent_progress`, `subagent_end`: what the parent's log says of it), a DoneEvent last. It runs in the caller's task: it stops when the caller does
         (and with Cancel of the session or the child). NotFound for an unknown session or agent,
         InvalidArgument for a missing task or an agent whose file is broken, FailedPrecondition
         past the depth limit."""

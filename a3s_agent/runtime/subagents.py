@@ -58,6 +58,8 @@ MAX_TASK_TOOLS = 32  # task tools kept built (one per distinct list of agents)
 SUBAGENT_START = "subagent_start"
 SUBAGENT_PROGRESS = "subagent_progress"
 SUBAGENT_END = "subagent_end"
+PASSED_ON = frozenset({SUBAGENT_START, SUBAGENT_PROGRESS, SUBAGENT_END, "confirmation_required"})
+"""The child's notices its parent's stream gets (a child's compaction or spent budget is its own)."""
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,7 @@ class Subagents:
             async for item in self.stream(ctx.session_id, caller.call_id, delegation, caller.offered):
                 child = item.session_id
                 notice = item.event.data if isinstance(item.event, NoticeEvent) else {}
-                if notice.get("type") == "confirmation_required":  # the parent's caller answers it
+                if notice.get("type") in PASSED_ON:  # for the parent's caller
                     caller.notify({**notice, "child_session_id": child, "agent": args.agent})
                 elif isinstance(item.event, DoneEvent):
                     done = item.event.generation
@@ -174,7 +176,9 @@ class Subagents:
         offered: Collection[str] | None = None,
     ) -> AsyncIterator[ChildEvent]:
         """Run `delegation` as a child of `parent_id` started by the call `call_id`; its events as
-        they are committed, a DoneEvent last. `offered`: the tools the parent's model has (None:
+        they are committed, with NoticeEvents saying what the parent's log says of it
+        (`subagent_start`, `subagent_progress` with each tool call and result, `subagent_end`
+        before the DoneEvent, which is last). `offered`: the tools the parent's model has (None:
         all the parent's). NotFound (no such agent), InvalidArgument (its file is broken) and
         FailedPrecondition (the depth limit) raise before anything is created."""
         parent = self._sessions.get(parent_id)
@@ -203,26 +207,38 @@ class Subagents:
     ) -> AsyncIterator[AgentEvent]:
         about = {"child_session_id": child.id, "agent": agent.name, "tool_id": call_id}
 
-        def tell(message: str, data: dict[str, object]) -> None:
+        def tell(message: str, data: dict[str, object]) -> NoticeEvent:
             """An event in the parent's log, fenced by the parent run's lease (the run ends only
-            once its calls have: core/loop/agent.py), so refused once another replica took it."""
+            once its calls have: core/loop/agent.py), so refused once another replica took it;
+            and the notice for the parent's stream that says the same."""
             self._events.publish(EventType.INFO, parent.id, message, {**about, **data})
+            return NoticeEvent({key: str(value) for key, value in {"type": message, **about, **data}.items()})
+
+        def end(ending: dict[str, object]) -> dict[str, object]:
+            duration = round((time.perf_counter() - started) * 1000, 3)
+            return {
+                **ending,
+                "duration_ms": duration,
+                **spending_data(self._llm_for(child).model, calls, usage),
+            }
 
         self._control.adopt(parent.id, child.id)
-        tell(SUBAGENT_START, {"description": delegation.description})
         started = time.perf_counter()
         ending: dict[str, object] = {"finish_reason": "error", "success": "false"}
-        usage, calls = Usage(), 0
+        usage, calls, told = Usage(), 0, False
         try:
+            yield tell(SUBAGENT_START, {"description": delegation.description})
             prompt = [Message(role="user", content=delegation.prompt)]
             async for event in self._runs.here(child.id, prompt, options):
                 if isinstance(event, TurnEvent):  # (the loop adds it to the parent's usage too)
                     usage, calls = usage + event.usage, calls + 1
                 elif isinstance(event, ToolCallEvent | ToolResultEvent):
-                    tell(SUBAGENT_PROGRESS, _step(event))
+                    yield tell(SUBAGENT_PROGRESS, _step(event))
                 elif isinstance(event, DoneEvent):
                     ending = {"finish_reason": event.generation.finish_reason, "success": "true",
                               "turns": event.generation.turns}  # fmt: skip
+                    told = True
+                    yield tell(SUBAGENT_END, end(ending))
                 yield event
         except (Cancelled, asyncio.CancelledError):
             ending = {"finish_reason": "cancelled", "success": "false"}
@@ -233,9 +249,8 @@ class Subagents:
         finally:
             self._control.disown(child.id)
             await self._release(child.id)
-            duration = round((time.perf_counter() - started) * 1000, 3)
-            spent = spending_data(self._llm_for(child).model, calls, usage)
-            tell(SUBAGENT_END, {**ending, "duration_ms": duration, **spent})
+            if not told:
+                tell(SUBAGENT_END, end(ending))
 
     async def _create(
         self, parent: Session, call_id: str, agent: AgentDefinition, delegation: Delegation
