@@ -1,8 +1,7 @@
 """The later dialect's own RPCs over HTTP `POST /rpc/<Method>` with a real aiohttp client, next to
 the gRPC face of the same server: every RPC gRPC serves is served, in the JSON a grpcurl user sends
 (proto field names or their camelCase), with the replies gRPC gives for the same state; bad input is
-400 naming the field, unknown ids 404; the groups a3s-agent does not serve are 501 naming the group,
-as gRPC's UNIMPLEMENTED. Memory and scheduled jobs on SQLite and PostgreSQL."""
+400 naming the field, unknown ids 404. Memory and scheduled jobs on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -100,7 +99,7 @@ async def grpc_error(call: Any) -> grpc.aio.AioRpcError:
 
 async def test_every_later_rpc_grpc_serves_is_served_over_http(served: Faces) -> None:
     app = Application(served.live.runtime)
-    by_grpc = set(later_only_handlers(app)) - later_service.NOT_SERVED_METHODS
+    by_grpc = set(later_only_handlers(app))
     by_http = {name for name, method in methods.METHODS.items() if method.codec is LATER}
     assert by_grpc == by_http == set(later_service.SERVED_METHODS)
     for name in sorted(by_http):
@@ -112,16 +111,7 @@ async def test_every_later_rpc_grpc_serves_is_served_over_http(served: Faces) ->
     assert {"lsp", "memory"} <= set(features) and "cron" not in features  # cron: not enabled
 
 
-async def test_the_groups_not_served_are_refused_naming_the_group_as_over_grpc(served: Faces) -> None:
-    for name in sorted(later_service.NOT_SERVED_METHODS):
-        message = await served.refused(name, {}, 501, "UNIMPLEMENTED", "is not served by a3s-agent")
-        assert message == later_service.refusal(name)
-        if name.startswith("Stream"):
-            continue
-        over_grpc = await grpc_error(served.live.channel.unary_unary(PATH + name)(b""))
-        assert over_grpc.details() == message
-    snake = await served.refused("agentic_generate", {}, 501, "UNIMPLEMENTED", "agentic loop and delegation")
-    assert snake.startswith("AgenticGenerate: ")
+async def test_an_unknown_method_is_unimplemented_naming_it(served: Faces) -> None:
     await served.refused("NoSuchRpc", {}, 501, "UNIMPLEMENTED", "unknown method 'NoSuchRpc'")
 
 
@@ -208,9 +198,9 @@ async def test_todos_set_over_http_are_grpcs_and_bad_ones_refused(served: Faces)
     async with served.client.ws_connect("/ws") as ws:  # the WebSocket serves them too, by snake_case name
         await ws.send_json({"method": "get_todos", "params": {"session_id": session_id}, "id": 1})
         assert await ws.receive_json(timeout=10) == {"id": 1, "result": {"todos": todos}}
-        await ws.send_json({"method": "delegate", "params": {}, "id": 2})
+        await ws.send_json({"method": "delegate", "params": {"session_id": session_id}, "id": 2})
         refused = (await ws.receive_json(timeout=10))["error"]
-        assert (refused["code"], refused["message"]) == ("UNIMPLEMENTED", later_service.refusal("Delegate"))
+        assert refused["code"] == "INVALID_ARGUMENT" and "agent_name is required" in refused["message"]
 
 
 async def test_mcp_servers_over_http_refuse_in_band_as_grpc(served: Faces) -> None:

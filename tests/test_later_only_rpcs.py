@@ -1,7 +1,6 @@
 """The later dialect's own RPCs (a3s-string-dialect.md sections 3 and 4) over a real grpc.aio
 channel with the later dialect's stubs: history paging and restore, todos, server-wide MCP servers
-(against the real fixture MCP server), observability, and UNIMPLEMENTED for every group a3s-agent
-does not serve."""
+(against the real fixture MCP server), observability, and none of them UNIMPLEMENTED."""
 
 from __future__ import annotations
 
@@ -66,39 +65,25 @@ async def status_of(call: Any) -> grpc.aio.AioRpcError:
     return caught.value
 
 
-# --- the groups a3s-agent does not serve ------------------------------------------------------
+# --- every later-only RPC is served ---------------------------------------------------------------
 
 
-SPEC_NOT_SERVED = {
-    # spec section 3's table: every later-only RPC but the 53 served, with its group's words
-    "agentic loop": "AgenticGenerate StreamAgenticGenerate Delegate StreamDelegate",
-}  # fmt: skip
+SPEC_RPCS = 57  # spec section 3: the later-only RPCs of the TS and Code protos
 
 
-async def test_every_unserved_rpc_is_unimplemented_naming_its_group(served: tuple[LiveServer, Any]) -> None:
+async def test_no_later_only_rpc_is_unimplemented(served: tuple[LiveServer, Any]) -> None:
+    """Each RPC of spec section 3 decodes its request (bytes that are not one are INVALID_ARGUMENT
+    naming its message): none answers UNIMPLEMENTED."""
     live, _ = served
-    names = {name: group for group, members in SPEC_NOT_SERVED.items() for name in members.split()}
-    assert len(names) == 4
-    for name, group in names.items():
-        if name.startswith("Stream"):
-            stream = live.channel.unary_stream(PATH + name)(b"\x0a\x02ab")
-            error = await status_of(_drain(stream))
+    assert len(set(later_service.SERVED_METHODS)) == SPEC_RPCS
+    for name in later_service.SERVED_METHODS:
+        method = later_only.SERVICE.methods_by_name[name]
+        if method.server_streaming:
+            error = await status_of(_drain(live.channel.unary_stream(PATH + name)(b"\xff\xff not protobuf")))
         else:
             error = await status_of(live.channel.unary_unary(PATH + name)(b"\xff\xff not protobuf"))
-        assert error.code() == grpc.StatusCode.UNIMPLEMENTED, name
-        details = error.details() or ""
-        assert details.startswith(f"{name}: A3S's ") and group in details, details
-        assert details.endswith("is not served by a3s-agent"), details
-        members = SPEC_NOT_SERVED[group].split()
-        assert all(member in details for member in members), details
-    delegation = later_service.refusal("Delegate")
-    assert delegation == (
-        "Delegate: A3S's server-side agentic loop and delegation group (AgenticGenerate,"
-        " StreamAgenticGenerate, Delegate, StreamDelegate) is not served by a3s-agent"
-    )
-    # The served ones are the later proto's later-only RPCs; the refused ones are not in it.
-    assert set(later_service.SERVED_METHODS) <= set(later_only.SERVICE.methods_by_name)
-    assert not set(names) & set(later_only.SERVICE.methods_by_name)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, (name, error.details())
+        assert method.input_type.full_name in (error.details() or ""), error.details()
 
 
 async def _drain(stream: Any) -> None:
@@ -123,7 +108,7 @@ async def test_the_token_guards_the_later_only_rpcs(workspace: Path, tmp_path: P
         reply = await stub.ListMcpServers(later.ListMcpServersRequest(), metadata=bearer)
         assert list(reply.servers) == []
         refused = await status_of(live.channel.unary_unary(PATH + "AgenticGenerate")(b"", metadata=bearer))
-        assert refused.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT  # let in: no prompt
 
 
 # --- GetMessages and RestoreSession -----------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..runtime import Runtime
+from .agentic import Agentic
 from .context import Context
 from .control import Control
 from .cron import CronJobs
@@ -52,6 +53,7 @@ class Application:
         self.providers = Providers(runtime)
         self.planning = Planning(runtime)
         self.subagents = Subagents(runtime)
+        self.agentic = Agentic(runtime, self.generation, self.planning, self.subagents)
         self._runtime = runtime
 
     @property

@@ -1,21 +1,23 @@
 """What the later A3S dialect's own RPCs (a3s-string-dialect.md sections 3 and 4) say the same way
-over gRPC (faces/grpc/later_only.py) and HTTP (faces/http/later.py): the groups a3s-agent serves,
-which each face serves exactly and GetCapabilities.features names; the refusal of every other
-group; and what both faces compute alike from the application's answers (the texts of the replies,
-the wire's enum values as the domain's). No protobuf here: the HTTP face may not import it."""
+over gRPC (faces/grpc/later_only.py) and HTTP (faces/http/later.py): the groups, every one of
+which each face serves and GetCapabilities.features names; and what both faces compute alike
+from the application's answers (the texts of the replies, the wire's enum values as the domain's). No protobuf here: the HTTP face may not import it."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..app import Application
+from ..app.agentic import Failed, Finished, Item, PlanMade, Progress, Reflected, Step, StepFinished
 from ..app.cron import CronExecution, CronJob, ExecutionStatus, JobType
 from ..app.history import Conversation, TextBlock, ToolResultBlock, ToolUseBlock
+from ..app.types import NoticeEvent, TextEvent, ToolCallEvent, ToolOutput, ToolResultEvent
 from ..base.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from ..base.memories import Memory, MemoryType
-from ..base.models import DEFAULT_PROVIDER
+from ..base.models import DEFAULT_PROVIDER, ToolCall, Usage
 from ..base.planning import Goal, Plan
 from ..base.providers import DefaultModel, ModelSpec, ProviderList, ProviderView
 
@@ -79,27 +81,16 @@ PROVIDERS = Group(
 PLANNING = Group(
     "planning and goal tracking", ("CreatePlan", "GetPlan", "ExtractGoal", "CheckGoalAchievement"), "planning"
 )
+AGENTIC = Group(
+    "server-side agentic loop and delegation",
+    ("AgenticGenerate", "StreamAgenticGenerate", "Delegate", "StreamDelegate"),
+    "agentic",
+)
 
-SERVED = (HISTORY, TODOS, MCP, OBSERVABILITY, LSP, MEMORY, CRON, SKILLS, PROVIDERS, PLANNING)
-"""Every group a3s-agent serves: both faces serve each of their RPCs (tests/test_http_later.py)."""
+SERVED = (HISTORY, TODOS, MCP, OBSERVABILITY, LSP, MEMORY, CRON, SKILLS, PROVIDERS, PLANNING, AGENTIC)
+"""Every group of the later dialect's own RPCs: both faces serve each of their RPCs
+(tests/test_http_later.py)."""
 SERVED_METHODS = tuple(name for group in SERVED for name in group.methods)
-
-NOT_SERVED = (
-    Group(
-        "server-side agentic loop and delegation",
-        ("AgenticGenerate", "StreamAgenticGenerate", "Delegate", "StreamDelegate"),
-    ),
-)  # fmt: skip
-"""The later-only groups both faces refuse (gRPC UNIMPLEMENTED, HTTP 501), naming the group."""
-NOT_SERVED_METHODS = frozenset(name for group in NOT_SERVED for name in group.methods)
-STREAMING = frozenset({"StreamAgenticGenerate", "StreamDelegate"})
-"""The refused RPCs that are server-streaming (gRPC's refusal must be a streaming handler)."""
-
-
-def refusal(method: str) -> str:
-    """Why `method` (one of NOT_SERVED's) is not served."""
-    group = next(group for group in NOT_SERVED if method in group.methods)
-    return f"{method}: A3S's {group.name} group ({', '.join(group.methods)}) is not served by a3s-agent"
 
 
 def served_features(cron: bool) -> list[str]:
@@ -397,4 +388,187 @@ def agent_goal(goal: Goal) -> dict[str, Any]:
         "progress": goal.progress,
         "achieved": goal.achieved,
         "created_at": goal.created_at,
+    }
+
+
+# --- server-side agentic loop and delegation ---------------------------------------------------
+
+
+PLANNED = 2
+"""AgenticStrategy's AGENTIC_STRATEGY_PLANNED: a plan first, as `planning` true asks. The other
+strategies are the one loop (the model's calls of one turn that change nothing run at once)."""
+
+
+def agentic_generate(
+    app: Application,
+    session_id: str,
+    prompt: str,
+    strategy: int,
+    max_steps: int,
+    planning: bool,
+    reflection: bool,
+) -> AsyncIterator[Item]:
+    """AgenticGenerateRequest's run."""
+    return app.agentic.generate(
+        session_id,
+        prompt,
+        max_steps=max_steps,
+        planning=planning or strategy == PLANNED,
+        reflection=reflection,
+    )
+
+
+async def outcome(items: AsyncIterator[Item]) -> Finished:
+    """A run's outcome, for the unary RPCs; what broke it is raised (its status is the reply)."""
+    async for item in items:
+        if isinstance(item, Failed) and not item.recoverable:
+            raise item.error
+        if isinstance(item, Finished):
+            return item
+    raise AssertionError("the run ended without an outcome")
+
+
+async def agentic_events(
+    session_id: str, items: AsyncIterator[Item], delegation: bool = False
+) -> AsyncIterator[dict[str, Any]]:
+    """AgenticGenerateEvents' fields, for the streaming RPCs; in a `delegation`, once the child has
+    started (its first event names it), each event names its session (`agent_session_id`)."""
+    child = ""
+    async for item in items:
+        fields = agentic_event(session_id, item, child)
+        if fields is not None:
+            if delegation:
+                child = child or fields.get("agent_session_id", "")
+            yield fields
+
+
+def agentic_reply(session_id: str, done: Finished) -> dict[str, Any]:
+    """AgenticGenerateResponse's fields."""
+    return {
+        "session_id": session_id,
+        "text": done.text,
+        "steps": [_agentic_step(step) for step in done.steps],
+        "tool_calls": [_tool_call(call, result) for call, result in done.tool_calls],
+        "usage": _usage(done.usage),
+        "finish_reason": done.finish_reason,
+        "plan": execution_plan(done.plan) if done.plan is not None else None,
+    }
+
+
+def delegate_reply(session_id: str, done: Finished) -> dict[str, Any]:
+    """DelegateResponse's fields."""
+    reply = agentic_reply(session_id, done)
+    del reply["plan"]
+    return {**reply, "agent_session_id": done.agent_session_id}
+
+
+def agentic_event(session_id: str, item: Item, agent_session_id: str = "") -> dict[str, Any] | None:
+    """AgenticGenerateEvent's fields of `item` (None for what the wire has no event for);
+    `agent_session_id`: the delegated child's, on each event of a delegation."""
+    fields = _event_fields(item)
+    if fields is None:
+        return None
+    child = agent_session_id or (item.agent_session_id if isinstance(item, Finished) else "")
+    return {"session_id": session_id, **({"agent_session_id": child} if child else {}), **fields}
+
+
+def _event_fields(item: Item) -> dict[str, Any] | None:
+    if isinstance(item, Progress):
+        return _progress(item)
+    if isinstance(item, StepFinished):
+        step = item.step
+        return {
+            "type": "step_finish",
+            "step_index": step.index,
+            "step_text": step.text,
+            "usage": _usage(step.usage),
+        }
+    if isinstance(item, PlanMade):
+        return {"type": "plan", "plan": execution_plan(item.plan)}
+    if isinstance(item, Reflected):
+        return {"type": "reflection", "confidence": item.confidence, "should_retry": item.should_retry,
+                "insight": item.insight}  # fmt: skip
+    if isinstance(item, Failed):
+        return {"type": "error", "error_message": str(item.error), "recoverable": item.recoverable}
+    return {
+        "type": "done",
+        "content": item.text,
+        "finish_reason": item.finish_reason,
+        "usage": _usage(item.usage),
+    }
+
+
+def _progress(item: Progress) -> dict[str, Any] | None:
+    event = item.event
+    if isinstance(event, TextEvent):
+        return {"type": "text", "content": event.text}
+    if isinstance(event, ToolCallEvent):
+        return {"type": "tool_call", "tool_call": _tool_call(event.call, None), "tool_call_id": event.call.id,
+                "tool_name": event.call.name, "tool_args": event.call.arguments}  # fmt: skip
+    if isinstance(event, ToolResultEvent):
+        return {"type": "tool_result", "tool_result": _tool_result(event.result), "tool_call_id": event.call.id,
+                "tool_name": event.call.name}  # fmt: skip
+    if isinstance(event, NoticeEvent):
+        return _notice(event.data)
+    return None  # a turn's end (step_finish says it), the model's thinking
+
+
+def _notice(data: dict[str, str]) -> dict[str, Any] | None:
+    """The notices a run's stream carries, as the events A3S names."""
+    kind = data.get("type", "")
+    child = {"agent_session_id": data["child_session_id"]} if data.get("child_session_id") else {}
+    if kind == "subagent_start":
+        return {"type": kind, "agent_name": data.get("agent"), "agent_task": data.get("description"),
+                "tool_call_id": data.get("tool_id"), **child}  # fmt: skip
+    if kind == "subagent_progress":
+        return {"type": kind, "agent_name": data.get("agent"), "tool_name": data.get("tool_name"),
+                "tool_call_id": data.get("child_tool_id"), "content": data.get("step"), **child}  # fmt: skip
+    if kind == "subagent_end":
+        return {"type": kind, "agent_name": data.get("agent"), "finish_reason": data.get("finish_reason"),
+                "agent_result": data.get("result"), "tool_call_id": data.get("tool_id"),
+                "error_message": data.get("error"), **child}  # fmt: skip
+    if kind == "confirmation_required":
+        return {"type": kind, "confirmation_id": data.get("tool_id"), "tool_call_id": data.get("tool_id"),
+                "tool_name": data.get("tool_name"), "tool_args": data.get("arguments"), **child}  # fmt: skip
+    if kind == "context_compacted":
+        return {"type": "context_compact", "before_tokens": int(data.get("before_tokens", 0)),
+                "after_tokens": int(data.get("after_tokens", 0)), "content": data.get("summary")}  # fmt: skip
+    if kind == "token_budget_spent":
+        used, budget = data.get("token_budget_used"), data.get("token_budget")
+        return {"type": "error", "error_message": f"the session's token budget of {budget} tokens is spent"
+                f" ({used} used): raise it to go on", "recoverable": False}  # fmt: skip
+    return None
+
+
+def _agentic_step(step: Step) -> dict[str, Any]:
+    """AgenticStep's fields."""
+    return {
+        "step_index": step.index,
+        "text": step.text,
+        "tool_calls": [_tool_call(call, None) for call, _ in step.calls],
+        "tool_results": [_tool_result(result) for _, result in step.calls if result is not None],
+        "usage": _usage(step.usage),
+        "finish_reason": step.finish_reason,
+    }
+
+
+def _tool_call(call: ToolCall, result: ToolOutput | None) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+        "result": _tool_result(result) if result is not None else None,
+    }
+
+
+def _tool_result(result: ToolOutput) -> dict[str, Any]:
+    return {"success": result.success, "output": result.output, "error": result.error,
+            "metadata": result.string_metadata()}  # fmt: skip
+
+
+def _usage(usage: Usage) -> dict[str, int]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
     }

@@ -95,6 +95,14 @@ class StepStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STEP_STATUS_COMPLETED: _ClassVar[StepStatus]
     STEP_STATUS_FAILED: _ClassVar[StepStatus]
     STEP_STATUS_SKIPPED: _ClassVar[StepStatus]
+
+class AgenticStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    AGENTIC_STRATEGY_AUTO: _ClassVar[AgenticStrategy]
+    AGENTIC_STRATEGY_DIRECT: _ClassVar[AgenticStrategy]
+    AGENTIC_STRATEGY_PLANNED: _ClassVar[AgenticStrategy]
+    AGENTIC_STRATEGY_ITERATIVE: _ClassVar[AgenticStrategy]
+    AGENTIC_STRATEGY_PARALLEL: _ClassVar[AgenticStrategy]
 STORAGE_TYPE_UNSPECIFIED: StorageType
 STORAGE_TYPE_MEMORY: StorageType
 STORAGE_TYPE_FILE: StorageType
@@ -147,6 +155,11 @@ STEP_STATUS_IN_PROGRESS: StepStatus
 STEP_STATUS_COMPLETED: StepStatus
 STEP_STATUS_FAILED: StepStatus
 STEP_STATUS_SKIPPED: StepStatus
+AGENTIC_STRATEGY_AUTO: AgenticStrategy
+AGENTIC_STRATEGY_DIRECT: AgenticStrategy
+AGENTIC_STRATEGY_PLANNED: AgenticStrategy
+AGENTIC_STRATEGY_ITERATIVE: AgenticStrategy
+AGENTIC_STRATEGY_PARALLEL: AgenticStrategy
 
 class HealthCheckRequest(_message.Message):
     __slots__ = ()
@@ -2446,3 +2459,145 @@ class PlanStep(_message.Message):
     status: StepStatus
     success_criteria: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, id: _Optional[str] = ..., description: _Optional[str] = ..., tool: _Optional[str] = ..., dependencies: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[StepStatus, str]] = ..., success_criteria: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AgenticGenerateRequest(_message.Message):
+    __slots__ = ("session_id", "prompt", "strategy", "max_steps", "reflection", "planning")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    MAX_STEPS_FIELD_NUMBER: _ClassVar[int]
+    REFLECTION_FIELD_NUMBER: _ClassVar[int]
+    PLANNING_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    prompt: str
+    strategy: AgenticStrategy
+    max_steps: int
+    reflection: bool
+    planning: bool
+    def __init__(self, session_id: _Optional[str] = ..., prompt: _Optional[str] = ..., strategy: _Optional[_Union[AgenticStrategy, str]] = ..., max_steps: _Optional[int] = ..., reflection: _Optional[bool] = ..., planning: _Optional[bool] = ...) -> None: ...
+
+class AgenticGenerateResponse(_message.Message):
+    __slots__ = ("session_id", "text", "steps", "tool_calls", "usage", "finish_reason", "plan")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    text: str
+    steps: _containers.RepeatedCompositeFieldContainer[AgenticStep]
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
+    usage: Usage
+    finish_reason: str
+    plan: ExecutionPlan
+    def __init__(self, session_id: _Optional[str] = ..., text: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[AgenticStep, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., finish_reason: _Optional[str] = ..., plan: _Optional[_Union[ExecutionPlan, _Mapping]] = ...) -> None: ...
+
+class AgenticGenerateEvent(_message.Message):
+    __slots__ = ("type", "session_id", "content", "tool_call", "tool_result", "tool_call_id", "step_index", "step_text", "plan", "confidence", "should_retry", "insight", "confirmation_id", "tool_name", "tool_args", "timeout_ms", "approved", "agent_name", "agent_task", "agent_session_id", "agent_result", "before_tokens", "after_tokens", "external_task", "error_message", "recoverable", "finish_reason", "usage")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_INDEX_FIELD_NUMBER: _ClassVar[int]
+    STEP_TEXT_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    SHOULD_RETRY_FIELD_NUMBER: _ClassVar[int]
+    INSIGHT_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_ARGS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    APPROVED_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    AGENT_TASK_FIELD_NUMBER: _ClassVar[int]
+    AGENT_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_RESULT_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    AFTER_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    EXTERNAL_TASK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RECOVERABLE_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    session_id: str
+    content: str
+    tool_call: ToolCall
+    tool_result: ToolResult
+    tool_call_id: str
+    step_index: int
+    step_text: str
+    plan: ExecutionPlan
+    confidence: float
+    should_retry: bool
+    insight: str
+    confirmation_id: str
+    tool_name: str
+    tool_args: str
+    timeout_ms: int
+    approved: bool
+    agent_name: str
+    agent_task: str
+    agent_session_id: str
+    agent_result: str
+    before_tokens: int
+    after_tokens: int
+    external_task: ExternalTask
+    error_message: str
+    recoverable: bool
+    finish_reason: str
+    usage: Usage
+    def __init__(self, type: _Optional[str] = ..., session_id: _Optional[str] = ..., content: _Optional[str] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ..., tool_call_id: _Optional[str] = ..., step_index: _Optional[int] = ..., step_text: _Optional[str] = ..., plan: _Optional[_Union[ExecutionPlan, _Mapping]] = ..., confidence: _Optional[float] = ..., should_retry: _Optional[bool] = ..., insight: _Optional[str] = ..., confirmation_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_args: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., approved: _Optional[bool] = ..., agent_name: _Optional[str] = ..., agent_task: _Optional[str] = ..., agent_session_id: _Optional[str] = ..., agent_result: _Optional[str] = ..., before_tokens: _Optional[int] = ..., after_tokens: _Optional[int] = ..., external_task: _Optional[_Union[ExternalTask, _Mapping]] = ..., error_message: _Optional[str] = ..., recoverable: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+
+class DelegateRequest(_message.Message):
+    __slots__ = ("session_id", "agent_name", "task", "max_steps", "allowed_tools")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    MAX_STEPS_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    agent_name: str
+    task: str
+    max_steps: int
+    allowed_tools: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., task: _Optional[str] = ..., max_steps: _Optional[int] = ..., allowed_tools: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DelegateResponse(_message.Message):
+    __slots__ = ("session_id", "agent_session_id", "text", "steps", "tool_calls", "usage", "finish_reason")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    agent_session_id: str
+    text: str
+    steps: _containers.RepeatedCompositeFieldContainer[AgenticStep]
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
+    usage: Usage
+    finish_reason: str
+    def __init__(self, session_id: _Optional[str] = ..., agent_session_id: _Optional[str] = ..., text: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[AgenticStep, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., finish_reason: _Optional[str] = ...) -> None: ...
+
+class AgenticStep(_message.Message):
+    __slots__ = ("step_index", "text", "tool_calls", "tool_results", "usage", "finish_reason")
+    STEP_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    step_index: int
+    text: str
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
+    tool_results: _containers.RepeatedCompositeFieldContainer[ToolResult]
+    usage: Usage
+    finish_reason: str
+    def __init__(self, step_index: _Optional[int] = ..., text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_results: _Optional[_Iterable[_Union[ToolResult, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., finish_reason: _Optional[str] = ...) -> None: ...

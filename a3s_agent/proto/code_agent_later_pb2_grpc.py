@@ -470,6 +470,26 @@ class CodeAgentServiceStub:
                 request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CheckGoalAchievementRequest.SerializeToString,
                 response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CheckGoalAchievementResponse.FromString,
                 _registered_method=True)
+        self.AgenticGenerate = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/AgenticGenerate',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.AgenticGenerateRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.AgenticGenerateResponse.FromString,
+                _registered_method=True)
+        self.StreamAgenticGenerate = channel.unary_stream(
+                '/a3s.code.agent.v1.CodeAgentService/StreamAgenticGenerate',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.AgenticGenerateRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.AgenticGenerateEvent.FromString,
+                _registered_method=True)
+        self.Delegate = channel.unary_unary(
+                '/a3s.code.agent.v1.CodeAgentService/Delegate',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DelegateRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DelegateResponse.FromString,
+                _registered_method=True)
+        self.StreamDelegate = channel.unary_stream(
+                '/a3s.code.agent.v1.CodeAgentService/StreamDelegate',
+                request_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DelegateRequest.SerializeToString,
+                response_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.AgenticGenerateEvent.FromString,
+                _registered_method=True)
 
 
 class CodeAgentServiceServicer:
@@ -1001,6 +1021,31 @@ class CodeAgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AgenticGenerate(self, request, context):
+        """Server-side agentic loop and delegation (a3s-string-dialect.md 4.11)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamAgenticGenerate(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Delegate(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamDelegate(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CodeAgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1438,6 +1483,26 @@ def add_CodeAgentServiceServicer_to_server(servicer, server):
                     servicer.CheckGoalAchievement,
                     request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CheckGoalAchievementRequest.FromString,
                     response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CheckGoalAchievementResponse.SerializeToString,
+            ),
+            'AgenticGenerate': grpc.unary_unary_rpc_method_handler(
+                    servicer.AgenticGenerate,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.AgenticGenerateRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.AgenticGenerateResponse.SerializeToString,
+            ),
+            'StreamAgenticGenerate': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamAgenticGenerate,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.AgenticGenerateRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.AgenticGenerateEvent.SerializeToString,
+            ),
+            'Delegate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Delegate,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DelegateRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DelegateResponse.SerializeToString,
+            ),
+            'StreamDelegate': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamDelegate,
+                    request_deserializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DelegateRequest.FromString,
+                    response_serializer=a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.AgenticGenerateEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -3789,6 +3854,114 @@ class CodeAgentService:
             '/a3s.code.agent.v1.CodeAgentService/CheckGoalAchievement',
             a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CheckGoalAchievementRequest.SerializeToString,
             a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.CheckGoalAchievementResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AgenticGenerate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/AgenticGenerate',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.AgenticGenerateRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.AgenticGenerateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamAgenticGenerate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/StreamAgenticGenerate',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.AgenticGenerateRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.AgenticGenerateEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Delegate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/Delegate',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DelegateRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DelegateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamDelegate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/a3s.code.agent.v1.CodeAgentService/StreamDelegate',
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.DelegateRequest.SerializeToString,
+            a3s_dot_code_dot_agent_dot_v1_dot_code__agent__later__pb2.AgenticGenerateEvent.FromString,
             options,
             channel_credentials,
             insecure,

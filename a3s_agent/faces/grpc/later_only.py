@@ -1,14 +1,12 @@
-"""The RPCs only the later A3S dialect has (a3s-string-dialect.md sections 3 and 4): those a3s-agent
-serves (faces/later_service.py lists them), in the later dialect's messages (code_agent_later_pb2),
-and a refusal naming the group for every other one. service.py registers `later_only_handlers`
-beside the shared RPCs."""
+"""The RPCs only the later A3S dialect has (a3s-string-dialect.md sections 3 and 4; faces/later_service.py
+lists them by group), in the later dialect's messages (code_agent_later_pb2). service.py registers
+`later_only_handlers` beside the shared RPCs."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
-from typing import Any, NoReturn
+from typing import Any
 
 import grpc
 from google.protobuf.message import Message as ProtoMessage
@@ -18,8 +16,8 @@ from ...base.models import Todo
 from ...proto import code_agent_later_pb2 as later
 from .. import agent_service
 from .. import later_service as groups
-from ..status import log_call
 from .errors import decoding, rpc
+from .later_agentic import LaterAgenticService
 from .later_cron import LaterCronService
 from .later_lsp import LaterLspService
 from .later_memory import LaterMemoryService
@@ -145,27 +143,6 @@ def _todos_to_pb(todos: Sequence[Todo]) -> list[later.Todo]:
     return [later.Todo(id=t.id, content=t.content, status=t.status, priority=t.priority) for t in todos]
 
 
-# --- the groups a3s-agent does not serve -----------------------------------------------------
-
-
-def _refusing(method: str) -> grpc.RpcMethodHandler:
-    """UNIMPLEMENTED naming the group; the request's bytes are not read."""
-    message = groups.refusal(method)
-
-    async def refuse(raw: bytes, context: grpc.aio.ServicerContext) -> NoReturn:
-        log_call(method, "", time.perf_counter(), grpc.StatusCode.UNIMPLEMENTED.name)
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, message)
-        raise AssertionError("unreachable: abort raises")
-
-    async def refuse_stream(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-        await refuse(raw, context)
-        yield b""  # pragma: no cover - makes this an async generator
-
-    if method in groups.STREAMING:
-        return grpc.unary_stream_rpc_method_handler(refuse_stream)
-    return grpc.unary_unary_rpc_method_handler(refuse)
-
-
 SERVICES: dict[groups.Group, type[Any]] = {
     groups.HISTORY: LaterOnlyService,
     groups.TODOS: LaterOnlyService,
@@ -177,28 +154,34 @@ SERVICES: dict[groups.Group, type[Any]] = {
     groups.SKILLS: LaterSkillsService,
     groups.PROVIDERS: LaterProviderService,
     groups.PLANNING: LaterPlanningService,
+    groups.AGENTIC: LaterAgenticService,
 }
 """The class serving each served group (later_service.SERVED): one method per RPC, over `app`."""
 
 
 def later_only_handlers(app: Application) -> dict[str, grpc.RpcMethodHandler]:
-    """Every later-only RPC by method name: the served ones (requests decoded with the later
-    dialect's classes; undecodable bytes are INVALID_ARGUMENT) and the refused ones."""
+    """Every later-only RPC by method name (requests decoded with the later dialect's classes;
+    undecodable bytes are INVALID_ARGUMENT)."""
     services = {kind: kind(app) for kind in set(SERVICES.values())}
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for group in groups.SERVED:
-        handlers.update(_unary_handlers(services[SERVICES[group]], group.methods))
-    handlers.update({name: _refusing(name) for name in groups.NOT_SERVED_METHODS})
+        handlers.update(_handlers(services[SERVICES[group]], group.methods))
     return handlers
 
 
-def _unary_handlers(service: object, names: Iterable[str]) -> dict[str, grpc.RpcMethodHandler]:
+def _handlers(service: object, names: Iterable[str]) -> dict[str, grpc.RpcMethodHandler]:
     """The handlers of the RPCs `names`, each the `service` method of its name."""
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for name in names:
-        request_type = getattr(later, SERVICE.methods_by_name[name].input_type.name)
-        behavior = decoding(getattr(service, name), request_type, streaming=False)
-        handlers[name] = grpc.unary_unary_rpc_method_handler(behavior, response_serializer=_serialize)
+        method = SERVICE.methods_by_name[name]
+        request_type = getattr(later, method.input_type.name)
+        behavior = decoding(getattr(service, name), request_type, streaming=method.server_streaming)
+        kind = (
+            grpc.unary_stream_rpc_method_handler
+            if method.server_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[name] = kind(behavior, response_serializer=_serialize)
     return handlers
 
 

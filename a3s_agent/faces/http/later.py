@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .. import later_service as groups
 from . import (
+    later_agentic,
     later_cron,
     later_lsp,
     later_memory,
@@ -14,7 +15,7 @@ from . import (
     later_session,
     later_skills,
 )
-from .rpc_table import Handler, Handlers
+from .rpc_table import Handler, Handlers, StreamHandler
 
 SERVED: dict[groups.Group, Handlers] = {
     groups.HISTORY: later_session.HANDLERS,
@@ -27,12 +28,13 @@ SERVED: dict[groups.Group, Handlers] = {
     groups.SKILLS: later_skills.HANDLERS,
     groups.PROVIDERS: later_providers.HANDLERS,
     groups.PLANNING: later_planning.HANDLERS,
+    groups.AGENTIC: later_agentic.HANDLERS,
 }
 
 
-def _handlers() -> dict[str, Handler]:
+def _handlers() -> dict[str, Handler | StreamHandler]:
     """Every served RPC's handler; a group with an RPC and no handler fails the import."""
-    found: dict[str, Handler] = {}
+    found: dict[str, Handler | StreamHandler] = {}
     for group in groups.SERVED:
         missing = [name for name in group.methods if name not in SERVED[group]]
         if missing:

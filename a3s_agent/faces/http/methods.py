@@ -1,8 +1,7 @@
 """The RPC table: every CodeAgentService RPC (schema.METHODS) as its request's plain form
 (codec.decode) converted (convert.py), one call into the application layer, and the reply's plain
 form encoded (codec.encode), as faces/grpc/service.py does for protobuf. The later dialect's own
-RPCs (later_schema.METHODS) come the same way from later.py, in that dialect's messages (codec.LATER);
-those of the groups a3s-agent does not serve are UNIMPLEMENTED naming the group.
+RPCs (later_schema.METHODS) come the same way from later.py, in that dialect's messages (codec.LATER).
 
 A call's `a3s-*` metadata (faces/call_metadata.py) comes in and goes out as CallMetadata: app.py
 fills it from the request's headers of those names and answers a unary call's reply pairs as
@@ -20,10 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ...app import Application
 from ...app.lifecycle import InitializeRequest
@@ -32,9 +30,8 @@ from ...app.types import StructuredDone, TextEvent
 from ...base.errors import InvalidArgument
 from ...base.models import DEFAULT_PROVIDER, Message
 from .. import agent_service as service
-from .. import call_metadata, later_service
+from .. import call_metadata
 from ..call_metadata import Metadata, Pairs
-from ..status import log_call
 from . import convert
 from .codec import BOX, LATER, Codec, CodecError
 from .convert import Given, Plain, number
@@ -42,6 +39,7 @@ from .errors import CallError, stream_call, unary_call
 from .later import HANDLERS as LATER_HANDLERS
 from .later_schema import METHODS as LATER_RPCS
 from .rpc_table import Handler as Plainly
+from .rpc_table import Started, StreamHandler
 from .schema import METHODS as RPCS
 from .schema import Method as Rpc
 
@@ -55,8 +53,6 @@ class CallMetadata:
 
 
 Unary = Callable[[Application, Given, CallMetadata], Awaitable[Plain]]
-Started = Callable[[], None]
-"""Called once a stream has started (and maybe again: only the first call counts)."""
 Streaming = Callable[[Application, Given, CallMetadata, Started], AsyncIterator[Plain]]
 Cursor = Callable[[dict[str, Any]], str]
 
@@ -124,9 +120,6 @@ def find_method(name: object) -> Method:
     if not isinstance(name, str) or not name:
         raise CallError("INVALID_ARGUMENT", "method must be a non-empty string naming an RPC")
     method = _BY_NAME.get(name)
-    if method is None and (refused := _REFUSED.get(name)):
-        log_call(refused, "", time.perf_counter(), "UNIMPLEMENTED")
-        raise CallError("UNIMPLEMENTED", later_service.refusal(refused))
     if method is None:
         raise CallError(
             "UNIMPLEMENTED", f"unknown method {name!r}", {"methods": sorted(_snake(n) for n in METHODS)}
@@ -617,8 +610,21 @@ def _method(rpc: Rpc) -> Method:
 
 
 def _later_method(rpc: Rpc) -> Method:
-    unary = _without_metadata(LATER_HANDLERS[rpc.name])
+    handler = LATER_HANDLERS[rpc.name]
+    if rpc.server_streaming:
+        streaming = _without_call_metadata(cast(StreamHandler, handler))
+        return Method(rpc.name, rpc.input, rpc.output, True, _streaming=streaming, codec=LATER)
+    unary = _without_metadata(cast(Plainly, handler))
     return Method(rpc.name, rpc.input, rpc.output, False, _unary=unary, codec=LATER)
+
+
+def _without_call_metadata(handler: StreamHandler) -> Streaming:
+    def streaming(
+        app: Application, request: Given, metadata: CallMetadata, started: Started
+    ) -> AsyncIterator[Plain]:
+        return handler(app, request, started)
+
+    return streaming
 
 
 METHODS: dict[str, Method] = {
@@ -628,7 +634,3 @@ METHODS: dict[str, Method] = {
 """Every RPC served, by its proto name: the service's, and the later dialect's own of the groups
 later_service.SERVED lists; a missing handler fails the import."""
 _BY_NAME = {**METHODS, **{_snake(name): method for name, method in METHODS.items()}}
-_REFUSED = {
-    **{name: name for name in later_service.NOT_SERVED_METHODS},
-    **{_snake(name): name for name in later_service.NOT_SERVED_METHODS},
-}
