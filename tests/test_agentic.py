@@ -21,7 +21,7 @@ from a3s_agent.testing.fake_llm import hang, text, tool_call
 from .conftest import LiveServer, agent_settings, eventually, new_session, running
 from .scripted_model import ScriptedProvider
 from .test_http import serving, sse
-from .test_subagents import Conversations
+from .test_subagents import Conversations, events_of, named
 
 NOTES = "the meeting moved to Thursday\n"
 TASK = "Read notes.txt and say what it holds"
@@ -145,6 +145,68 @@ async def test_stream_delegate_tells_the_childs_steps_in_order_over_grpc_and_sse
         for key in ("usage", "tool_call_id", "tool_call", "tool_result"):  # ids and counts differ per run
             got.pop(key, None), want.pop(key, None)
         assert got == want
+
+
+async def test_stream_delegate_tells_a_confirmation_and_an_external_task_and_their_answers(
+    scripted_agent: LiveServer, scripted: ScriptedProvider, stub: later_grpc.CodeAgentServiceStub
+) -> None:
+    """The child's write needs a confirmation and then runs on the host (an external lane): the
+    stream says so as each happens, the client answers with the parent's session id."""
+    scripted.script(tool_call("write_file", {"path": "c.txt", "content": "x"}), text("written"))
+    parent = await new_session(scripted_agent)
+    policy = pb.ConfirmationPolicy(
+        enabled=True, require_confirm_tools=["write_file"], default_timeout_ms=10_000,
+        timeout_action=pb.TIMEOUT_ACTION_REJECT,
+    )  # fmt: skip
+    await scripted_agent.stub.SetConfirmationPolicy(
+        pb.SetConfirmationPolicyRequest(session_id=parent, policy=policy)
+    )
+    lane = pb.LaneHandlerConfig(mode=pb.TASK_HANDLER_MODE_EXTERNAL, timeout_ms=10_000)
+    await scripted_agent.stub.SetLaneHandler(
+        pb.SetLaneHandlerRequest(session_id=parent, lane=pb.SESSION_LANE_EXECUTE, config=lane)
+    )
+    request = later.DelegateRequest(session_id=parent, agent_name="general", task="Write c.txt")
+    seen: list[later.AgenticGenerateEvent] = []
+    async with asyncio.timeout(20):
+        async for event in stub.StreamDelegate(request):
+            seen.append(event)
+            if event.type == "confirmation_required":
+                answer = pb.ConfirmToolExecutionRequest(
+                    session_id=parent, tool_id=event.confirmation_id, approved=True
+                )
+                assert (await scripted_agent.stub.ConfirmToolExecution(answer)).success
+            elif event.type == "external_task_pending":
+                done = pb.CompleteExternalTaskRequest(
+                    session_id=parent,
+                    task_id=event.external_task.task_id,
+                    success=True,
+                    result="written on the host",
+                )
+                assert (await scripted_agent.stub.CompleteExternalTask(done)).success
+    types = [e.type for e in seen]
+    order = ["confirmation_required", "confirmation_received", "external_task_pending", "done"]
+    assert [t for t in types if t in order] == order, types
+    assert "external_task_completed" in types, types
+    child = seen[0].agent_session_id
+    asked, answered, pending = (seen[types.index(t)] for t in order[:3])
+    assert (asked.tool_name, json.loads(asked.tool_args)["path"]) == ("write_file", "c.txt")
+    assert (answered.confirmation_id, answered.approved, answered.agent_session_id) == (
+        asked.confirmation_id,
+        True,
+        child,
+    )
+    task = pending.external_task
+    assert (task.session_id, task.command_type, task.lane) == (
+        child,
+        "write_file",
+        later.SESSION_LANE_EXECUTE,
+    )
+    completed = seen[types.index("external_task_completed")].external_task
+    assert (completed.task_id, completed.session_id) == (task.task_id, child)
+    result = next(e for e in seen if e.type == "tool_result")
+    assert result.tool_result.output == "written on the host"
+    assert not (scripted_agent.workspace / "c.txt").exists()  # the host ran it, not the server
+    assert (seen[-1].content, seen[-1].finish_reason) == ("written", "stop")
 
 
 # --- AgenticGenerate ------------------------------------------------------------------------------
@@ -281,6 +343,32 @@ async def test_cancel_during_an_sse_stream_ends_it_cancelled(
                 events = await sse(response)
     done = [data for kind, data in events if kind == "message"][-1]
     assert (done["type"], done["finish_reason"]) == ("done", "cancelled")
+
+
+async def test_stream_delegate_stops_with_cancel_and_with_its_client(
+    scripted_agent: LiveServer, scripted: ScriptedProvider, stub: later_grpc.CodeAgentServiceStub
+) -> None:
+    scripted.script(hang(), hang())
+    parent = await new_session(scripted_agent)
+    request = later.DelegateRequest(session_id=parent, agent_name="explore", task="Wait")
+    seen: list[later.AgenticGenerateEvent] = []
+    async with asyncio.timeout(20):
+        async for event in stub.StreamDelegate(request):
+            seen.append(event)
+            if event.type == "subagent_start":
+                await eventually(lambda: len(scripted.requests) == 1, "the child's model call")
+                assert (await scripted_agent.stub.Cancel(pb.CancelRequest(session_id=parent))).success
+    assert kinds(seen) == ["subagent_start", "done"] and seen[-1].finish_reason == "cancelled"
+    # A client that goes away stops its child: the parent's log tells the child's end.
+    stream = stub.StreamDelegate(request)
+    async with asyncio.timeout(20):
+        async for event in stream:
+            if event.type == "subagent_start":
+                await eventually(lambda: len(scripted.requests) == 2, "the second child's model call")
+                stream.cancel()
+                break
+    ends = await events_of(scripted_agent, parent, lambda events: len(named(events, "subagent_end")) == 2)
+    assert [e.data["finish_reason"] for e in named(ends, "subagent_end")] == ["cancelled", "cancelled"]
 
 
 # --- bad input ----------------------------------------------------------------------------------

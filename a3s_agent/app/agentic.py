@@ -5,15 +5,17 @@ makes (app/generation.py's, app/subagents.py's), told as steps: one per model tu
 tool calls, results and usage.
 
 What the faces get is a stream of `Item`s: the run's own events as they happen (`Progress`), a
-`StepFinished` after each model turn, `PlanMade` and `Reflected` when asked for, `Failed` when the
-run broke after it started, and `Finished` last, with the whole outcome."""
+`StepFinished` after each model turn, `PlanMade` and `Reflected` when asked for, the session's
+confirmations answered and external tasks (`Told`, from its log), `Failed` when the run broke
+after it started, and `Finished` last, with the whole outcome."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from ..base.errors import AgentError, Cancelled, FailedPrecondition, InvalidArgument
+from ..base.errors import AgentError, Cancelled, FailedPrecondition, InvalidArgument, NotFound
 from ..base.models import Message, ToolCall, Usage
 from ..base.planning import Goal, Plan
 from ..core.agents.definition import MAX_STEPS
@@ -29,6 +31,7 @@ from ..core.loop.agent import (
     ToolResultEvent,
     TurnEvent,
 )
+from ..core.store.events import EVENT, Event, EventType, Filter, entry_event
 from ..runtime import Runtime
 from ..runtime.subagents import SUBAGENT_END
 from ..tools.registry import ToolOutput
@@ -101,7 +104,26 @@ class Finished:
         return [call for step in self.steps for call in step.calls]
 
 
-Item = Progress | StepFinished | PlanMade | Reflected | Failed | Finished
+@dataclass(frozen=True)
+class Told:
+    """An event of the session's log that the run's own stream does not carry: a confirmation's
+    answer, an external task handed to the host or completed (a subagent's too, naming it)."""
+
+    event: Event
+
+
+Item = Progress | StepFinished | PlanMade | Reflected | Told | Failed | Finished
+
+TOLD = frozenset(
+    {EventType.CONFIRMATION_RECEIVED, EventType.EXTERNAL_TASK_PENDING, EventType.EXTERNAL_TASK_COMPLETED}
+)
+ENDING_S = 10.0
+"""How long a stream that ends waits for its run's task to stop (its tools killed)."""
+
+
+@dataclass(frozen=True)
+class _End:
+    error: Exception | None = None
 
 
 class Agentic:
@@ -113,7 +135,7 @@ class Agentic:
         self._planning = planning
         self._subagents = subagents
 
-    async def generate(
+    def generate(
         self,
         session_id: str,
         prompt: str,
@@ -128,6 +150,73 @@ class Agentic:
         list) and the prompt carries it; with `reflection`, the model checks the outcome against
         the prompt after the run (CheckGoalAchievement's judgement). What fails before the run
         starts raises: NotFound, InvalidArgument, FailedPrecondition (no model)."""
+        run = self._generate(session_id, prompt, max_steps, planning, reflection)
+        return self._with_told(session_id, run)
+
+    def delegate(
+        self,
+        session_id: str,
+        agent: str,
+        task: str,
+        *,
+        max_steps: int = 0,
+        allowed_tools: tuple[str, ...] = (),
+    ) -> AsyncIterator[Item]:
+        """`agent` run on `task` as a child of the session (app/subagents.py `delegate`, whose
+        errors it raises): the child's events, and its outcome last, whose `agent_session_id` is
+        the child's session. It stops when the caller does (and with Cancel)."""
+        return self._with_told(session_id, self._delegate(session_id, agent, task, max_steps, allowed_tools))
+
+    async def _with_told(self, session_id: str, items: AsyncIterator[Item]) -> AsyncIterator[Item]:
+        """`items`, run in a task of their own, and the `Told` events of the session (and its
+        subagents) while they come; what `items` raise is raised, and when the caller stops, so
+        do they."""
+        subscription = await self._rt.events.subscribe(Filter(None, EVENT, TOLD))
+        queue: asyncio.Queue[Item | _End] = asyncio.Queue()
+
+        async def run() -> None:
+            try:
+                async for item in items:
+                    queue.put_nowait(item)
+            except Exception as exc:
+                queue.put_nowait(_End(exc))
+            else:
+                queue.put_nowait(_End())
+
+        async def watch() -> None:
+            async for entry in subscription:
+                event = entry_event(entry)
+                if self._concerns(session_id, event):
+                    queue.put_nowait(Told(event))
+
+        tasks = [asyncio.create_task(run()), asyncio.create_task(watch())]
+        try:
+            while not isinstance(item := await queue.get(), _End):
+                yield item
+            if item.error is not None:
+                raise item.error
+        finally:
+            subscription.close()
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks, timeout=ENDING_S)
+
+    def _concerns(self, session_id: str, event: Event) -> bool:
+        """Whether `event` is the session's, or an external task completed in one of its subagents
+        (the other events of a subagent are in its parents' logs too)."""
+        if event.session_id == session_id:
+            return True
+        if event.type is not EventType.EXTERNAL_TASK_COMPLETED or event.session_id is None:
+            return False
+        try:
+            session = self._rt.sessions.get(event.session_id)
+        except NotFound:
+            return False
+        return any(above.id == session_id for above in self._rt.sessions.lineage(session))
+
+    async def _generate(
+        self, session_id: str, prompt: str, max_steps: int, planning: bool, reflection: bool
+    ) -> AsyncIterator[Item]:
         if not prompt.strip():
             raise InvalidArgument("prompt is required: what the agent is to do")
         limit = _checked_steps(max_steps) or DEFAULT_MAX_TOOL_CALLS
@@ -157,18 +246,9 @@ class Agentic:
             yield await self._reflect(session_id, prompt, done.text)
         yield done
 
-    async def delegate(
-        self,
-        session_id: str,
-        agent: str,
-        task: str,
-        *,
-        max_steps: int = 0,
-        allowed_tools: tuple[str, ...] = (),
+    async def _delegate(
+        self, session_id: str, agent: str, task: str, max_steps: int, allowed_tools: tuple[str, ...]
     ) -> AsyncIterator[Item]:
-        """`agent` run on `task` as a child of the session (app/subagents.py `delegate`, whose
-        errors it raises), in the caller's task: the child's events, and its outcome last, whose
-        `agent_session_id` is the child's session."""
         await self._rt.sessions.refresh(session_id)
         if not self._rt.llm_for(self._rt.sessions.get(session_id)).model:
             raise FailedPrecondition(NO_LLM_MESSAGE)

@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..app import Application
-from ..app.agentic import Failed, Finished, Item, PlanMade, Progress, Reflected, Step, StepFinished
+from ..app.agentic import Failed, Finished, Item, PlanMade, Progress, Reflected, Step, StepFinished, Told
 from ..app.cron import CronExecution, CronJob, ExecutionStatus, JobType
 from ..app.history import Conversation, TextBlock, ToolResultBlock, ToolUseBlock
-from ..app.types import NoticeEvent, TextEvent, ToolCallEvent, ToolOutput, ToolResultEvent
+from ..app.types import Event, EventType, NoticeEvent, TextEvent, ToolCallEvent, ToolOutput, ToolResultEvent
 from ..base.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from ..base.memories import Memory, MemoryType
 from ..base.models import DEFAULT_PROVIDER, ToolCall, Usage
@@ -490,6 +490,8 @@ def _event_fields(item: Item) -> dict[str, Any] | None:
                 "insight": item.insight}  # fmt: skip
     if isinstance(item, Failed):
         return {"type": "error", "error_message": str(item.error), "recoverable": item.recoverable}
+    if isinstance(item, Told):
+        return _told(item.event)
     return {
         "type": "done",
         "content": item.text,
@@ -538,6 +540,28 @@ def _notice(data: dict[str, str]) -> dict[str, Any] | None:
         return {"type": "error", "error_message": f"the session's token budget of {budget} tokens is spent"
                 f" ({used} used): raise it to go on", "recoverable": False}  # fmt: skip
     return None
+
+
+def _told(event: Event) -> dict[str, Any]:
+    """A confirmation's answer or an external task, from the session's log: `external_task`'s
+    session is the one the task waits in (a subagent's, or the session's own)."""
+    data = event.data
+    child = {"agent_session_id": data["child_session_id"]} if data.get("child_session_id") else {}
+    if event.type is EventType.CONFIRMATION_RECEIVED:
+        return {"type": "confirmation_received", "confirmation_id": data.get("tool_id"),
+                "tool_call_id": data.get("tool_id"), "approved": data.get("approved") == "true",
+                "content": data.get("reason") or None, **child}  # fmt: skip
+    task: dict[str, Any] = {
+        "task_id": data.get("task_id", ""),
+        "session_id": data.get("child_session_id") or event.session_id,
+    }
+    if event.type is EventType.EXTERNAL_TASK_PENDING:
+        lane = data.get("lane", "")
+        task.update(lane=f"SESSION_LANE_{lane}" if lane else 0, command_type=data.get("command_type", ""),
+                    payload=data.get("payload", ""))  # fmt: skip
+        return {"type": "external_task_pending", "external_task": task, "tool_name": data.get("command_type"),
+                **child}  # fmt: skip
+    return {"type": "external_task_completed", "external_task": task, "content": data.get("success")}
 
 
 def _agentic_step(step: Step) -> dict[str, Any]:
