@@ -189,7 +189,11 @@ async def test_stream_delegate_tells_a_confirmation_and_an_external_task_and_the
     assert "external_task_completed" in types, types
     child = seen[0].agent_session_id
     asked, answered, pending = (seen[types.index(t)] for t in order[:3])
-    assert (asked.tool_name, json.loads(asked.tool_args)["path"]) == ("write_file", "c.txt")
+    assert (asked.tool_name, json.loads(asked.tool_args)["path"], asked.timeout_ms) == (
+        "write_file",
+        "c.txt",
+        10_000,
+    )
     assert (answered.confirmation_id, answered.approved, answered.agent_session_id) == (
         asked.confirmation_id,
         True,

@@ -531,7 +531,8 @@ def _notice(data: dict[str, str]) -> dict[str, Any] | None:
                 "error_message": data.get("error"), **child}  # fmt: skip
     if kind == "confirmation_required":
         return {"type": kind, "confirmation_id": data.get("tool_id"), "tool_call_id": data.get("tool_id"),
-                "tool_name": data.get("tool_name"), "tool_args": data.get("arguments"), **child}  # fmt: skip
+                "tool_name": data.get("tool_name"), "tool_args": data.get("arguments"),
+                "timeout_ms": int(data.get("timeout_ms") or 0) or None, **child}  # fmt: skip
     if kind == "context_compacted":
         return {"type": "context_compact", "before_tokens": int(data.get("before_tokens", 0)),
                 "after_tokens": int(data.get("after_tokens", 0)), "content": data.get("summary")}  # fmt: skip

@@ -115,7 +115,7 @@ class ToolGate:
         if verdict.decision == "ask" or confirmation.needs_confirmation(tool.name, lane):
             if confirmation.enabled:
                 notify({"type": "confirmation_required", "tool_id": call.id, "tool_name": call.name,
-                        "arguments": call.arguments})  # fmt: skip
+                        "arguments": call.arguments, "timeout_ms": str(confirmation.default_timeout_ms)})  # fmt: skip
                 outcome = await self._control.wait_for_confirmation(
                     session.id, call.id, call.name, call.arguments,
                     confirmation.default_timeout_ms, confirmation.auto_approve_on_timeout,
