@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from ..base.errors import AgentError, Cancelled, FailedPrecondition, InvalidArgument, NotFound
+from ..base.errors import AgentError, Cancelled, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from ..base.models import Message, ToolCall, Usage
 from ..base.planning import Goal, Plan
 from ..core.agents.definition import MAX_STEPS
@@ -180,6 +180,11 @@ class Agentic:
                     queue.put_nowait(item)
             except Exception as exc:
                 queue.put_nowait(_End(exc))
+            except BaseException:  # stopped from outside (the server stops, its lease was lost)
+                queue.put_nowait(
+                    _End(Unavailable("the run was stopped: the server stops or lost the session"))
+                )
+                raise
             else:
                 queue.put_nowait(_End())
 
@@ -199,7 +204,9 @@ class Agentic:
             subscription.close()
             for task in tasks:
                 task.cancel()
-            await asyncio.wait(tasks, timeout=ENDING_S)
+            ended, _ = await asyncio.wait(tasks, timeout=ENDING_S)
+            for task in ended:
+                task.cancelled() or task.exception()  # retrieved: nobody wants it now
 
     def _concerns(self, session_id: str, event: Event) -> bool:
         """Whether `event` is the session's, or an external task completed in one of its subagents
