@@ -387,6 +387,8 @@ async def test_bad_requests_get_clear_errors_over_grpc_and_http(
          grpc.StatusCode.NOT_FOUND, "nope"),
         ("Delegate", later.DelegateRequest(session_id=session_id, agent_name="nobody", task="x"),
          grpc.StatusCode.NOT_FOUND, "nobody"),
+        ("Delegate", later.DelegateRequest(session_id=session_id, agent_name="../../etc/passwd", task="x"),
+         grpc.StatusCode.NOT_FOUND, "etc/passwd"),
         ("Delegate", later.DelegateRequest(session_id=session_id, agent_name="explore", task=" "),
          grpc.StatusCode.INVALID_ARGUMENT, "task is required"),
         ("Delegate", later.DelegateRequest(session_id=session_id, agent_name="explore", task="x", max_steps=501),
@@ -413,6 +415,24 @@ async def test_bad_requests_get_clear_errors_over_grpc_and_http(
     assert scripted.requests == []  # nothing reached the model
 
 
+async def test_allowed_tools_narrow_an_agents_tools_and_never_widen_them(
+    scripted_agent: LiveServer, scripted: ScriptedProvider, stub: later_grpc.CodeAgentServiceStub
+) -> None:
+    """`explore` is read-only: naming write_file in allowed_tools does not give it write_file."""
+    (scripted_agent.workspace / "notes.txt").write_text(NOTES)
+    scripted.script(tool_call("write_file", {"path": "w.txt", "content": "x"}), text("could not"))
+    parent = await new_session(scripted_agent)
+    request = later.DelegateRequest(
+        session_id=parent, agent_name="explore", task="Write w.txt", allowed_tools=["write_file", "read_file"]
+    )
+    reply = await stub.Delegate(request)
+    offered = {t["function"]["name"] for t in scripted.requests[0].tools}
+    assert offered == {"read_file"}
+    (call,) = reply.tool_calls
+    assert (call.name, call.result.success) == ("write_file", False) and "not available" in call.result.error
+    assert not (scripted_agent.workspace / "w.txt").exists()
+
+
 async def test_a_child_may_not_delegate_past_the_depth_limit(
     scripted_agent: LiveServer, scripted: ScriptedProvider, stub: later_grpc.CodeAgentServiceStub
 ) -> None:
@@ -425,7 +445,7 @@ async def test_a_child_may_not_delegate_past_the_depth_limit(
     assert "A3S_SUBAGENT_DEPTH" in (error.details() or "")
 
 
-async def test_without_a_model_both_say_what_to_configure(workspace: Path, tmp_path: Path) -> None:
+async def test_without_a_model_both_faces_say_what_to_configure(workspace: Path, tmp_path: Path) -> None:
     async with running(agent_settings(workspace, tmp_path / "data")) as live:
         stub = later_grpc.CodeAgentServiceStub(live.channel)
         session_id = await new_session(live)
@@ -442,3 +462,12 @@ async def test_without_a_model_both_say_what_to_configure(workspace: Path, tmp_p
             error = await error_of(call)
             assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
             assert "A3S_LLM_MODEL" in (error.details() or ""), error.details()
+        async with serving(live) as http:
+            for method, body in (
+                ("StreamAgenticGenerate", {"session_id": session_id, "prompt": "x"}),
+                ("Delegate", {"session_id": session_id, "agent_name": "general", "task": "x"}),
+            ):
+                async with http.client.post(f"/rpc/{method}", json=body) as response:
+                    refused = await response.json()
+                assert (response.status, refused["error"]["code"]) == (409, "FAILED_PRECONDITION"), refused
+                assert "A3S_LLM_MODEL" in refused["error"]["message"]
