@@ -379,6 +379,12 @@ async def test_a_childs_question_reaches_the_parents_host_and_is_answered(
     assert reply.tool_calls[0].result.output == "the user said blue"
     child_last = [r for r in scripted.requests if r.body["session_id"] == f"{session_id}.c1"][-1]
     assert child_last.messages[-1]["content"] == "blue"
+    events = await events_of(  # the parent's clients see it answered too, not only asked
+        scripted_agent, session_id,
+        lambda seen: any(e.type == pb.AgentEvent.EVENT_TYPE_EXTERNAL_TASK_COMPLETED for e in seen),
+    )  # fmt: skip
+    done = next(e for e in events if e.type == pb.AgentEvent.EVENT_TYPE_EXTERNAL_TASK_COMPLETED)
+    assert (done.data["task_id"], done.data["child_session_id"]) == (asked.task_id, f"{session_id}.c1")
 
 
 async def test_the_parents_token_budget_covers_its_children(

@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from ..base.errors import AgentError, Cancelled, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from ..base.errors import AgentError, Cancelled, FailedPrecondition, InvalidArgument, Unavailable
 from ..base.models import Message, ToolCall, Usage
 from ..base.planning import Goal, Plan
 from ..core.agents.definition import MAX_STEPS
@@ -191,7 +191,7 @@ class Agentic:
         async def watch() -> None:
             async for entry in subscription:
                 event = entry_event(entry)
-                if self._concerns(session_id, event):
+                if event.session_id == session_id:  # a subagent's notices are in its parents' logs too
                     queue.put_nowait(Told(event))
 
         tasks = [asyncio.create_task(run()), asyncio.create_task(watch())]
@@ -207,19 +207,6 @@ class Agentic:
             ended, _ = await asyncio.wait(tasks, timeout=ENDING_S)
             for task in ended:
                 task.cancelled() or task.exception()  # retrieved: nobody wants it now
-
-    def _concerns(self, session_id: str, event: Event) -> bool:
-        """Whether `event` is the session's, or an external task completed in one of its subagents
-        (the other events of a subagent are in its parents' logs too)."""
-        if event.session_id == session_id:
-            return True
-        if event.type is not EventType.EXTERNAL_TASK_COMPLETED or event.session_id is None:
-            return False
-        try:
-            session = self._rt.sessions.get(event.session_id)
-        except NotFound:
-            return False
-        return any(above.id == session_id for above in self._rt.sessions.lineage(session))
 
     async def _generate(
         self, session_id: str, prompt: str, max_steps: int, planning: bool, reflection: bool

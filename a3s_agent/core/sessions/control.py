@@ -7,6 +7,7 @@ import asyncio
 import enum
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -132,6 +133,15 @@ class ControlPlane:
         """The running subagents below the session, at any depth."""
         return [child for child in self._parents if session_id in self._ancestors(child)]
 
+    def _publish_up(self, kind: EventType, session_id: str, said: str, data: Mapping[str, object]) -> None:
+        """Publish to the session, and for a subagent to each session above it too (naming it in
+        `child_session_id`): its parents' clients answer what it waits for and see it answered."""
+        self._events.publish(kind, session_id, said, data)
+        for above in self._ancestors(session_id):
+            self._events.publish(
+                kind, above, f"{said} in subagent {session_id}", {**data, "child_session_id": session_id}
+            )
+
     def _ancestors(self, session_id: str) -> list[str]:
         line: list[str] = []
         while (session_id := self._parents.get(session_id, "")) and session_id not in line:
@@ -236,14 +246,7 @@ class ControlPlane:
         waiter: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         control.confirmations[tool_id] = waiter
         data = {"tool_id": tool_id, "tool_name": tool_name, "arguments": arguments, "timeout_ms": timeout_ms}
-        self._events.publish(
-            EventType.CONFIRMATION_REQUIRED, session_id, f"{tool_name} needs confirmation", data
-        )
-        for above in self._ancestors(session_id):  # a subagent's: its parents' clients answer it
-            self._events.publish(
-                EventType.CONFIRMATION_REQUIRED, above, f"{tool_name} of subagent {session_id} needs"
-                " confirmation", {**data, "child_session_id": session_id},
-            )  # fmt: skip
+        self._publish_up(EventType.CONFIRMATION_REQUIRED, session_id, f"{tool_name} needs confirmation", data)
         try:
             return await asyncio.wait_for(waiter, timeout_ms / 1000)
         except TimeoutError:
@@ -290,12 +293,7 @@ class ControlPlane:
         waiter.set_result(Outcome(approved, reason))
         data = {"tool_id": tool_id, "approved": str(approved).lower(), "reason": reason}
         said = f"tool call {tool_id} {'approved' if approved else 'rejected'}"
-        self._events.publish(EventType.CONFIRMATION_RECEIVED, session_id, said, data)
-        for above in self._ancestors(session_id):
-            data = {**data, "child_session_id": session_id}
-            self._events.publish(
-                EventType.CONFIRMATION_RECEIVED, above, f"{said} in subagent {session_id}", data
-            )
+        self._publish_up(EventType.CONFIRMATION_RECEIVED, session_id, said, data)
 
     # --- lanes and external tasks ---------------------------------------------------------
 
@@ -329,13 +327,9 @@ class ControlPlane:
         )
         control.external[task.task_id] = task
         data = {"task_id": task.task_id, "lane": lane.name, "command_type": command_type, "payload": payload}
-        said = f"{command_type} is waiting for the host"
-        self._events.publish(EventType.EXTERNAL_TASK_PENDING, session_id, said, data)
-        for above in self._ancestors(session_id):  # a subagent's: its parents' hosts answer it
-            data = {**data, "child_session_id": session_id}
-            self._events.publish(
-                EventType.EXTERNAL_TASK_PENDING, above, f"{said} in subagent {session_id}", data
-            )
+        self._publish_up(
+            EventType.EXTERNAL_TASK_PENDING, session_id, f"{command_type} is waiting for the host", data
+        )
         outcome: tuple[bool, str, str] = (False, "", "")
         try:
             outcome = await asyncio.wait_for(task.future, timeout_ms / 1000)
@@ -367,7 +361,7 @@ class ControlPlane:
         if task is None or task.future.done():
             raise NotWaiting(f"no pending external task {task_id!r} in session {session_id!r}")
         task.future.set_result((success, result, error))
-        self._events.publish(
+        self._publish_up(
             EventType.EXTERNAL_TASK_COMPLETED,
             session_id,
             f"{task.command_type} completed by the host",
