@@ -9,7 +9,20 @@ import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from . import cpu, cron, faces, generation, hardening, lsp, memory, replicas, server, startup, tool_calls
+from . import (
+    cpu,
+    cron,
+    delegation,
+    faces,
+    generation,
+    hardening,
+    lsp,
+    memory,
+    replicas,
+    server,
+    startup,
+    tool_calls,
+)
 from .page import PAGE, write_page
 from .report import Row, Skipped, Table, machine, rows_table, today
 
@@ -32,6 +45,7 @@ SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "dialect": faces.bench_dialect,
     "sandbox": tool_calls.bench_sandbox,
     "cron": cron.bench_cron,
+    "delegation": delegation.bench_delegation,
     "task_cpu": cpu.bench_task_cpu,
     "turn_cpu": cpu.bench_turn_cpu,
     "first": startup.bench_first,

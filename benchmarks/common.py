@@ -235,17 +235,23 @@ def task_turns() -> list[dict[str, object]]:
     return [*turns, {"content": "Renamed the greeting and restored the file."}]
 
 
-async def run_task(stub: pb_grpc.CodeAgentServiceStub) -> list[str]:
-    """One six-turn task in a new session over StreamGenerate; returns the tool errors seen."""
+async def run_task(stub: pb_grpc.CodeAgentServiceStub, prompt: str = "go") -> list[str]:
+    """One task (by default the six-turn one) in a new session over StreamGenerate; returns the
+    tool errors seen, its subagents' among them."""
     session_id = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
     go = pb.GenerateRequest(
-        session_id=session_id, messages=[pb.Message(role=pb.Message.ROLE_USER, content="go")]
+        session_id=session_id, messages=[pb.Message(role=pb.Message.ROLE_USER, content=prompt)]
     )
-    return [
-        chunk.tool_result.error or chunk.tool_result.output
-        async for chunk in stub.StreamGenerate(go)
-        if chunk.type == pb.GenerateChunk.CHUNK_TYPE_TOOL_RESULT and not chunk.tool_result.success
-    ]
+    errors = []
+    async for chunk in stub.StreamGenerate(go):
+        if chunk.type == pb.GenerateChunk.CHUNK_TYPE_TOOL_RESULT and not chunk.tool_result.success:
+            errors.append(chunk.tool_result.error or chunk.tool_result.output)
+        elif (
+            chunk.type == pb.GenerateChunk.CHUNK_TYPE_METADATA
+            and chunk.metadata.get("tool_success") == "false"
+        ):
+            errors.append(f"a subagent's {chunk.metadata.get('tool_name')} failed")
+    return errors
 
 
 def task_server(

@@ -139,7 +139,7 @@ def _kind_turns(call: tuple[str, dict[str, object]] | None) -> list[dict[str, ob
     return [*([turn] * (5 if call else 0)), {"content": "Done."}]
 
 
-def _cpu_ns(pid: int) -> int:
+def cpu_ns(pid: int) -> int:
     """The CPU the process's threads have run so far, in ns (schedstat: finer than the 10 ms ticks
     of cpu_times, which a per-turn figure needs)."""
     return _per_thread(pid, "schedstat", lambda text: int(text.split()[0]))
@@ -168,12 +168,12 @@ async def bench_turn_cpu(seconds: float, workspace: Path) -> list[Row]:
             stub = pb_grpc.CodeAgentServiceStub(channel)
             await initialize(stub, fake.base_url)
             for index, kind in enumerate(order):
-                before = _cpu_ns(agent.proc.pid)
+                before = cpu_ns(agent.proc.pid)
                 for _ in range(batch):
                     if errors := await run_task(stub):
                         raise RuntimeError(f"a {kind} task failed: {errors}")
                 if index >= len(kinds):  # the first round warms up
-                    per_task[kind].append((_cpu_ns(agent.proc.pid) - before) / batch / 1e6)
+                    per_task[kind].append((cpu_ns(agent.proc.pid) - before) / batch / 1e6)
     answer = statistics.median(per_task["the answer alone"])
     rows = [Row("server CPU per task: the answer alone, in a new session (ms)", f"{answer:.1f}")]
     for kind in kinds[1:]:

@@ -40,6 +40,25 @@ def test_a_section_runs_and_prints_its_table() -> None:
     assert "[dialect done]" in done.stderr
 
 
+def test_the_delegation_section_plays_the_delegated_and_the_inline_runs() -> None:
+    """Its fake plays every conversation to its answer (no run failed, each final request seen),
+    and each of its figures comes out, whatever its value."""
+    done = bench("--only", "delegation", "--seconds", "0.2")
+    assert done.returncode == 0, done.stderr
+    rows = {
+        cells[1].strip(): cells[2].strip()
+        for cells in (line.split("|") for line in done.stdout.splitlines()[3:])
+    }
+    assert rows["model requests per run: delegated (parent and 2 children) / inline"] == "10 / 7"
+    for figure in ("server CPU", "wall time"):
+        for kind in ("delegated", "inline", "inline with an extra turn"):
+            float(rows[f"{figure} per run: {kind}, median (ms)"])
+        assert f"{figure}: overhead per child / one extra model turn" in rows
+    parent = int(rows["parent's request at its final turn (bytes)"])
+    inline = int(rows["inline run's request at its final turn (bytes)"])
+    assert rows["parent's final request / inline's"] == f"{parent / inline:.2f}"
+
+
 @pytest.mark.parametrize(
     ("args", "named"),
     [
