@@ -72,8 +72,11 @@ def kind_of(name: str, tool: Tool | None) -> ToolKind:
 
 
 def title_of(name: str, arguments: dict[str, Any]) -> str:
-    """The tool's name and what it works on: `bash pytest -q`, `read_file src/app.py`."""
+    """The tool's name and what it works on: `bash pytest -q`, `read_file src/app.py`, `task
+    explore: find the retry logic`."""
     subject = next((arguments[key] for key in _SUBJECTS if isinstance(arguments.get(key), str)), "")
+    if name == "task" and isinstance(arguments.get("agent"), str):
+        subject = f"{arguments['agent']}: {arguments.get('description') or ''}".removesuffix(": ")
     title = f"{name} {' '.join(subject.split())}".strip()
     return title if len(title) <= _MAX_TITLE else title[: _MAX_TITLE - 1] + "…"
 

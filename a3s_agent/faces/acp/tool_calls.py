@@ -1,7 +1,7 @@
 """The tool calls of one prompt turn as the editor sees them. Each goes pending (the model made it;
 also while it waits for permission) -> in_progress (it runs) -> completed or failed (with what the
 model reads back), each status sent once, nothing after the last. A plan tool call is shown as the
-session's plan instead."""
+session's plan instead; a `task` call shows its subagent's steps (subagents.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from acp.schema import TerminalToolCallContent, ToolCallProgress, ToolCallStatus, ToolCallUpdate
+from acp.schema import (
+    TerminalToolCallContent,
+    ToolCallProgress,
+    ToolCallStart,
+    ToolCallStatus,
+    ToolCallUpdate,
+)
 
 from ...app.events import Feed
 from ...app.types import Event, EventType, Tool, ToolOutput, tool_message
@@ -20,6 +26,7 @@ from .describe import ToolContent, arguments_of, output_content, shown_output, s
 from .outbox import SessionUpdate
 from .permissions import Asker
 from .plan import PLAN_TOOL, plan_update
+from .subagents import ChildSteps, child_call_id, notice_call_id
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +45,7 @@ class _Call:
     start: ToolCallUpdate  # the first report, which a permission request repeats
     status: ToolCallStatus = "pending"
     content: list[ToolContent] = field(default_factory=list)  # diffs and terminals, kept to the end
+    child: ChildSteps | None = None  # a task call's subagent, once it started
 
 
 class ToolCalls:
@@ -58,10 +66,7 @@ class ToolCalls:
     def requested(self, call: ToolCall) -> None:
         if call.name == PLAN_TOOL:
             return
-        start = started(call, self._tools.get(call.name), self._workspace)
-        self._calls[call.id] = _Call(call, ToolCallUpdate(**start.model_dump(exclude={"session_update"})))
-        self._calls[call.id].content = list(start.content or [])
-        self._send(start)
+        self._show(call, started(call, self._tools.get(call.name), self._workspace))
 
     def finished(self, call: ToolCall, result: ToolOutput) -> None:
         if call.name == PLAN_TOOL:
@@ -73,15 +78,48 @@ class ToolCalls:
         raw = {"success": result.success, "metadata": result.string_metadata()}
         self._set(call.id, "completed" if result.success else "failed", content=content, raw_output=raw)
 
-    def confirmation_required(self, tool_id: str) -> None:
-        """The call waits for a person: ask the editor (in a task: the run goes on meanwhile)."""
-        known = self._calls.get(tool_id)
+    def confirmation_required(self, data: dict[str, str]) -> None:
+        """The call `data` names waits for a person: ask the editor (in a task: the run goes on
+        meanwhile). A subagent's call (`child_session_id`) is first shown as a call of its own."""
+        child, tool_id = data.get("child_session_id", ""), data.get("tool_id", "")
+        if child:
+            self._child_call(data)
+        known = self._calls.get(notice_call_id(data))
         if known is None:
             return
-        ask = self._asker.ask(self._session_id, known.start, known.call.name, arguments_of(known.call))
+        ask = self._asker.ask(
+            self._session_id, known.start, known.call.name, arguments_of(known.call), tool_id, child
+        )
         task = asyncio.create_task(ask, name=f"acp-permission-{tool_id}")
         self._asking.add(task)
         task.add_done_callback(self._asking.discard)
+
+    def subagent(self, data: dict[str, str]) -> None:
+        """The `task` call's subagent started, took a step or ended: the call's content says so; a
+        call of the child shown on its own (it was asked about) ends with its result."""
+        known = self._calls.get(data.get("tool_id", ""))
+        if known is None:
+            return
+        if known.child is None:
+            known.child = ChildSteps()
+        known.child.noted(data)
+        if data.get("step") == "tool_result":
+            own = child_call_id(data.get("child_session_id", ""), data.get("child_tool_id", ""))
+            self._set(own, "completed" if data.get("tool_success") == "true" else "failed")
+        self._set(data.get("tool_id", ""), "in_progress", content=self._content(data.get("tool_id", "")))
+
+    def _child_call(self, data: dict[str, str]) -> None:
+        """A subagent's call, shown as one of the turn's, titled with its agent."""
+        key = notice_call_id(data)
+        call = ToolCall(key, data.get("tool_name", ""), data.get("arguments", "") or "{}")
+        start = started(call, self._tools.get(call.name), self._workspace)
+        start.title = f"{data.get('agent', 'subagent')} subagent: {start.title}"
+        self._show(call, start)
+
+    def _show(self, call: ToolCall, start: ToolCallStart) -> None:
+        update = ToolCallUpdate(**start.model_dump(exclude={"session_update"}))
+        self._calls[call.id] = _Call(call, update, content=list(start.content or []))
+        self._send(start)
 
     def attach_terminal(self, tool_name: str, command: str, terminal_id: str) -> bool:
         """Show the editor's terminal running `command` in the call that runs it."""
@@ -103,7 +141,7 @@ class ToolCalls:
             task.cancel()
         for tool_id, known in self._calls.items():
             if _RANK[known.status] < 2:
-                self._set(tool_id, "failed", content=[*known.content, output_content(reason)])
+                self._set(tool_id, "failed", content=[*self._content(tool_id), output_content(reason)])
 
     # --- from the session's live events ----------------------------------------------------
 
@@ -112,7 +150,7 @@ class ToolCalls:
             self._on_event(event)
 
     def _on_event(self, event: Event) -> None:
-        tool_id = event.data.get("tool_id", "")
+        tool_id = notice_call_id(event.data)
         if tool_id not in self._calls:
             return
         self._starting.discard(tool_id)
@@ -133,8 +171,11 @@ class ToolCalls:
             self._set(tool_id, "in_progress")
 
     def _content(self, tool_id: str) -> list[ToolContent]:
+        """What the call shows: its diffs and terminals, and its subagent's steps."""
         known = self._calls.get(tool_id)
-        return list(known.content) if known is not None else []
+        if known is None:
+            return []
+        return [*known.content, *([known.child.content()] if known.child is not None else [])]
 
     def _set(
         self,

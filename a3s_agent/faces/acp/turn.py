@@ -115,7 +115,9 @@ class Turn:
                 )
         elif isinstance(event, NoticeEvent):
             if event.data.get("type") == "confirmation_required":
-                self.calls.confirmation_required(event.data.get("tool_id", ""))
+                self.calls.confirmation_required(event.data)
+            elif event.data.get("type", "").startswith("subagent_"):
+                self.calls.subagent(event.data)
         elif isinstance(event, DoneEvent):
             generation = event.generation
             # A run a limit stopped says so after the last turn's text, which alone was streamed.

@@ -1,0 +1,93 @@
+"""Subagents as the faces other than gRPC show them, each through its real interface: ACP (`a3s-agent
+acp` driven by the ACP SDK's client), the HTTP face (REST, SSE, WebSocket, the A3S harness) and
+the MCP server face (the MCP SDK's client), against the fake LLM, which plays the parent and its
+child in turn (one child at a time: the fake answers requests in order)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from acp import text_block
+from acp.schema import ToolCallProgress, ToolCallStart
+
+from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
+
+from .test_acp import Editor, acp_agent
+
+
+def task(agent: str, prompt: str, id: str, description: str = "look") -> Any:
+    return tool_call("task", {"agent": agent, "description": description, "prompt": prompt}, id=id)
+
+
+def contents(update: ToolCallStart | ToolCallProgress) -> str:
+    return "\n".join(getattr(c.content, "text", "") for c in update.content or [] if c.type == "content")
+
+
+# --- ACP ----------------------------------------------------------------------------------------
+
+
+async def test_acp_shows_a_task_call_with_its_childs_steps_then_its_answer(
+    workspace: Path, tmp_path: Path
+) -> None:
+    (workspace / "a.txt").write_text("alpha-body\n")
+    async with FakeLLM(
+        task("explore", "Read a.txt", "call_t", "read a"),
+        tool_call("read_file", {"path": "a.txt"}, id="child_read"),
+        text("a.txt says alpha"),
+        text("The child says alpha."),
+    ) as fake:
+        editor = Editor()
+        async with acp_agent(editor, workspace, fake, tmp_path / "data") as conn:
+            session_id = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            async with asyncio.timeout(60):
+                reply = await conn.prompt(session_id=session_id, prompt=[text_block("Look at a.txt")])
+
+    assert reply.stop_reason == "end_turn" and editor.answer_text() == "The child says alpha."
+    updates = editor.call_updates("call_t")
+    assert isinstance(updates[0], ToolCallStart) and updates[0].title == "task explore: read a"
+    child = f"{session_id}.call_t"
+    # While the child works the call shows its steps: the read running, then done.
+    shown = [contents(u) for u in updates[1:-1] if u.status in (None, "in_progress")]
+    assert any("- read_file: running" in s for s in shown), shown
+    assert any("- read_file: done" in s for s in shown), shown
+    assert all(s.startswith(f"explore subagent (session {child})") for s in shown if s)
+    # It ends completed, with the steps and then the child's answer.
+    assert editor.statuses("call_t")[-1] == "completed"
+    assert editor.last_text("call_t") == "a.txt says alpha"
+    assert "- read_file: done" in contents(updates[-1])
+    assert not editor.call_updates("child_read")  # the child's calls are not the parent's
+    assert not editor.asked
+
+
+async def test_acp_asks_the_editor_about_a_childs_call_naming_the_child_and_its_answer_counts(
+    workspace: Path, tmp_path: Path
+) -> None:
+    async with FakeLLM(
+        task("general", "Make two files", "call_t", "make files"),
+        tool_call("bash", {"command": "touch made.txt"}, id="c1"),
+        tool_call("bash", {"command": "touch refused.txt"}, id="c2"),
+        text("made one, the other was refused"),
+        text("Done."),
+    ) as fake:
+        editor = Editor(answers=["allow-once", "reject-once"])
+        async with acp_agent(editor, workspace, fake, tmp_path / "data") as conn:
+            session_id = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            async with asyncio.timeout(60):  # unanswered, a child's call would wait 30 minutes
+                reply = await conn.prompt(session_id=session_id, prompt=[text_block("Make files")])
+
+    assert reply.stop_reason == "end_turn"
+    assert (workspace / "made.txt").exists() and not (workspace / "refused.txt").exists()
+    child = f"{session_id}.call_t"
+    asked = [call for call, _ in editor.asked]
+    assert [c.tool_call_id for c in asked] == [f"{child}/c1", f"{child}/c2"]
+    assert [c.title for c in asked] == [
+        "general subagent: bash touch made.txt",
+        "general subagent: bash touch refused.txt",
+    ]
+    # Each shown as a call of its own that ends with the child's result.
+    assert editor.statuses(f"{child}/c1") == ["pending", "in_progress", "completed"]
+    assert editor.statuses(f"{child}/c2")[-1] == "failed"
+    assert editor.statuses("call_t")[-1] == "completed"
+    assert editor.last_text("call_t") == "made one, the other was refused"
