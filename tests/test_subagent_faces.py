@@ -12,9 +12,11 @@ from typing import Any
 from acp import text_block
 from acp.schema import ToolCallProgress, ToolCallStart
 
+from a3s_agent.base.models import SessionConfig
 from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 
 from .test_acp import Editor, acp_agent
+from .test_mcp_server import client_of, mcp_server, texts
 
 
 def task(agent: str, prompt: str, id: str, description: str = "look") -> Any:
@@ -91,3 +93,53 @@ async def test_acp_asks_the_editor_about_a_childs_call_naming_the_child_and_its_
     assert editor.statuses(f"{child}/c2")[-1] == "failed"
     assert editor.statuses("call_t")[-1] == "completed"
     assert editor.last_text("call_t") == "made one, the other was refused"
+
+
+# --- MCP server face ----------------------------------------------------------------------------
+
+
+async def test_mcp_agent_task_naming_an_agent_delegates_to_it_as_a_subagent(
+    workspace: Path, tmp_path: Path
+) -> None:
+    (workspace / "a.txt").write_text("alpha-body\n")
+    reported: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reported.append(message or "")
+
+    async with (
+        FakeLLM(tool_call("read_file", {"path": "a.txt"}, id="r"), text("a.txt says alpha")) as fake,
+        mcp_server(workspace, tmp_path / "data", fake) as served,
+        client_of(served.url, "legacy") as client,
+    ):
+        session_id = (await served.app.sessions.create(None, SessionConfig(), [], {})).session.id
+        result = await client.call_tool(
+            "agent_task",
+            {"task": "Read a.txt", "agent": "explore", "session_id": session_id},
+            progress_callback=on_progress,
+        )
+        unknown = await client.call_tool(
+            "agent_task", {"task": "x", "agent": "no-such-agent", "session_id": session_id}
+        )
+        [child] = served.app.subagents.children(session_id)
+        parent_history = await served.app.sessions.history(session_id)
+        child_history = await served.app.sessions.history(child.id)
+
+    assert not result.is_error, texts(result)
+    done = result.structured_content
+    assert done is not None and done["answer"] == "a.txt says alpha" == texts(result)[0]
+    assert (done["session_id"], done["agent"], done["child_session_id"]) == (session_id, "explore", child.id)
+    assert child.parent is not None and (child.parent.session_id, child.parent.agent) == (
+        session_id,
+        "explore",
+    )
+    # The child worked in its own session; the parent's history is untouched.
+    assert [m.role for m in child_history] == ["user", "assistant", "tool", "assistant"]
+    assert parent_history == []
+    # The explore agent's tools (read-only), not the whole set.
+    offered = {t["function"]["name"] for t in fake.requests[0].tools or []}
+    assert "read_file" in offered and "bash" not in offered and "write_file" not in offered
+    assert reported[0] == f"subagent explore started in session {child.id}"
+    assert "calling read_file" in reported and "read_file done" in reported
+    assert reported[-1] == "subagent explore ended (stop)"
+    assert unknown.is_error and texts(unknown)[0].startswith("NOT_FOUND") and "explore" in texts(unknown)[0]

@@ -1,5 +1,7 @@
 """The `agent_task` tool: a whole generation on a session (a new one, or the caller's), answered
 with the final message, with a progress notification per tool call, tool result and model turn.
+Naming an `agent` makes it a delegation: that agent runs on the task as a subagent of the session
+(app.subagents.delegate), in a child session of its own, and its answer is the result.
 
 The generation runs in a task of its own, so that an MCP cancellation (notifications/cancelled, or
 the caller's request going away) reaches it as a Cancel does over gRPC: the run stops, its open
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -49,6 +52,12 @@ class AgentTaskArguments(BaseModel):
         description="Go on in this session (its history, model and rules); empty: a new session in"
         " the server's workspace. The result names the session.",
     )
+    agent: str = Field(
+        "",
+        description="Give the task to this agent (explore, plan, general or one of the server's agent"
+        " files) as a subagent of the session: it works in a child session of its own, with the tools"
+        " its agent allows, and its answer is the result. Empty: the session's own model works on it.",
+    )
 
 
 class AgentTaskResult(BaseModel):
@@ -56,6 +65,9 @@ class AgentTaskResult(BaseModel):
     session_id: str
     finish_reason: str
     turns: int
+    agent: str = ""
+    child_session_id: str = ""
+    """The subagent's session, when an agent was named."""
 
 
 TOOL = types.Tool(
@@ -64,7 +76,8 @@ TOOL = types.Tool(
         "Give a task to the a3s coding agent: it works in its workspace with its own tools (files,"
         " search, shell, git) until it can answer, and returns its final answer. Progress"
         " notifications report each tool call while it runs; cancelling the request stops it."
-        " Pass the returned session_id to go on in the same conversation."
+        " Pass the returned session_id to go on in the same conversation. Name an agent to hand the"
+        " task to a subagent with a context of its own (explore: read-only search and reading)."
     ),
     input_schema=AgentTaskArguments.model_json_schema(),
     output_schema=AgentTaskResult.model_json_schema(),
@@ -76,7 +89,7 @@ async def run_agent_task(app: Application, arguments: dict[str, Any], report: Re
     try:
         args = AgentTaskArguments.model_validate(arguments)
         session_id = args.session_id or await _new_session(app)
-        generation = await _run(app, session_id, args.task, report)
+        generation, child = await _run(app, session_id, args, report)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or '(arguments)'}: {e['msg']}" for e in exc.errors()
@@ -89,6 +102,8 @@ async def run_agent_task(app: Application, arguments: dict[str, Any], report: Re
         session_id=session_id,
         finish_reason=generation.finish_reason,
         turns=generation.turns,
+        agent=args.agent,
+        child_session_id=child,
     )
     return types.CallToolResult(
         content=[
@@ -104,20 +119,25 @@ async def _new_session(app: Application) -> str:
     return view.session.id
 
 
-async def _run(app: Application, session_id: str, text: str, report: Report) -> Generation:
-    events: asyncio.Queue[AgentEvent | None] = asyncio.Queue()
-    run = asyncio.create_task(_generate(app, session_id, text, events))
+async def _run(
+    app: Application, session_id: str, args: AgentTaskArguments, report: Report
+) -> tuple[Generation, str]:
+    """The run's result, and the session of the subagent that answered (empty: none did)."""
+    events: asyncio.Queue[tuple[str, AgentEvent] | None] = asyncio.Queue()
+    run = asyncio.create_task(_generate(app, session_id, args, events))
+    runner = session_id  # the session whose generation `run` is: the child's, once it started
     try:
         step = 0
-        while (event := await events.get()) is not None:
+        while (item := await events.get()) is not None:
+            runner, event = item
             note = _note(event)
             if note:
                 step += 1
                 await report(step, note)
-        return await run
+        return await run, runner if runner != session_id else ""
     except BaseException:  # cancelled, or the progress could not be sent: the caller is gone
         if not run.done():
-            _stop(app, session_id, run)
+            _stop(app, runner, run)
             with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_WAIT_S):
                 await asyncio.wait({run})  # its tools killed and its end written before the call ends
         raise
@@ -136,14 +156,30 @@ def _retrieve(run: asyncio.Task[Generation]) -> None:
 
 
 async def _generate(
-    app: Application, session_id: str, text: str, events: asyncio.Queue[AgentEvent | None]
+    app: Application,
+    session_id: str,
+    args: AgentTaskArguments,
+    events: asyncio.Queue[tuple[str, AgentEvent] | None],
 ) -> Generation:
+    """The run: the session's generation, or the named agent's as its subagent; its events, each
+    with the session it is of, go to `events`."""
     try:
-        messages = [Message(role="user", content=text)]
-        async for event in app.generation.stream(session_id, messages, GenerateOptions()):
-            if isinstance(event, DoneEvent):
-                return event.generation
-            events.put_nowait(event)
+        if args.agent:
+            done: Generation | None = None
+            async for item in app.subagents.delegate(session_id, args.agent, args.task):
+                if isinstance(item.event, DoneEvent):  # the last: the loop ends, the child's run too
+                    done = item.event.generation
+                else:
+                    events.put_nowait((item.session_id, item.event))
+            if done is not None:
+                return done
+        else:
+            messages = [Message(role="user", content=args.task)]
+            async with aclosing(app.generation.stream(session_id, messages, GenerateOptions())) as own:
+                async for event in own:
+                    if isinstance(event, DoneEvent):
+                        return event.generation
+                    events.put_nowait((session_id, event))
         raise AssertionError("the agent loop ended without a result")
     finally:
         events.put_nowait(None)
@@ -159,5 +195,12 @@ def _note(event: AgentEvent) -> str:
     if isinstance(event, TurnEvent):
         return f"model turn {event.turn} finished ({event.finish_reason})"
     if isinstance(event, NoticeEvent):
-        return ", ".join(f"{key}: {value}" for key, value in event.data.items())
+        data = event.data
+        if data.get("type") == "subagent_start":
+            return f"subagent {data.get('agent')} started in session {data.get('child_session_id')}"
+        if data.get("type") == "subagent_end":
+            return f"subagent {data.get('agent')} ended ({data.get('finish_reason')})"
+        if data.get("type") == "subagent_progress":
+            return ""  # (its tool calls and results are reported themselves)
+        return ", ".join(f"{key}: {value}" for key, value in data.items())
     return ""
