@@ -13,9 +13,13 @@ from acp import text_block
 from acp.schema import ToolCallProgress, ToolCallStart
 
 from a3s_agent.base.models import SessionConfig
+from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 
+from .conftest import LiveServer, new_session
 from .test_acp import Editor, acp_agent
+from .test_http import serving, socket_to, sse
+from .test_http import user as http_user
 from .test_mcp_server import client_of, mcp_server, texts
 
 
@@ -143,3 +147,80 @@ async def test_mcp_agent_task_naming_an_agent_delegates_to_it_as_a_subagent(
     assert "calling read_file" in reported and "read_file done" in reported
     assert reported[-1] == "subagent explore ended (stop)"
     assert unknown.is_error and texts(unknown)[0].startswith("NOT_FOUND") and "explore" in texts(unknown)[0]
+
+
+# --- HTTP: REST, SSE, WebSocket; gRPC's GetSession metadata ---------------------------------------
+
+
+async def test_http_shows_a_childs_parent_link_its_parents_children_and_the_child_in_the_streams(
+    agent: LiveServer, fake: FakeLLM
+) -> None:
+    (agent.workspace / "a.txt").write_text("alpha-body\n")
+    fake.script(
+        task("explore", "Read a.txt", "call_t", "read a"),
+        tool_call("read_file", {"path": "a.txt"}, id="child_read"),
+        text("a.txt says alpha"),
+        text("The child says alpha."),
+    )
+    session_id = await new_session(agent)
+    child = f"{session_id}.call_t"
+    async with serving(agent) as http:
+        stream = await http.client.post(
+            f"/sessions/{session_id}/generate/stream", json={"messages": [http_user("go")]}
+        )
+        chunks = [data for event, data in await sse(stream) if event == "message"]
+        child_view = await http.client.get(f"/sessions/{child}")
+        parent_view = await http.client.get(f"/sessions/{session_id}")
+        async with socket_to(http) as sock:
+            await sock.ws.send_json(
+                {
+                    "method": "subscribe_events",
+                    "params": {"session_id": session_id},
+                    "id": "e",
+                    "after_seq": 0,
+                }
+            )
+            events: list[dict[str, Any]] = []
+            while not any(e["message"] == "subagent_end" for e in events):
+                events.append((await sock.next_for("e"))["result"])
+    call = agent.stub.GetSession(pb.GetSessionRequest(session_id=child))
+    assert (await call).session.session_id == child
+    trailing = dict(await call.trailing_metadata() or ())
+
+    # The SSE stream of the parent's generation: the child's start, steps and end, naming it.
+    notices = [c["metadata"] for c in chunks if c["metadata"].get("type", "").startswith("subagent_")]
+    assert {c["type"] for c in chunks if c["metadata"] in notices} == {"CHUNK_TYPE_METADATA"}
+    said = [(n["type"], n.get("step", "")) for n in notices]
+    assert said == [
+        ("subagent_start", ""),
+        ("subagent_progress", "tool_call"),
+        ("subagent_progress", "tool_result"),
+        ("subagent_end", ""),
+    ]
+    assert all(n["child_session_id"] == child and n["tool_id"] == "call_t" for n in notices)
+    # The WebSocket's events of the parent: the same, each with the child's id.
+    infos = [e for e in events if e["message"].startswith("subagent_")]
+    assert [e["message"] for e in infos] == [
+        "subagent_start", "subagent_progress", "subagent_progress", "subagent_end"
+    ]  # fmt: skip
+    assert all(e["session_id"] == session_id and e["data"]["child_session_id"] == child for e in infos)
+    # The child's view: its parent link in the JSON and the headers; the parent's: its children.
+    assert child_view.status == 200, await child_view.text()
+    shown = (await child_view.json())["session"]
+    assert shown["session_id"] == child
+    assert shown["parent"] == {"session_id": session_id, "tool_call_id": "call_t", "agent": "explore"}
+    assert shown["children"] == []
+    assert child_view.headers["a3s-parent-session-id"] == session_id
+    assert child_view.headers["a3s-parent-tool-call-id"] == "call_t"
+    assert child_view.headers["a3s-agent"] == "explore"
+    parent = (await parent_view.json())["session"]
+    assert parent["parent"] is None and "a3s-parent-session-id" not in parent_view.headers
+    assert [(c["session_id"], c["tool_call_id"], c["agent"], c["name"]) for c in parent["children"]] == [
+        (child, "call_t", "explore", "explore: read a")
+    ]
+    # gRPC's GetSession: the link in the reply's trailing metadata, as the session's other facts.
+    assert (
+        trailing["a3s-parent-session-id"],
+        trailing["a3s-parent-tool-call-id"],
+        trailing["a3s-agent"],
+    ) == (session_id, "call_t", "explore")

@@ -75,6 +75,10 @@ class Subagents:
         self._rt.sessions.get(session_id)
         return self._rt.sessions.children(session_id)
 
+    def parent(self, session_id: str) -> ParentLink | None:
+        """What started the session, when a subagent's it is (its parent, tool call and agent)."""
+        return self._rt.sessions.get(session_id).parent
+
     async def _session(self, session_id: str) -> Session:
         await self._rt.sessions.refresh(session_id)
         return self._rt.sessions.get(session_id)

@@ -8,7 +8,8 @@ cap on its total tokens, 0: none), `a3s-mcp-servers` (its own MCP servers: JSON 
 mcpServers shape; `{}` drops them) and `a3s-memory` (what its model gets of memories: off,
 tools, prompt=N or tools,prompt=N; base/memories.py MemorySettings). Their replies and
 GetSession's carry the session's effective compaction shares, token budget and memory settings
-and its usage so far (`session_metadata`), and, while the
+and its usage so far (`session_metadata`), a subagent's session its parent link
+(`a3s-parent-session-id`, `a3s-parent-tool-call-id`, `a3s-agent`), and, while the
 server's tokenizer is still loading (right after start), `a3s-usage-estimated: true`: the session's
 context_usage was then counted as characters / 4 (GetContextUsage always waits for the exact count).
 
@@ -33,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..app.sessions import PageKey, ServersGiven, SessionView
+from ..app.subagents import ParentLink
 from ..app.types import Resync, parse_budget
 from ..base.errors import InvalidArgument
 from ..base.memories import MemorySettings
@@ -50,6 +52,9 @@ NEXT_PAGE_TOKEN_KEY = "a3s-next-page-token"
 AFTER_SEQ_KEY = "a3s-after-seq"
 OLDEST_SEQ_KEY = "a3s-oldest-seq"
 USAGE_ESTIMATED_KEY = "a3s-usage-estimated"
+PARENT_SESSION_KEY = "a3s-parent-session-id"
+PARENT_TOOL_CALL_KEY = "a3s-parent-tool-call-id"
+AGENT_KEY = "a3s-agent"
 SEQ = "seq"
 """Where a chunk (its `metadata`) and an event (its `data`) carry their seq."""
 _MAX_SEQ = 2**63 - 1  # what the stores' integers hold
@@ -121,16 +126,29 @@ def session_metadata(view: SessionView) -> Pairs:
     """The session's compaction shares, token budget and usage, for the replies of CreateSession,
     ConfigureSession and GetSession: `a3s-prompt-tokens`, `a3s-cache-read-tokens` and so on, one
     per key of the Generate metadata's usage; `a3s-usage-estimated: true` when the context usage
-    is an estimate."""
+    is an estimate; a subagent's session's link to its parent (`parent_link`)."""
     threshold, target = view.compaction
     usage = usage_metadata(view.session.usage)
     return [
+        *parent_link(view.session.parent),
         (COMPACT_THRESHOLD_KEY, f"{threshold:g}"),
         (COMPACT_TARGET_KEY, f"{target:g}"),
         (TOKEN_BUDGET_KEY, str(view.token_budget)),
         (MEMORY_KEY, str(view.memory)),
         *(("a3s-" + name.replace("_", "-"), value) for name, value in usage.items()),
         *([(USAGE_ESTIMATED_KEY, "true")] if view.usage.estimated else []),
+    ]
+
+
+def parent_link(link: ParentLink | None) -> Pairs:
+    """`a3s-parent-session-id`, `a3s-parent-tool-call-id` and `a3s-agent` of a subagent's session:
+    the session whose `task` call (or Delegate) started it, that call, and the agent it runs."""
+    if link is None:
+        return []
+    return [
+        (PARENT_SESSION_KEY, link.session_id),
+        (PARENT_TOOL_CALL_KEY, link.tool_call_id),
+        (AGENT_KEY, link.agent),
     ]
 
 

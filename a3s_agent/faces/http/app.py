@@ -11,7 +11,8 @@ of the table in methods.py, a conversion and one call into the application layer
     GET    /capabilities                     GetCapabilities
     POST   /sessions                         CreateSession (body: CreateSessionRequest) → 201
     GET    /sessions                         ListSessions
-    GET    /sessions/{id}                    GetSession
+    GET    /sessions/{id}                    GetSession, its session with `parent` and `children`
+                                             (its place among subagents)
     DELETE /sessions/{id}                    DestroySession
     POST   /sessions/{id}/generate           Generate (body: GenerateRequest; session_id from the path)
     POST   /sessions/{id}/generate/stream    StreamGenerate as server-sent events (body: GenerateRequest)
@@ -58,10 +59,11 @@ from typing import Any
 from aiohttp import web
 
 from ...app import Application
-from ...base.errors import InvalidArgument
+from ...base.errors import InvalidArgument, NotFound
 from ..call_metadata import AFTER_SEQ_KEY, seq_number
 from ..readiness import Phase, Readiness
 from ..refusals import RefusalLog
+from . import convert
 from .auth import http_middleware
 from .body import MAX_BODY_BYTES, json_body, json_text
 from .errors import CallError, connection_closed, unary_call
@@ -315,7 +317,15 @@ class RestApi:
         return await self._reply("ListSessions", {}, request)
 
     async def get_session(self, request: web.Request) -> web.Response:
-        return await self._reply("GetSession", {}, request, session_id=request.match_info["id"])
+        """GetSession, and the session's `parent` and `children` (subagents: convert.lineage)."""
+        session_id = request.match_info["id"]
+        reply, headers = await self._call("GetSession", {}, request, session_id=session_id)
+        with suppress(NotFound):  # destroyed since: as it was
+            subagents = self._app.subagents
+            reply["session"].update(
+                convert.lineage(subagents.parent(session_id), subagents.children(session_id))
+            )
+        return _json(reply, headers=headers)
 
     async def destroy_session(self, request: web.Request) -> web.Response:
         return await self._reply("DestroySession", {}, request, session_id=request.match_info["id"])

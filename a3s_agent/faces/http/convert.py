@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ...app.lifecycle import AgentInfo
+from ...app.subagents import ParentLink
 from ...app.types import (
     AgentEvent,
     ConfirmationPolicy,
@@ -277,6 +278,28 @@ def session(value: Session, usage: ContextUsage | None) -> Plain:
         "created_at": value.created_at,
         "updated_at": value.updated_at,
     }
+
+
+def lineage(parent: ParentLink | None, children: Sequence[Session]) -> Plain:
+    """A session's place among subagents, which the REST routes add to the session's JSON (the
+    proto's Session has no field for it): what started it, and the sessions of its subagents."""
+    return {
+        "parent": _link(parent) if parent is not None else None,
+        "children": [
+            {
+                **_link(child.parent),
+                "session_id": child.id,
+                "name": child.config.name,
+                "created_at": child.created_at,
+            }
+            for child in children
+            if child.parent is not None
+        ],
+    }
+
+
+def _link(link: ParentLink) -> Plain:
+    return {"session_id": link.session_id, "tool_call_id": link.tool_call_id, "agent": link.agent}
 
 
 def message(value: Message) -> Plain:
