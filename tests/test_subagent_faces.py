@@ -6,6 +6,7 @@ child in turn (one child at a time: the fake answers requests in order)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ from a3s_agent.base.models import SessionConfig
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 
-from .conftest import LiveServer, new_session
+from .conftest import LiveServer, agent_settings, initialize, new_session, running
 from .test_acp import Editor, acp_agent
+from .test_harness import RELEASE, all_events, command, finished, start
 from .test_http import serving, socket_to, sse
 from .test_http import user as http_user
 from .test_mcp_server import client_of, mcp_server, texts
@@ -224,3 +226,51 @@ async def test_http_shows_a_childs_parent_link_its_parents_children_and_the_chil
         trailing["a3s-parent-tool-call-id"],
         trailing["a3s-agent"],
     ) == (session_id, "call_t", "explore")
+
+
+# --- the A3S harness ----------------------------------------------------------------------------
+
+
+async def test_harness_pages_a_childs_start_tool_steps_and_end_under_the_parent_run(
+    workspace: Path, tmp_path: Path, fake: FakeLLM
+) -> None:
+    (workspace / "a.txt").write_text("alpha-body\n")
+    fake.script(
+        task("explore", "Read a.txt", "call_t", "read a"),
+        tool_call("read_file", {"path": "a.txt"}, id="child_read"),
+        text("a.txt says alpha"),
+        text("The child says alpha."),
+    )
+    settings = replace(agent_settings(workspace, tmp_path / "data"), release_identity=RELEASE)
+    async with running(settings) as server:
+        await initialize(server, fake)
+        async with serving(server) as http:
+            await command(http, start("Look at a.txt"))
+            assert (await finished(http))["state"] == "completed"
+            events = [e["event"] for e in await all_events(http)]
+    async with running(settings) as server, serving(server) as http:  # the run read from the store
+        again = [e["event"] for e in await all_events(http)]
+
+    session_id, child = "conv-42", "conv-42.call_t"
+    kinds = [(e["type"], e["payload"].get("id") or e["payload"].get("status", "")) for e in events]
+    at = kinds.index(("tool_execution_start", "call_t"))
+    assert kinds[at : at + 6] == [
+        ("tool_execution_start", "call_t"),
+        ("subagent_start", ""),
+        ("subagent_progress", "tool_execution_start"),
+        ("subagent_progress", "tool_end"),
+        ("subagent_end", ""),
+        ("tool_end", "call_t"),
+    ]
+    assert again == events  # the same events once the run is read back from the store
+    started, called, ended, end = (dict(e["payload"]) for e in events[at + 1 : at + 5])
+    began, finished_at = started.pop("started_ms"), end.pop("finished_ms")
+    assert 0 < began <= finished_at
+    assert started == {"task_id": "call_t", "session_id": child, "parent_session_id": session_id,
+                       "agent": "explore", "description": "read a"}  # fmt: skip
+    assert called == {"task_id": "call_t", "session_id": child, "status": "tool_execution_start",
+                      "metadata": {"id": "child_read", "name": "read_file"}}  # fmt: skip
+    assert ended["metadata"] == {"id": "child_read", "name": "read_file", "success": True}
+    assert end == {"task_id": "call_t", "session_id": child, "agent": "explore",
+                   "output": "a.txt says alpha", "success": True}  # fmt: skip
+    assert events[at + 5]["payload"]["output"] == "a.txt says alpha"

@@ -32,7 +32,7 @@ from ..core.sessions.manager import SESSION_ID_PATTERN
 from ..core.store.events import CHUNK, now_ms
 from ..runtime import Runtime
 from ..tools.git_trees import TreeUnavailable, capture_tree, keep_tree, tree_patch
-from .harness_events import bounded, chunk_event, entry_kind, event_kind
+from .harness_events import bounded, chunk_event, entry_call, entry_kind, event_call, event_kind
 from .harness_runs import TERMINAL, EventItem, Registry, RunRecord
 from .harness_types import ChangeSet, Command, EventRecord, HarnessRefusal, Identity, Page, Receipt
 
@@ -157,7 +157,7 @@ class Harness:
         while entries := await store.read_log(run.session_id, after, LOG_READ):
             for entry in entries:
                 if entry.kind == CHUNK and entry.body.get("run") == run.chunk_run:
-                    run.add_chunk(entry.seq, entry_kind(entry.body))
+                    run.add_chunk(entry.seq, entry_kind(entry.body), entry_call(entry.body))
                     if "failed" in entry.body:
                         cancelled = entry.body["failed"]["kind"] == Cancelled.__name__
                         run.touch("cancelled" if cancelled else "failed")
@@ -240,7 +240,7 @@ class Harness:
             )
             async for event, seq in follow:
                 first = not run.items
-                run.add_chunk(seq, event_kind(event))
+                run.add_chunk(seq, event_kind(event), event_call(event))
                 if first:
                     run.touch("executing")
                     await self._save(run)
@@ -316,7 +316,7 @@ class Harness:
         )
 
     async def _events(self, run: RunRecord, begin: int, chosen: list[EventItem]) -> list[EventRecord]:
-        seqs = [item.log_seq for item in chosen if item.log_seq is not None]
+        seqs = [seq for item in chosen for seq in (item.log_seq, item.answer_seq) if seq is not None]
         entries = {}
         if seqs:
             span = max(seqs) - min(seqs) + 1
@@ -327,8 +327,11 @@ class Harness:
             entry = entries.get(item.log_seq) if item.log_seq is not None else None
             if item.log_seq is not None and entry is None:
                 break  # removed by retention since: the page ends before it
-            kind, payload = item.made or chunk_event(entry.body if entry else {})
+            answer = entries.get(item.answer_seq) if item.answer_seq is not None else None
             occurred = max(occurred, entry.timestamp if entry else item.at)
+            kind, payload = item.made or chunk_event(
+                entry.body if entry else {}, run.session_id, occurred, answer.body if answer else None
+            )
             events.append(EventRecord(begin + offset, occurred, kind, bounded(payload)))
         return events
 

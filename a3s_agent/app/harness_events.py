@@ -5,6 +5,13 @@ One generation chunk of the run (core/loop/chunks.py) is one event: text → `te
 `turn_end`, the result → `agent_end`, the entry that ends a run without one → `error`, a notice →
 `notice` (the protocol's event types are an open set). `agent_start` and `turn_start` are made
 from the run itself, and the run puts `turn_end` after the turn's tools (harness_runs.py).
+
+A subagent's notices (runtime/subagents.py) are the protocol's own subagent events: `subagent_start`
+{task_id: the `task` call, session_id: the child's session, parent_session_id, agent, description,
+started_ms}, a `subagent_progress` per tool call and result of the child {task_id, session_id,
+status: `tool_execution_start` or `tool_end`, metadata: {id, name, and for a result success}}, and
+`subagent_end` {task_id, session_id, agent, output: the child's answer as the parent's model got
+it, success, finished_ms}, which the run puts right before the `task` call's `tool_end`.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from ..core.loop.agent import (
     TurnEvent,
 )
 
+SUBAGENT_END = "subagent_end"
 MAX_PAYLOAD_BYTES = 64 * 1024 - 1024  # the record's 64 KiB, less its envelope and metadata
 TRUNCATED = "\n…[a3s.code.agent-protocol.truncated]"
 _MAX_PASSES = 128
@@ -52,13 +60,35 @@ _EVENT_KINDS: dict[type[AgentEvent], str] = {
 
 def entry_kind(body: dict[str, Any]) -> str:
     """What a chunk entry's body records: "failed" (the entry that ends a run without a result),
-    else its chunk's one key ("text", "tool_call", "tool_result", "turn", "done"...)."""
-    return "failed" if "failed" in body else next(iter(body["chunk"]))
+    SUBAGENT_END (a subagent's end notice), else its chunk's one key ("text", "tool_call",
+    "tool_result", "turn", "done"...)."""
+    if "failed" in body:
+        return "failed"
+    if body["chunk"].get("notice", {}).get("type") == SUBAGENT_END:
+        return SUBAGENT_END
+    return str(next(iter(body["chunk"])))
+
+
+def entry_call(body: dict[str, Any]) -> str:
+    """The call a chunk entry is about: a tool result's, a subagent notice's `task` call."""
+    chunk = body.get("chunk", {})
+    if "tool_result" in chunk:
+        return str(chunk["tool_result"]["call"]["id"])
+    return str(chunk.get("notice", {}).get("tool_id", ""))
 
 
 def event_kind(event: AgentEvent) -> str:
     """The `entry_kind` of the chunk entry that records `event`."""
+    if isinstance(event, NoticeEvent) and event.data.get("type") == SUBAGENT_END:
+        return SUBAGENT_END
     return _EVENT_KINDS[type(event)]
+
+
+def event_call(event: AgentEvent) -> str:
+    """The `entry_call` of the chunk entry that records `event`."""
+    if isinstance(event, ToolResultEvent):
+        return event.call.id
+    return str(event.data.get("tool_id", "")) if isinstance(event, NoticeEvent) else ""
 
 
 def token_usage(usage: dict[str, Any]) -> dict[str, Any]:
@@ -80,8 +110,11 @@ def _arguments(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"raw": text}
 
 
-def chunk_event(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The event (type, payload) of a chunk entry's body."""
+def chunk_event(
+    body: dict[str, Any], session_id: str = "", at_ms: int = 0, answer: dict[str, Any] | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The event (type, payload) of a chunk entry's body, written at `at_ms` in the log of
+    `session_id`; `answer`: a subagent_end's, the body of its task call's result."""
     if "failed" in body:
         return "error", {"message": body["failed"]["message"]}
     chunk = body["chunk"]
@@ -102,20 +135,45 @@ def chunk_event(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         return "tool_end", {
             "id": call["id"],
             "name": call["name"],
-            "output": output["output"] if output["success"] else output["error"] or output["output"],
+            "output": _output(output),
             "exit_code": exit_code if isinstance(exit_code, int) else (0 if output["success"] else 1),
         }
     if "turn" in chunk:
         turn = chunk["turn"]
         return "turn_end", {"turn": turn["turn"], "usage": token_usage(turn["usage"])}
     if "notice" in chunk:
-        return "notice", dict(chunk["notice"])
+        return _notice(chunk["notice"], session_id, at_ms, answer)
     done = chunk["done"]
     return "agent_end", {
         "text": done["message"]["content"],
         "usage": token_usage(done["usage"]),
         "verification_summary": dict(_SKIPPED),
     }
+
+
+def _output(output: dict[str, Any]) -> str:
+    return str(output["output"] if output["success"] else output["error"] or output["output"])
+
+
+def _notice(
+    notice: dict[str, str], session_id: str, at_ms: int, answer: dict[str, Any] | None
+) -> tuple[str, dict[str, Any]]:
+    kind = notice.get("type", "")
+    about = {"task_id": notice.get("tool_id", ""), "session_id": notice.get("child_session_id", "")}
+    if kind == "subagent_start":
+        return kind, {**about, "parent_session_id": session_id, "agent": notice.get("agent", ""),
+                      "description": notice.get("description", ""), "started_ms": at_ms}  # fmt: skip
+    if kind == "subagent_progress":
+        result = notice.get("step") == "tool_result"
+        step = {"id": notice.get("child_tool_id", ""), "name": notice.get("tool_name", "")}
+        return kind, {**about, "status": "tool_end" if result else "tool_execution_start",
+                      "metadata": {**step, **({"success": notice.get("tool_success") == "true"} if result else {})}}  # fmt: skip
+    if kind == SUBAGENT_END:
+        result = (answer or {}).get("chunk", {}).get("tool_result")
+        return kind, {**about, "agent": notice.get("agent", ""),
+                      "output": _output(result["output"]) if result else notice.get("error", ""),
+                      "success": notice.get("success") == "true", "finished_ms": at_ms}  # fmt: skip
+    return "notice", dict(notice)
 
 
 def _size(value: object) -> int:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.store.events import now_ms
+from .harness_events import SUBAGENT_END
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
@@ -20,6 +21,8 @@ class EventItem:
     log_seq: int | None
     made: tuple[str, dict[str, Any]] | None = None
     at: int = 0
+    answer_seq: int | None = None
+    """A `subagent_end`'s: the result of its `task` call, whose output is the child's answer."""
 
 
 MODEL_KINDS = frozenset({"text", "thinking", "tool_call", "turn"})
@@ -57,13 +60,16 @@ class RunRecord:
     cancel_asked: bool = False
     task: asyncio.Task[None] | None = None  # None: not live here (a record of an earlier process)
     turn: Turn = field(default_factory=Turn)
+    ending: dict[str, int] = field(default_factory=dict)  # subagent_end seqs by task call, held
 
-    def add_chunk(self, seq: int, kind: str) -> None:
-        """The chunk at `seq` of the run (of `kind`: harness_events.entry_kind) as its next events,
-        in the order of the protocol's section 5: `agent_start` first; `turn_start` before a
-        model call's first chunk; the turn's tool calls and their results; then `turn_end`. Our
-        turn chunk comes when the model call ends, before its tools run, so it is held until the
-        last of their results; the run's end closes a turn still open."""
+    def add_chunk(self, seq: int, kind: str, call_id: str = "") -> None:
+        """The chunk at `seq` of the run (of `kind`, about the call `call_id`: harness_events
+        entry_kind and entry_call) as its next events, in the order of the protocol's section 5:
+        `agent_start` first; `turn_start` before a model call's first chunk; the turn's tool calls
+        and their results; then `turn_end`. Our turn chunk comes when the model call ends, before
+        its tools run, so it is held until the last of their results; the run's end closes a turn
+        still open. A subagent's `subagent_end` is held until its `task` call's result, which
+        holds the child's answer (its `output`), and comes right before that call's `tool_end`."""
         if not self.items:
             self.items.append(EventItem(seq, ("agent_start", {"prompt": self.prompt})))
         turn = self.turn
@@ -72,9 +78,15 @@ class RunRecord:
             self.items.append(EventItem(seq, ("turn_start", {"turn": turn.number})))
         if kind == "turn":
             turn.end = seq
+        elif kind == SUBAGENT_END:
+            self.ending[call_id] = seq
         else:
             if kind in ("done", "failed"):
+                self.items.extend(EventItem(held) for held in self.ending.values())
+                self.ending.clear()
                 self._close_turn()
+            if kind == "tool_result" and call_id in self.ending:
+                self.items.append(EventItem(self.ending.pop(call_id), answer_seq=seq))
             self.items.append(EventItem(seq))
             turn.calls += {"tool_call": 1, "tool_result": -1}.get(kind, 0)
         if turn.end is not None and turn.calls <= 0:
