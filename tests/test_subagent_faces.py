@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anyio
 from acp import text_block
 from acp.schema import ToolCallProgress, ToolCallStart
 
@@ -17,7 +18,16 @@ from a3s_agent.base.models import SessionConfig
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 
-from .conftest import LiveServer, agent_settings, initialize, new_session, running
+from .conftest import (
+    LiveServer,
+    agent_settings,
+    alive,
+    eventually,
+    host_pid,
+    initialize,
+    new_session,
+    running,
+)
 from .test_acp import Editor, acp_agent
 from .test_harness import RELEASE, all_events, command, finished, start
 from .test_http import serving, socket_to, sse
@@ -274,3 +284,46 @@ async def test_harness_pages_a_childs_start_tool_steps_and_end_under_the_parent_
     assert end == {"task_id": "call_t", "session_id": child, "agent": "explore",
                    "output": "a.txt says alpha", "success": True}  # fmt: skip
     assert events[at + 5]["payload"]["output"] == "a.txt says alpha"
+
+
+async def test_mcp_cancelling_a_delegated_agent_task_stops_the_child_and_its_tool(
+    workspace: Path, tmp_path: Path
+) -> None:
+    marker = workspace / "pid"
+    running_bash = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        if message == "calling bash":
+            running_bash.set()
+
+    async with (
+        FakeLLM(tool_call("bash", {"command": f"echo $$ > {marker}; sleep 30"}), text("never")) as fake,
+        mcp_server(workspace, tmp_path / "data", fake) as served,
+        client_of(served.url, "legacy") as client,
+    ):
+        session_id = (await served.app.sessions.create(None, SessionConfig(), [], {})).session.id
+        arguments = {"task": "Wait", "agent": "general", "session_id": session_id}
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as group:
+                group.start_soon(
+                    lambda: client.call_tool("agent_task", arguments, progress_callback=on_progress)
+                )
+                with anyio.fail_after(30):
+                    await running_bash.wait()
+                pid = host_pid(
+                    int(
+                        await eventually(
+                            lambda: marker.exists() and marker.read_text().strip(), "the tool runs"
+                        )
+                    )
+                )
+                scope.cancel()
+        await eventually(lambda: not alive(pid), "the child's tool's process is gone")
+        [child] = served.app.subagents.children(session_id)
+
+        async def answered() -> bool:  # the child's open call, once its run has written its end
+            history = await served.app.sessions.history(child.id)
+            return any(m.role == "tool" and "cancelled" in m.content for m in history)
+
+        await eventually(answered, "the child's open call answered as cancelled")
+    assert len(fake.requests) == 1  # the child's model was not called again
