@@ -6,6 +6,7 @@ child in turn (one child at a time: the fake answers requests in order)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -83,32 +84,34 @@ async def test_acp_asks_the_editor_about_a_childs_call_naming_the_child_and_its_
     workspace: Path, tmp_path: Path
 ) -> None:
     async with FakeLLM(
-        task("general", "Make two files", "call_t", "make files"),
+        task("general", "Make a file", "call_t", "make a file"),
         tool_call("bash", {"command": "touch made.txt"}, id="c1"),
-        tool_call("bash", {"command": "touch refused.txt"}, id="c2"),
-        text("made one, the other was refused"),
+        tool_call("bash", {"command": "rm -f made.txt"}, id="c2"),
+        text("made it, the removal was refused"),
         text("Done."),
     ) as fake:
         editor = Editor(answers=["allow-once", "reject-once"])
         async with acp_agent(editor, workspace, fake, tmp_path / "data") as conn:
             session_id = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
             async with asyncio.timeout(60):  # unanswered, a child's call would wait 30 minutes
-                reply = await conn.prompt(session_id=session_id, prompt=[text_block("Make files")])
+                reply = await conn.prompt(session_id=session_id, prompt=[text_block("Make a file")])
 
     assert reply.stop_reason == "end_turn"
-    assert (workspace / "made.txt").exists() and not (workspace / "refused.txt").exists()
+    assert (workspace / "made.txt").exists()  # made (allowed), not removed (rejected)
     child = f"{session_id}.call_t"
     asked = [call for call, _ in editor.asked]
     assert [c.tool_call_id for c in asked] == [f"{child}/c1", f"{child}/c2"]
     assert [c.title for c in asked] == [
         "general subagent: bash touch made.txt",
-        "general subagent: bash touch refused.txt",
+        "general subagent: bash rm -f made.txt",
     ]
+    assert [o.name for o in editor.asked[0][1]] == ["Allow once", "Always allow bash(touch:*)", "Reject"]
     # Each shown as a call of its own that ends with the child's result.
     assert editor.statuses(f"{child}/c1") == ["pending", "in_progress", "completed"]
     assert editor.statuses(f"{child}/c2")[-1] == "failed"
+    assert "rejected by user" in json.dumps(fake.requests[3].messages[-1])  # what the child's model read
     assert editor.statuses("call_t")[-1] == "completed"
-    assert editor.last_text("call_t") == "made one, the other was refused"
+    assert editor.last_text("call_t") == "made it, the removal was refused"
 
 
 # --- MCP server face ----------------------------------------------------------------------------

@@ -60,7 +60,7 @@ def options(rule: str | None) -> list[PermissionOption]:
 
 class Asker:
     """Asks the editor about one call and gives its answer to the waiting tool call (a
-    subagent's: to its session, and allow always is a rule of the parent's and the child's)."""
+    subagent's: in its session; allow always is a rule of the editor's session all the same)."""
 
     def __init__(self, app: Application, client: Client) -> None:
         self._app = app
@@ -91,12 +91,11 @@ class Asker:
         if chosen not in {option.option_id for option in offered}:
             self._decide(waiting, tool_id, False, f"{chosen or 'cancelled'} in the editor")
             return
-        if chosen == ALLOW_ALWAYS and rule is not None:
-            for holder in dict.fromkeys((session_id, waiting)):
-                try:
-                    await self._app.permissions.add_rule(holder, "allow", rule)
-                except AgentError as exc:
-                    log.warning("could not keep the rule %s for session %s: %s", rule, holder, exc)
+        if chosen == ALLOW_ALWAYS and rule is not None:  # the session's: its children copy it
+            try:
+                await self._app.permissions.add_rule(session_id, "allow", rule)
+            except AgentError as exc:
+                log.warning("could not keep the rule %s for session %s: %s", rule, session_id, exc)
         self._decide(waiting, tool_id, chosen != REJECT, f"{chosen} in the editor")
 
     def _decide(self, session_id: str, tool_id: str, approved: bool, reason: str) -> None:
