@@ -416,6 +416,28 @@ async def test_deny_rules_stop_a_call_and_tell_the_model(
     assert event.data["tool_name"] == "bash"
 
 
+async def test_a_rule_added_during_a_run_governs_its_next_calls(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
+    """An operator who denies something while the agent works stops it now, not at the next run."""
+    answer = asyncio.Event()
+    scripted.script(
+        tool_call("list_files", {}),
+        after(answer, tool_call("write_file", {"path": "late.txt", "content": "x"})),
+        text("understood"),
+    )
+    session_id = await new_session(scripted_agent)
+    running_generation = generate(scripted_agent, session_id)
+    await eventually(lambda: len(scripted.requests) >= 2, "the model's second turn")
+    await scripted_agent.stub.AddPermissionRule(
+        pb.AddPermissionRuleRequest(session_id=session_id, rule_type="deny", rule="Write")
+    )
+    answer.set()
+    reply = await running_generation
+    assert reply.tool_calls[-1].result.error == "denied by policy: Write"
+    assert not (scripted_agent.workspace / "late.txt").exists()
+
+
 async def test_ask_rules_without_confirmation_fall_back_to_the_timeout_action(
     scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:

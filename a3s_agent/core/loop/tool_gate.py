@@ -43,7 +43,7 @@ class ToolGate:
         and the caller may log that entry ahead of the call, with the write before it. Faces
         that read the decision from the events in the same commit as TOOL_CALLED (coven's tool
         states) still get it so whenever there is one to read."""
-        policy = session.settings.permission_policy
+        policy = self._control.permission_policy(session.id)
         free = not policy.enabled or (
             policy.default_decision == "allow" and not policy.deny and not policy.ask
         )
@@ -101,7 +101,7 @@ class ToolGate:
             return ToolOutput(success=False, error=str(exc))
         arguments = args.model_dump()
         lane = lane_of(tool)
-        permissions = session.settings.permission_policy
+        permissions = self._control.permission_policy(session.id)
         # By the tool's own name: a call of A3S Code's `read` is governed as read_file is.
         verdict = await evaluated(permissions, tool.name, arguments, ctx.workspace, subject=tool.rule_subject)
         if verdict.decision == "deny":

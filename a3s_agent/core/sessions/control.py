@@ -13,6 +13,7 @@ from typing import Any
 
 from ...base.errors import InvalidArgument, NotWaiting
 from ...base.models import Message, SessionState
+from ..policy.permissions import PermissionPolicy
 from ..store.events import EventBus, EventType
 from ..store.session import DEFAULT_CONFIRMATION_TIMEOUT_MS as DEFAULT_CONFIRMATION_TIMEOUT_MS
 from ..store.session import DEFAULT_EXTERNAL_TIMEOUT_MS as DEFAULT_EXTERNAL_TIMEOUT_MS
@@ -230,6 +231,10 @@ class ControlPlane:
 
     def confirmation_policy(self, session_id: str) -> ConfirmationPolicy:
         return self._sessions.get(session_id).settings.confirmation_policy
+
+    def permission_policy(self, session_id: str) -> PermissionPolicy:
+        """As the session has it now: a rule set while a run goes on governs its next call."""
+        return self._sessions.get(session_id).settings.permission_policy
 
     async def set_confirmation_policy(
         self, session_id: str, policy: ConfirmationPolicy
