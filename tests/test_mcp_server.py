@@ -215,9 +215,14 @@ async def test_cancelling_agent_task_stops_the_run_and_its_tool(
     assert listed.tools
     assert len(fake.requests) == 1  # the model was not called again
     [session] = (await served.app.sessions.page(None, 10)).sessions
+
+    async def cancellation_written() -> bool:  # the run writes it once its tool has stopped
+        history = await served.app.sessions.history(session.id)
+        return history[-1].content == "[the run was cancelled by the client]"
+
+    await eventually(cancellation_written, "the cancellation in the history")
     history = await served.app.sessions.history(session.id)
     assert "cancelled" in history[-2].content  # the open call answered
-    assert history[-1].content == "[the run was cancelled by the client]"
 
 
 # --- what an outsider tries -----------------------------------------------------------------
