@@ -195,6 +195,9 @@ def loopback_http() -> Iterator[int]:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    # A connection reset between select() and accept() would block a blocking accept, and with it
+    # serve_forever and the shutdown below: with a timeout, accept gives up and the loop goes on.
+    server.socket.settimeout(1.0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
