@@ -45,12 +45,10 @@ def _tool() -> ModuleType:
     return module
 
 
-def test_only_a_group_we_list_as_not_served_is_an_expected_unimplemented() -> None:
+def test_an_unimplemented_answer_is_never_expected_now_that_every_rpc_is_served() -> None:
     tool = _tool()
-    delegation = (
-        "Error: 12 UNIMPLEMENTED: Delegate: A3S's server-side agentic loop ... group (...) is not served"
-    )
-    assert tool.failure_reason(delegation) == (delegation.removeprefix("Error: 12 "), True)
+    delegation = "Error: 12 UNIMPLEMENTED: Delegate: not served"
+    assert tool.failure_reason(delegation) == (delegation.removeprefix("Error: 12 "), False)
     assert tool.failure_reason("12 UNIMPLEMENTED: Method not found!") == (
         "UNIMPLEMENTED: Method not found!",
         False,
