@@ -53,6 +53,9 @@ DEFAULT_MAX_REQUEST_MESSAGES = 10_000
 DEFAULT_LEASE_TTL_S = 10.0  # a running generation's lease: renewed every third of it
 DEFAULT_EVENT_RETENTION_HOURS = 168.0  # event log entries older than this are removed
 DEFAULT_EVENT_RETENTION_COUNT = 10_000  # and all but the newest this many of each session
+DEFAULT_CHECKPOINT_KEEP = 100  # checkpoints kept per session (A3S_CHECKPOINT_KEEP)
+DEFAULT_CHECKPOINT_MAX_AGE_HOURS = 720.0  # and none older than this, but each session's newest
+DEFAULT_CHECKPOINT_MAX_FILE_BYTES = 10 * 1024 * 1024  # a larger file is left out of checkpoints
 BOX_SKILLS_DIR = Path("/a3s/skills")  # A3S Box mounts skills here, read-only
 SANDBOX_MECHANISMS = ("auto", "bwrap", "landlock", "off")
 DEFAULT_LSP_IDLE_S = 600.0
@@ -92,6 +95,19 @@ class CronSettings:
     @property
     def zone(self) -> tzinfo:
         return _zone(self.timezone, _TIMEZONE_SETTING)
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    """Checkpoints of sessions' workspaces (core/sessions/checkpoints.py): where their shadow
+    repositories live (None: `<data dir>/checkpoints`), how many and how old are kept, and the size
+    over which a file is left out (reported as skipped)."""
+
+    enabled: bool = True
+    directory: Path | None = None
+    keep: int = DEFAULT_CHECKPOINT_KEEP
+    max_age_hours: float = DEFAULT_CHECKPOINT_MAX_AGE_HOURS
+    max_file_bytes: int = DEFAULT_CHECKPOINT_MAX_FILE_BYTES
 
 
 @dataclass(frozen=True)
@@ -172,6 +188,7 @@ class Settings:
     memory: MemorySettings = field(default_factory=MemorySettings)  # what models get of memories (--memory)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     cron: CronSettings = field(default_factory=CronSettings)
+    checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
     provider_keys: ProviderKeySettings = field(default_factory=ProviderKeySettings)
 
     @property
@@ -380,6 +397,7 @@ def settings_from(
             deny=sandbox_deny,
         ),
         cron=cron_settings(env, enabled=enable_cron, missed=cron_missed, timezone=cron_timezone),
+        checkpoints=checkpoint_settings(env),
         provider_keys=provider_keys,
         lease_ttl_s=_number(env, "A3S_LEASE_TTL_S", DEFAULT_LEASE_TTL_S, float),
         event_retention_hours=_number(env, "A3S_EVENT_RETENTION_HOURS", DEFAULT_EVENT_RETENTION_HOURS, float),
@@ -510,6 +528,19 @@ def _memory(flag: str | None, env: Mapping[str, str]) -> MemorySettings:
         return MemorySettings.parse(value, "--memory (A3S_MEMORY)")
     except InvalidArgument as exc:
         raise ConfigError(str(exc)) from None
+
+
+def checkpoint_settings(env: Mapping[str, str]) -> CheckpointSettings:
+    """A3S_CHECKPOINTS, A3S_CHECKPOINT_DIR, A3S_CHECKPOINT_KEEP, A3S_CHECKPOINT_MAX_AGE_HOURS and
+    A3S_CHECKPOINT_MAX_FILE_BYTES."""
+    directory = env.get("A3S_CHECKPOINT_DIR", "").strip()
+    return CheckpointSettings(
+        enabled=_switch(env, "A3S_CHECKPOINTS"),
+        directory=Path(directory).resolve() if directory else None,
+        keep=int(_number(env, "A3S_CHECKPOINT_KEEP", DEFAULT_CHECKPOINT_KEEP)),
+        max_age_hours=_number(env, "A3S_CHECKPOINT_MAX_AGE_HOURS", DEFAULT_CHECKPOINT_MAX_AGE_HOURS, float),
+        max_file_bytes=int(_number(env, "A3S_CHECKPOINT_MAX_FILE_BYTES", DEFAULT_CHECKPOINT_MAX_FILE_BYTES)),
+    )
 
 
 def cron_settings(

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .config import (
+    DEFAULT_CHECKPOINT_KEEP,
+    DEFAULT_CHECKPOINT_MAX_AGE_HOURS,
+    DEFAULT_CHECKPOINT_MAX_FILE_BYTES,
     DEFAULT_COMPACT_TARGET,
     DEFAULT_COMPACT_THRESHOLD,
     DEFAULT_CRON_TIMEZONE,
@@ -421,6 +424,35 @@ SECTIONS: dict[str, tuple[Variable, ...]] = {
             "skip",
         ),
         Variable("A3S_CRON_TIMEZONE", "the IANA time zone schedules are read in", DEFAULT_CRON_TIMEZONE),
+    ),
+    "Checkpoints": (
+        Variable(
+            "A3S_CHECKPOINTS",
+            "a checkpoint of the session's workspace before each generation and direct tool call that"
+            " may change files (see Checkpoints, rewind and fork)",
+            form="on",
+        ),
+        Variable(
+            "A3S_CHECKPOINT_DIR",
+            "where the workspaces' shadow repositories are kept; replicas set it to one directory on"
+            " the volume their workspaces share",
+            "`<data dir>/checkpoints`",
+        ),
+        Variable(
+            "A3S_CHECKPOINT_KEEP",
+            "the checkpoints kept per session (older ones are pruned)",
+            _number(DEFAULT_CHECKPOINT_KEEP),
+        ),
+        Variable(
+            "A3S_CHECKPOINT_MAX_AGE_HOURS",
+            "checkpoints older than this many hours are pruned (never a session's newest)",
+            _number(DEFAULT_CHECKPOINT_MAX_AGE_HOURS),
+        ),
+        Variable(
+            "A3S_CHECKPOINT_MAX_FILE_BYTES",
+            "a file larger than this is left out of checkpoints, and listed as skipped",
+            _number(DEFAULT_CHECKPOINT_MAX_FILE_BYTES),
+        ),
     ),
     "Set by the server": (
         Variable(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..runtime import Runtime
 from .agentic import Agentic
+from .checkpoints import Checkpoints
 from .context import Context
 from .control import Control
 from .cron import CronJobs
@@ -54,6 +55,7 @@ class Application:
         self.planning = Planning(runtime)
         self.subagents = Subagents(runtime)
         self.agentic = Agentic(runtime, self.generation, self.planning, self.subagents)
+        self.checkpoints = Checkpoints(runtime)
         self._runtime = runtime
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..base.errors import InvalidArgument
 from ..base.models import ToolCall
 from ..runtime import Runtime
+from ..tools.aliases import find_tool
 from ..tools.registry import Tool, ToolOutput
 
 
@@ -16,7 +17,19 @@ class Tools:
         if not tool_name:
             raise InvalidArgument("tool_name is required")
         await self.ready(session_id)
-        return await self._rt.tools.execute(session_id, tool_name, arguments)
+        writes = bool(session_id) and self._may_write(session_id, tool_name)  # a session's workspace
+        if writes:
+            await self._rt.checkpoints.before_tool(session_id)
+        try:
+            return await self._rt.tools.execute(session_id, tool_name, arguments)
+        finally:
+            if writes:
+                await self._rt.checkpoints.after_tool(session_id)
+
+    def _may_write(self, session_id: str, tool_name: str) -> bool:
+        """Whether a direct call of the tool may change files (any but a read-only one)."""
+        tool = find_tool({t.name: t for t in self.available(session_id)}, tool_name)
+        return tool is not None and tool.lane != "query"
 
     async def execute_batch(self, session_id: str, calls: list[ToolCall]) -> list[ToolOutput]:
         await self.ready(session_id)

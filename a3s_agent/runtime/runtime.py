@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from ..core.loop.budget import effective_budget
 from ..core.loop.context import ContextManager
 from ..core.loop.tool_runner import ToolRunner
 from ..core.prompt.system import SystemPrompts
+from ..core.sessions.checkpoints import CheckpointOptions, Checkpoints
 from ..core.sessions.client_tools import ClientTools
 from ..core.sessions.control import ControlPlane
 from ..core.sessions.manager import SessionManager, existing_directory
@@ -108,6 +109,14 @@ class Runtime:
         self.control = ControlPlane(self.sessions, self.events)
         self.client_tools = ClientTools(self.sessions, self.registry)
         self.todos = TodoLists(self.sessions)
+        self.checkpoints = Checkpoints(
+            self.sessions,
+            self.store,
+            self.events,
+            _checkpoint_options(settings),
+            own_run=self.replicas_own_run,
+            workspace_root=settings.resolved_workspace_root,
+        )
         self.memories = MemoryBank(self.sessions, self.store, self.events, Bounds(settings.max_memories))
         self.prompts = SystemPrompts(settings.resolved_workspace_root, settings.project_instructions)
         self.skills = SkillCatalog(
@@ -211,7 +220,10 @@ class Runtime:
         self.sandbox = sandbox.Sandbox(
             settings.sandbox,
             data_dir=settings.resolved_data_dir,
-            secret_files=[f for f in (settings.auth_token_file, settings.tls_key, settings.mcp_config) if f],
+            secret_files=[
+                *(f for f in (settings.auth_token_file, settings.tls_key, settings.mcp_config) if f),
+                _checkpoint_options(settings).directory,  # the shadow repositories: not the model's
+            ],
             also_read=[*settings.skill_dirs, BOX_SKILLS_DIR],
             workspaces=self.sessions.workspaces,
             narrowing=lambda: self.init.sandbox_network,
@@ -236,6 +248,7 @@ class Runtime:
         await self._restore_initialization()
         await self.provider_settings.load()
         await self.sessions.load()
+        await self.checkpoints.replay_all()  # restores a crash interrupted: finished first
         # With the sessions loaded: ending a run left by a crash answers its open tool calls.
         await self.replicas.start(alone=alone)
         if not await lock.share():
@@ -457,8 +470,23 @@ class Runtime:
     def _workspace_of(self, session: Session) -> Path:
         return Path(session.config.workspace) if session.config.workspace else self.workspace
 
-    def own_run(self, session_id: str, run_id: str) -> AbstractAsyncContextManager[list[LogEntry]]:
+    def replicas_own_run(self, session_id: str, run_id: str) -> AbstractAsyncContextManager[list[LogEntry]]:
         return self.replicas.own(session_id, run_id)
+
+    @asynccontextmanager
+    async def own_run(self, session_id: str, run_id: str) -> AsyncIterator[list[LogEntry]]:
+        """The run's lease; when the run took a checkpoint, what its tools left is noted at its end."""
+        async with self.replicas.own(session_id, run_id) as closing:
+            try:
+                yield closing
+            finally:
+                await self.checkpoints.turn_ended(session_id)
+
+    async def turn_starting(
+        self, session: Session, messages: list[Message], message_count: int, tools: list[Tool]
+    ) -> None:
+        if any(tool.lane != "query" for tool in tools):  # only a generation that may change files
+            await self.checkpoints.turn_starting(session, messages, message_count)
 
     def _stop_fenced_run(self, session_id: str) -> None:
         """Another replica took this run over (its lease expired here): stop the run here."""
@@ -512,6 +540,17 @@ def _as_async(action: Callable[[str, dict[str, Any]], Any]) -> Callable[[str, di
         return action(session_id, args)
 
     return run
+
+
+def _checkpoint_options(settings: Settings) -> CheckpointOptions:
+    given = settings.checkpoints
+    return CheckpointOptions(
+        directory=given.directory or settings.resolved_data_dir / "checkpoints",
+        keep=given.keep,
+        max_age_hours=given.max_age_hours,
+        max_file_bytes=given.max_file_bytes,
+        enabled=given.enabled,
+    )
 
 
 def _store(settings: Settings) -> Store:

@@ -144,10 +144,14 @@ class SafeGit:
     protocols: str = ""  # the transports git may use (GIT_ALLOW_PROTOCOL): none but for a clone
 
     async def execute(
-        self, *args: str, env: Mapping[str, str] | None = None, operator_config: bool = False
+        self,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        operator_config: bool = False,
+        stdin: bytes | None = None,
     ) -> tuple[int, str, str]:
-        """Exit status, stdout and stderr of `git args`; a timeout or overflow is a ToolFailure.
-        `operator_config` lets git read the system and global files (only to list them)."""
+        """Exit status, stdout and stderr of `git args` (given `stdin`); a timeout or overflow is a
+        ToolFailure. `operator_config` lets git read the system and global files (only to list them)."""
         argv = [self.executable, "--no-pager"]
         for setting in self.settings:
             argv += ["-c", setting]
@@ -171,6 +175,7 @@ class SafeGit:
             place=place,
             extra_env=extra,
             timeout_s=GIT_TIMEOUT_S,
+            stdin=stdin,
             max_output_bytes=_MAX_OUTPUT_BYTES,
         )
         if result.timed_out:

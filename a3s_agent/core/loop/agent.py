@@ -302,6 +302,9 @@ class _Run:
             return
         await answer_interrupted_calls(self.agent._sessions, self.session.id)  # a crash left calls open
         history = await self.agent._sessions.history(self.session.id)
+        await self.agent._host.turn_starting(
+            self.session, new_messages, len(history), list(self.tools.values())
+        )
         await self._store(*new_messages)
         recalled = await self.agent._host.recalled_memories(self.session, new_messages)
         prompt = self.agent._host.prompt_for(self.session)

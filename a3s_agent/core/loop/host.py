@@ -46,6 +46,13 @@ class AgentHost(Protocol):
         """The cap on the session's total tokens (core/loop/budget.py; 0: none)."""
         ...
 
+    async def turn_starting(
+        self, session: Session, messages: list[Message], message_count: int, tools: list[Tool]
+    ) -> None:
+        """A generation is about to store `messages` after `message_count` others and run with
+        `tools`: the checkpoint of the session's workspace it may change (core/sessions/checkpoints.py)."""
+        ...
+
     def own_run(self, session_id: str, run_id: str) -> AbstractAsyncContextManager[list[LogEntry]]:
         """Hold the session's run lease while a generation runs (waiting while another process's
         run holds it), so that one process at a time writes the session's history. Entries put in

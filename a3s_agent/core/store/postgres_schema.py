@@ -21,6 +21,7 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from ...base.models import Usage
+from .checkpoints_postgres import SCHEMA as CHECKPOINT_SCHEMA
 from .cron_postgres import SCHEMA as CRON_SCHEMA
 from .postgres_memories import MIGRATION as MEMORY_MIGRATION
 from .protocol import LogEntry
@@ -129,6 +130,8 @@ MIGRATIONS: list[str] = [
     PROVIDER_SCHEMA,
     # A subagent's session: its parent, the tool call that started it, its agent (session.py ParentLink).
     LINK_MIGRATION,
+    # Checkpoints of sessions' workspaces (core/store/checkpoints.py).
+    CHECKPOINT_SCHEMA,
 ]
 
 # The session row's usage columns: one per field of Usage, named as the field.

@@ -21,6 +21,8 @@ from psycopg_pool import AsyncConnectionPool
 from ...base.errors import AlreadyExists, Unavailable
 from ...base.models import Message, SessionConfig, SessionState, Usage
 from .channel_seal import ChannelSeal
+from .checkpoints import CheckpointTable
+from .checkpoints_postgres import PostgresCheckpoints
 from .cron_postgres import PostgresCronStore
 from .memories import MemoryTable
 from .postgres_bounds import RETENTION_TIMEOUT_MS, bound_waits, pooled
@@ -87,6 +89,9 @@ class PostgresStore:
         self.memories: MemoryTable = PostgresMemories(self._transaction, self._connection, self._append)
         self.cron = PostgresCronStore(self._connection)
         self.providers: ProviderTable = PostgresProviders(self._connection)
+        self.checkpoints: CheckpointTable = PostgresCheckpoints(
+            self._transaction, self._connection, self._append
+        )
 
     async def open(self) -> None:
         # A connection of its own first: it fails with the server's reason (a pool only times out).

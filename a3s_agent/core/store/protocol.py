@@ -18,6 +18,7 @@ from .providers import ProviderTable
 from .session import Session
 
 if TYPE_CHECKING:
+    from .checkpoints import CheckpointTable
     from .memories import MemoryTable
 
 
@@ -72,6 +73,8 @@ class Store(Protocol):
     """The memories of sessions and workspaces (core/store/memories.py), in the same database."""
     providers: ProviderTable
     """The provider entries and the default model (providers.py), in the same database."""
+    checkpoints: CheckpointTable
+    """The records of sessions' checkpoints (checkpoints.py), in the same database."""
 
     @property
     def cron(self) -> CronStore:

@@ -20,6 +20,9 @@ from typing import Any
 from ...base.errors import AlreadyExists
 from ...base.models import Message, SessionConfig, SessionState, Usage
 from ...base.sqlite import Database, Durability, transaction
+from .checkpoints import CheckpointTable
+from .checkpoints_sqlite import SCHEMA as CHECKPOINT_SCHEMA
+from .checkpoints_sqlite import SqliteCheckpoints
 from .cron_sqlite import SCHEMA as CRON_SCHEMA
 from .cron_sqlite import SqliteCronStore
 from .memories import MemoryTable
@@ -111,6 +114,8 @@ MIGRATIONS: list[str] = [
     PROVIDER_SCHEMA,
     # A subagent's session: its parent, the tool call that started it, its agent (session.py ParentLink).
     LINK_MIGRATION,
+    # Checkpoints of sessions' workspaces (core/store/checkpoints.py).
+    CHECKPOINT_SCHEMA,
 ]
 # The session row's usage columns: one per field of Usage, named as the field.
 _USAGE_COLUMNS = tuple(item.name for item in fields(Usage))
@@ -136,6 +141,7 @@ class SqliteStore:
         self._on_control: ControlHandler | None = None
         self.cron = SqliteCronStore(self._db)
         self.providers: ProviderTable = SqliteProviders(self._db)
+        self.checkpoints: CheckpointTable = SqliteCheckpoints(self._db, _append_log)
 
     async def open(self) -> None:
         self.durability = await self._db.open()

@@ -24,6 +24,8 @@ of the table in methods.py, a conversion and one call into the application layer
     POST   /sessions/{id}/confirmations/{tool_id}
                                              ConfirmToolExecution (body: {"approved", "reason"})
     POST   /rpc/{method}                     any RPC by name (body: its request); streaming ones as SSE
+    GET    /sessions/{id}/checkpoints, POST …/rewind, …/restore, …/fork, GET …/diff: checkpoints
+                                             (checkpoints.py)
     POST   /v1/agent/commands, /v1/agent/events:page, /v1/agent/changes: the A3S harness protocol
                                              (harness.py; its own bodies and error documents)
     GET    /ws                               the WebSocket JSON form of every RPC (ws.py)
@@ -66,6 +68,7 @@ from ..refusals import RefusalLog
 from . import convert
 from .auth import http_middleware
 from .body import MAX_BODY_BYTES, json_body, json_text
+from .checkpoints import CheckpointRoutes
 from .errors import CallError, connection_closed, unary_call
 from .events_page import events_page
 from .guard import RequestGuard
@@ -416,6 +419,7 @@ def build_app(
     sockets = WebSocketFace(app, MAX_BODY_BYTES)
     web_app.add_routes([*RestApi(app, readiness).routes(), *probes.routes(), web.get("/ws", sockets.handle)])
     web_app.add_routes(HarnessApi(app.harness).routes())  # the A3S harness protocol (harness.py)
+    web_app.add_routes(CheckpointRoutes(app).routes())  # checkpoints, rewind, fork (checkpoints.py)
     web_app.add_routes(extra_routes)
     web_app.on_shutdown.append(sockets.close_all)
     return web_app

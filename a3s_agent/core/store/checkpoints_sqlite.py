@@ -1,0 +1,88 @@
+"""Checkpoints on SQLite (core/store/checkpoints.py), in the session store's file: its table is a
+migration of sqlite_store.py, its statements run on that store's connection."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from ...base.sqlite import Database, transaction
+from .checkpoints import COLUMNS, CheckpointRecord, record_of
+from .protocol import LogEntry
+
+SCHEMA = """
+    CREATE TABLE checkpoints (
+        session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        workspace TEXT NOT NULL,
+        tree TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        message_count INTEGER NOT NULL,
+        archived_count INTEGER NOT NULL,
+        user_message TEXT NOT NULL,
+        changed TEXT NOT NULL,
+        skipped TEXT NOT NULL,
+        outside TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    );
+    CREATE INDEX checkpoints_by_tree ON checkpoints(workspace, tree)
+"""
+
+AppendLog = Callable[[sqlite3.Connection, Sequence[LogEntry]], None]
+
+
+class SqliteCheckpoints:
+    def __init__(self, db: Database, append_log: AppendLog) -> None:
+        self._db = db
+        self._append_log = append_log
+
+    async def add(self, record: CheckpointRecord, log: Sequence[LogEntry]) -> CheckpointRecord | None:
+        def write(db: sqlite3.Connection) -> CheckpointRecord | None:
+            with transaction(db):
+                self._append_log(db, log)
+                seq = log[-1].seq
+                (archived,) = db.execute(
+                    "SELECT COUNT(*) FROM messages WHERE session_id = ? AND archived = 1",
+                    (record.session_id,),
+                ).fetchone()
+                session_id, *rest = record.row()
+                db.execute(
+                    f"INSERT INTO checkpoints ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (session_id, seq, rest[0], rest[1], rest[2], rest[3], archived, *rest[4:]),
+                )
+                return replace(record, seq=seq, archived_count=int(archived))
+
+        return await self._db.run(write)
+
+    async def of_session(self, session_id: str) -> list[CheckpointRecord]:
+        query = f"SELECT {COLUMNS} FROM checkpoints WHERE session_id = ? ORDER BY seq"
+        return await self._db.run(lambda db: [record_of(row) for row in db.execute(query, (session_id,))])
+
+    async def get(self, session_id: str, seq: int) -> CheckpointRecord | None:
+        query = f"SELECT {COLUMNS} FROM checkpoints WHERE session_id = ? AND seq = ?"
+        row = await self._db.run(lambda db: db.execute(query, (session_id, seq)).fetchone())
+        return None if row is None else record_of(row)
+
+    async def prune(self, session_id: str, keep: int, older_than: int) -> list[str]:
+        def write(db: sqlite3.Connection) -> list[str]:
+            with transaction(db):
+                gone = db.execute(
+                    "DELETE FROM checkpoints WHERE session_id = ? AND seq NOT IN (SELECT seq FROM checkpoints"
+                    " WHERE session_id = ? ORDER BY seq DESC LIMIT 1) AND (created_at < ? OR seq NOT IN"
+                    " (SELECT seq FROM checkpoints WHERE session_id = ? ORDER BY seq DESC LIMIT ?))"
+                    " RETURNING workspace, tree",
+                    (session_id, session_id, older_than, session_id, keep),
+                ).fetchall()
+                unused = []
+                for workspace, tree in set(gone):
+                    named = db.execute(
+                        "SELECT 1 FROM checkpoints WHERE workspace = ? AND tree = ? LIMIT 1",
+                        (workspace, tree),
+                    ).fetchone()
+                    if named is None:
+                        unused.append(tree)
+                return unused
+
+        return await self._db.run(write)

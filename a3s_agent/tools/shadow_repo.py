@@ -1,0 +1,320 @@
+"""A workspace's checkpoints as trees of a shadow git repository, kept outside the workspace.
+
+The repository (`<root>/git`) is ours: git runs with `--git-dir` there and `--work-tree` the
+workspace, through safe_git (no hooks, filters or other programs, no operator configuration), in
+a sandbox that may read the workspace and write only `<root>`. So the user's own `.git` (index,
+branches, stash, hooks) is never read as a repository nor touched, and a workspace needs none.
+
+Each snapshot goes through an index file of its own (one per session, `<root>/index/`), so `git
+add -A` hashes only what changed since that session's last snapshot; when `ls-files` finds
+nothing changed the last tree is reused without writing anything. `.gitignore` files are
+honoured; files larger than the cap are left out (an exclude file per index) and reported as
+skipped. Trees are kept by refs (`refs/a3s/trees/<tree>`) and dropped when no checkpoint names them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .process import find_binary
+from .registry import ToolFailure
+from .safe_git import FIXED_SETTINGS, SafeGit
+from .sandbox import Place
+
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+MAX_DIFF_BYTES = 4 * 1024 * 1024
+_OWN_SETTINGS = (
+    "core.autocrlf=false",
+    "core.safecrlf=false",
+    "core.quotePath=false",
+    "core.symlinks=true",
+    "core.fileMode=true",
+    "core.untrackedCache=false",
+    "advice.addEmbeddedRepo=false",
+    "index.version=4",
+)
+_STATUS = {"A": "added", "D": "deleted", "M": "modified", "T": "type_changed"}
+
+
+class ShadowUnavailable(Exception):
+    """git is missing or failed on the shadow repository."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    path: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    tree: str
+    skipped: tuple[Skipped, ...]
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    status: str  # added | modified | deleted | type_changed
+    added: int  # lines; 0 for a binary file
+    removed: int
+    binary: bool
+    mode: str  # the new mode (git's, e.g. 100644, 120000 for a symlink); "" when deleted
+
+    def as_json(self) -> dict[str, str | int | bool]:
+        """What records and replies show of it."""
+        return {
+            "path": self.path,
+            "status": self.status,
+            "added": self.added,
+            "removed": self.removed,
+            "binary": self.binary,
+        }
+
+
+def key_of(text: str) -> str:
+    """A file name standing for `text` (a workspace path, a session id)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class ShadowRepo:
+    """The shadow repository of one workspace, under `root`."""
+
+    def __init__(self, root: Path, workspace: Path) -> None:
+        self.root = root
+        self.workspace = workspace
+        self.git_dir = root / "git"
+        self._indexes = root / "index"
+
+    # --- running git -------------------------------------------------------------------------
+
+    def _git(self, *, writable: Iterable[Path] = ()) -> SafeGit:
+        executable = find_binary("git")
+        if executable is None:
+            raise ShadowUnavailable("git is not installed on this server")
+        place = Place(self.workspace, writable=(self.root, *writable), network="off")
+        settings = (*FIXED_SETTINGS, *_OWN_SETTINGS)
+        return SafeGit(executable, self.workspace, {}, place, settings=settings)
+
+    async def _run(
+        self,
+        *args: str,
+        index: Path | None = None,
+        stdin: bytes | None = None,
+        writable: Iterable[Path] = (),
+        work_tree: Path | None = None,
+        excludes: Path | None = None,
+    ) -> str:
+        env = {"GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(work_tree or self.workspace)}
+        if index is not None:
+            env["GIT_INDEX_FILE"] = str(index)
+        extra = ("-c", f"core.excludesFile={excludes}") if excludes is not None else ()
+        try:
+            status, out, err = await self._git(writable=writable).execute(*extra, *args, env=env, stdin=stdin)
+        except ToolFailure as exc:
+            raise ShadowUnavailable(str(exc)) from None
+        if status != 0:
+            raise ShadowUnavailable(f"git {args[0]} failed: {(err or out).strip()[:500]}")
+        return out
+
+    async def ensure(self) -> None:
+        """Create the repository on first use."""
+        if (self.git_dir / "HEAD").is_file():
+            return
+        self._indexes.mkdir(parents=True, exist_ok=True)
+        (self.root / "workspace").write_text(f"{self.workspace}\n")
+        status, _, err = await self._git().execute(
+            "init", "--quiet", "--bare", "--template=", str(self.git_dir)
+        )
+        if status != 0:
+            raise ShadowUnavailable(f"git init failed: {err.strip()[:500]}")
+
+    # --- snapshots ---------------------------------------------------------------------------
+
+    async def snapshot(self, index_name: str, max_file_bytes: int) -> Snapshot:
+        """The workspace now as a tree (written only when something changed since this index's
+        last snapshot), leaving out ignored files and those over `max_file_bytes`."""
+        await self.ensure()
+        index = self._indexes / key_of(index_name)
+        last_tree = index.with_suffix(".tree")
+        excludes = index.with_suffix(".exclude")
+        skipped = self._still_large(excludes, max_file_bytes)
+        listed = await self._run(
+            "ls-files", "-z", "--others", "--modified", "--exclude-standard", index=index, excludes=excludes
+        )
+        candidates = [p for p in listed.split("\0") if p]
+        if not candidates and last_tree.is_file() and len(skipped) == self._excluded_count(excludes):
+            return Snapshot(last_tree.read_text().strip(), tuple(skipped))
+        large = [s for s in map(self._large, candidates, [max_file_bytes] * len(candidates)) if s is not None]
+        skipped = sorted({s.path: s for s in [*skipped, *large]}.values(), key=lambda s: s.path)
+        _write_excludes(excludes, [s.path for s in skipped], self._own_place())
+        if large:
+            paths = b"".join(s.path.encode() + b"\0" for s in large)
+            await self._run("update-index", "-z", "--force-remove", "--stdin", index=index, stdin=paths)
+        await self._run("add", "-A", "--", ".", index=index, excludes=excludes)
+        tree = (await self._run("write-tree", index=index)).strip()
+        if not _is_object_id(tree):
+            raise ShadowUnavailable(f"git write-tree gave {tree[:80]!r}")
+        last_tree.write_text(tree)
+        return Snapshot(tree, tuple(skipped))
+
+    def _own_place(self) -> str:
+        """The shadow root's path inside the workspace ("" when it lies outside it), left out."""
+        try:
+            return self.root.relative_to(self.workspace).as_posix()
+        except ValueError:
+            return ""
+
+    def _large(self, path: str, cap: int) -> Skipped | None:
+        try:
+            info = os.lstat(self.workspace / path)
+        except OSError:
+            return None
+        return Skipped(path, info.st_size) if stat.S_ISREG(info.st_mode) and info.st_size > cap else None
+
+    def _still_large(self, excludes: Path, cap: int) -> list[Skipped]:
+        """The files left out before that are still over the cap."""
+        found = [self._large(path, cap) for path in _excluded(excludes)]
+        return [s for s in found if s is not None]
+
+    @staticmethod
+    def _excluded_count(excludes: Path) -> int:
+        return len(_excluded(excludes))
+
+    async def keep(self, tree: str) -> None:
+        await self._run("update-ref", f"refs/a3s/trees/{tree}", tree)
+
+    async def drop(self, trees: Iterable[str]) -> None:
+        lines = "".join(f"delete refs/a3s/trees/{tree}\n" for tree in trees if _is_object_id(tree))
+        if lines:
+            await self._run("update-ref", "--stdin", stdin=lines.encode())
+
+    async def has(self, tree: str) -> bool:
+        try:
+            return (await self._run("cat-file", "-t", tree)).strip() == "tree"
+        except ShadowUnavailable:
+            return False
+
+    # --- comparing ---------------------------------------------------------------------------
+
+    async def changes(self, old: str, new: str) -> list[FileChange]:
+        """What differs from tree `old` to tree `new`, file by file (renames as delete and add)."""
+        if old == new:
+            return []
+        raw = await self._run(
+            "diff-tree", "-r", "-z", "--no-renames", "--raw", "--numstat", old or EMPTY_TREE, new
+        )
+        return _parse_changes(raw)
+
+    async def unified_diff(self, old: str, new: str, paths: Iterable[str] = ()) -> str:
+        """`git diff` from tree `old` to tree `new` (binary files named, not shown)."""
+        out = await self._run(
+            "diff", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames", old or EMPTY_TREE, new,
+            "--", *paths,
+        )  # fmt: skip
+        if len(out) > MAX_DIFF_BYTES:
+            raise ShadowUnavailable(f"the diff is larger than {MAX_DIFF_BYTES} bytes; name fewer paths")
+        return out
+
+    # --- writing files out -------------------------------------------------------------------
+
+    async def materialize(self, tree: str, paths: list[str] | None, into: Path) -> None:
+        """Write the files `paths` of `tree` (None: all of them) under the new directory `into`,
+        with their modes and symlinks, through a temporary index."""
+        await asyncio.to_thread(into.mkdir, parents=True, exist_ok=True)
+        index = self._indexes / f"out-{key_of(str(into))}"
+        try:
+            await self._run("read-tree", tree, index=index)
+            target = f"--prefix={into}/"
+            if paths is None:
+                await self._run("checkout-index", "-a", "-f", target, index=index, writable=(into,))
+            elif paths:
+                listed = b"".join(p.encode() + b"\0" for p in paths)
+                await self._run(
+                    "checkout-index",
+                    "-f",
+                    "-z",
+                    "--stdin",
+                    target,
+                    index=index,
+                    stdin=listed,
+                    writable=(into,),
+                )
+        finally:
+            index.unlink(missing_ok=True)
+
+
+def _is_object_id(text: str) -> bool:
+    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
+
+
+def _excluded(excludes: Path) -> list[str]:
+    try:
+        lines = excludes.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    return [_unescape(line) for line in lines if line.startswith("/") and not line.endswith("/")]
+
+
+def _write_excludes(excludes: Path, paths: list[str], own: str) -> None:
+    lines = [f"/{_escape(path)}" for path in paths]
+    if own:
+        lines.append(f"/{_escape(own)}/")
+    excludes.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+
+
+_SPECIAL = "\\*?[! #"
+
+
+def _escape(path: str) -> str:
+    """A path as a gitignore pattern matching only itself."""
+    return "".join(f"\\{c}" if c in _SPECIAL else c for c in path)
+
+
+def _unescape(line: str) -> str:
+    out, escaped = [], False
+    for c in line[1:]:
+        if escaped or c != "\\":
+            out.append(c)
+            escaped = False
+        else:
+            escaped = True
+    return "".join(out)
+
+
+def _parse_changes(raw: str) -> list[FileChange]:
+    """`diff-tree -z --raw --numstat`: the raw records (`:old new oid oid S NUL path NUL`), then the
+    numstat ones (`added TAB removed TAB path NUL`)."""
+    parts = raw.split("\0")
+    modes: dict[str, tuple[str, str]] = {}
+    counts: dict[str, tuple[int, int, bool]] = {}
+    i = 0
+    while i < len(parts):
+        part = parts[i]
+        if part.startswith(":"):
+            fields = part[1:].split()
+            modes[parts[i + 1]] = (fields[4][:1], fields[1])
+            i += 2
+            continue
+        if part:
+            plus, minus, path = part.split("\t", 2)
+            binary = plus == "-"
+            counts[path] = (0 if binary else int(plus), 0 if binary else int(minus), binary)
+        i += 1
+    changes = []
+    for path, (status, mode) in modes.items():
+        added, removed, binary = counts.get(path, (0, 0, False))
+        new_mode = "" if status == "D" else mode
+        changes.append(FileChange(path, _STATUS.get(status, "modified"), added, removed, binary, new_mode))
+    return changes
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
