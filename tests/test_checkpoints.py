@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 
 from a3s_agent.testing.fake_llm import FakeLLM, call, text, tool_calls
@@ -472,3 +473,36 @@ async def test_a_direct_tool_call_that_writes_is_checkpointed_first(lab: Lab) ->
     assert before["kind"] == "tool"
     await lab.call("POST", f"/sessions/{session}/restore", {"checkpoint": before["checkpoint"]})
     assert (workspace / "a.txt").read_text() == "alpha\n"
+
+
+async def test_a_grpc_client_rewinds_through_clear_context_and_forks_through_create_session(lab: Lab) -> None:
+    from a3s_agent.proto import code_agent_pb2 as pb
+    from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+
+    workspace = lab.server.workspace
+    session = await after_three_turns(lab)
+    second = [c for c in await lab.checkpoints(session) if c["kind"] == "turn"][1]["checkpoint"]
+    async with grpc.aio.insecure_channel(lab.server.address) as channel:
+        stub = pb_grpc.CodeAgentServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as bad:
+            await stub.ClearContext(
+                pb.ClearContextRequest(session_id=session), metadata=(("a3s-rewind-to", "two"),)
+            )
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "a3s-rewind-to" in str(
+            bad.value.details()
+        )
+
+        forked = await stub.CreateSession(
+            pb.CreateSessionRequest(), metadata=(("a3s-fork-from", f"{session}:{second}"),)
+        )
+        assert forked.session.context_usage.message_count == 4
+        assert forked.session.config.workspace == str(workspace)
+
+        cleared = stub.ClearContext(
+            pb.ClearContextRequest(session_id=session), metadata=(("a3s-rewind-to", str(second)),)
+        )
+        assert (await cleared).success
+        trailing = dict(await cleared.trailing_metadata())
+        assert int(trailing["a3s-files-restored"]) == 3 and int(trailing["a3s-undo-checkpoint"]) > second
+    assert "new.txt" not in files(workspace) and (workspace / "c.txt").is_file()
+    assert "turn one" in (workspace / "a.txt").read_text()

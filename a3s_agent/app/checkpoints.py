@@ -12,10 +12,10 @@ from typing import TypeVar
 from ..base.errors import FailedPrecondition, InvalidArgument
 from ..core.sessions.checkpoints import Diff, Restored
 from ..core.store.checkpoints import CheckpointRecord
-from ..core.store.session import Session
 from ..runtime import Runtime
 from ..tools.restore_journal import RestoreFailed
 from ..tools.shadow_repo import FileChange, ShadowUnavailable
+from .sessions import Sessions, SessionView
 
 __all__ = ["CheckpointRecord", "Checkpoints", "Diff", "FileChange", "Restored", "Rewound"]
 
@@ -74,11 +74,11 @@ class Checkpoints:
 
     async def fork(
         self, session_id: str, checkpoint: int, *, copy_workspace: bool = False, workspace: str = ""
-    ) -> Session:
+    ) -> SessionView:
         """A new session with the history before `checkpoint` and the session's settings, in the
         same workspace or (`copy_workspace`) a copy of its files at that checkpoint."""
         await self._rt.sessions.refresh(session_id)
-        return await _mapped(
+        forked = await _mapped(
             self._rt.checkpoints.fork(
                 session_id,
                 _checked(checkpoint, "checkpoint"),
@@ -86,6 +86,7 @@ class Checkpoints:
                 workspace=workspace,
             )
         )
+        return await Sessions(self._rt).get(forked.id)
 
 
 def _checked(seq: int, field: str) -> int:

@@ -18,6 +18,15 @@ ListSessions pages by `a3s-page-size` (1..MAX_PAGE_SIZE, default MAX_PAGE_SIZE) 
 `a3s-next-page-token`. Sessions come oldest first, so a page token stays valid while sessions
 are created and destroyed.
 
+ClearContext with `a3s-rewind-to: <checkpoint>` rewinds the session to before that checkpoint
+instead of clearing it (app/checkpoints.py): the conversation, and the files unless
+`a3s-rewind-files: keep`; `a3s-force: true` overwrites files someone else changed. Its reply
+carries `a3s-undo-checkpoint` (the checkpoint of the state before: rewinding to it undoes this)
+and `a3s-files-restored`. CreateSession with `a3s-fork-from: <session id>:<checkpoint>` forks
+that session at that checkpoint instead of making an empty one: the fork takes the session's
+config (the request's `config` is not read, but for `workspace` with `a3s-fork-copy: true`: where
+the copy of the files goes), and `initial_context` must be empty.
+
 StreamGenerate and SubscribeEvents resume from a cursor, `a3s-after-seq`: the seq of the last
 chunk or event received (every chunk's `metadata["seq"]`, every event's `data["seq"]`). A
 StreamGenerate with it starts nothing: it follows the run that wrote that chunk from the next one
@@ -33,6 +42,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..app.checkpoints import Rewound
 from ..app.sessions import PageKey, ServersGiven, SessionView
 from ..app.subagents import ParentLink
 from ..app.types import Resync, parse_budget
@@ -55,6 +65,13 @@ USAGE_ESTIMATED_KEY = "a3s-usage-estimated"
 PARENT_SESSION_KEY = "a3s-parent-session-id"
 PARENT_TOOL_CALL_KEY = "a3s-parent-tool-call-id"
 AGENT_KEY = "a3s-agent"
+REWIND_TO_KEY = "a3s-rewind-to"
+REWIND_FILES_KEY = "a3s-rewind-files"
+FORCE_KEY = "a3s-force"
+FORK_FROM_KEY = "a3s-fork-from"
+FORK_COPY_KEY = "a3s-fork-copy"
+UNDO_CHECKPOINT_KEY = "a3s-undo-checkpoint"
+FILES_RESTORED_KEY = "a3s-files-restored"
 SEQ = "seq"
 """Where a chunk (its `metadata`) and an event (its `data`) carry their seq."""
 _MAX_SEQ = 2**63 - 1  # what the stores' integers hold
@@ -68,6 +85,11 @@ REQUEST_KEYS = (
     PAGE_SIZE_KEY,
     PAGE_TOKEN_KEY,
     AFTER_SEQ_KEY,
+    REWIND_TO_KEY,
+    REWIND_FILES_KEY,
+    FORCE_KEY,
+    FORK_FROM_KEY,
+    FORK_COPY_KEY,
 )
 """Every name a caller may send (as gRPC metadata or HTTP request headers)."""
 _SHARE_KEYS = {COMPACT_THRESHOLD_KEY: "threshold", COMPACT_TARGET_KEY: "target"}
@@ -206,6 +228,64 @@ def seq_number(text: str, name: str) -> int:
             f" not {text[:50]!r}"
         )
     return int(text)
+
+
+@dataclass(frozen=True)
+class RewindRequest:
+    checkpoint: int
+    conversation_only: bool
+    force: bool
+
+
+def rewind_request(metadata: Metadata) -> RewindRequest | None:
+    """What ClearContext's `a3s-rewind-to` (with `a3s-rewind-files`, `a3s-force`) asks; None: a
+    plain clear."""
+    text = metadata.get(REWIND_TO_KEY)
+    if text is None:
+        for key in (REWIND_FILES_KEY, FORCE_KEY):
+            if key in metadata:
+                raise InvalidArgument(f"{key} goes with {REWIND_TO_KEY}, the checkpoint to rewind to")
+        return None
+    files = metadata.get(REWIND_FILES_KEY, "restore").strip().lower()
+    if files not in ("restore", "keep"):
+        raise InvalidArgument(f"{REWIND_FILES_KEY} must be restore or keep, not {files[:50]!r}")
+    return RewindRequest(seq_number(text, REWIND_TO_KEY), files == "keep", _switch(metadata, FORCE_KEY))
+
+
+def rewound_metadata(done: Rewound) -> Pairs:
+    before = done.restored.before
+    return [
+        *([(UNDO_CHECKPOINT_KEY, str(before.seq))] if before is not None else []),
+        (FILES_RESTORED_KEY, str(len(done.restored.changes))),
+    ]
+
+
+@dataclass(frozen=True)
+class ForkRequest:
+    session_id: str
+    checkpoint: int
+    copy_workspace: bool
+
+
+def fork_request(metadata: Metadata) -> ForkRequest | None:
+    """What CreateSession's `a3s-fork-from: <session id>:<checkpoint>` (with `a3s-fork-copy`)
+    asks; None: a new session."""
+    text = metadata.get(FORK_FROM_KEY)
+    if text is None:
+        if FORK_COPY_KEY in metadata:
+            raise InvalidArgument(f"{FORK_COPY_KEY} goes with {FORK_FROM_KEY}, the session and checkpoint")
+        return None
+    session_id, _, seq = text.strip().rpartition(":")
+    if not session_id:
+        raise InvalidArgument(f"{FORK_FROM_KEY} must be <session id>:<checkpoint>, not {text[:100]!r}")
+    return ForkRequest(session_id, seq_number(seq, FORK_FROM_KEY), _switch(metadata, FORK_COPY_KEY))
+
+
+def _switch(metadata: Metadata, key: str) -> bool:
+    value = metadata.get(key, "false").strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidArgument(f"{key} must be true or false, not {value[:50]!r}")
+    return value == "true"
 
 
 def error_metadata(exc: BaseException) -> Pairs:

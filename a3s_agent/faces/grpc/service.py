@@ -135,6 +135,22 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
 
     @rpc
     async def CreateSession(self, request: pb.CreateSessionRequest, context: Any) -> pb.CreateSessionResponse:
+        fork = call_metadata.fork_request(metadata.given(context))
+        if fork is not None:  # a fork of a session at a checkpoint (call_metadata.py)
+            if request.initial_context:
+                raise InvalidArgument(
+                    "initial_context: a fork's history is its session's, up to the checkpoint"
+                )
+            view = await self.app.checkpoints.fork(
+                fork.session_id,
+                fork.checkpoint,
+                copy_workspace=fork.copy_workspace,
+                workspace=request.config.workspace,
+            )
+            metadata.hand_out(context, call_metadata.session_metadata(view))
+            return pb.CreateSessionResponse(
+                session_id=view.session.id, session=self._session_to_pb(view.session, view.usage, context)
+            )
         given = call_metadata.config_metadata(metadata.given(context))
         view = await self.app.sessions.create(
             request.session_id if request.HasField("session_id") else None,
@@ -224,7 +240,17 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
 
     @rpc
     async def ClearContext(self, request: pb.ClearContextRequest, context: Any) -> pb.ClearContextResponse:
-        await self.app.context.clear(request.session_id)
+        rewind = call_metadata.rewind_request(metadata.given(context))
+        if rewind is None:
+            await self.app.context.clear(request.session_id)
+        else:  # back to before a checkpoint (call_metadata.py)
+            done = await self.app.checkpoints.rewind(
+                request.session_id,
+                rewind.checkpoint,
+                conversation_only=rewind.conversation_only,
+                force=rewind.force,
+            )
+            metadata.hand_out(context, call_metadata.rewound_metadata(done))
         return pb.ClearContextResponse(success=True)
 
     # --- generation ------------------------------------------------------------------------

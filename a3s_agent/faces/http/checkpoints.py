@@ -99,12 +99,13 @@ class CheckpointRoutes:
         body = _fields(
             await json_body(request), {"checkpoint": int, "copy_workspace": bool, "workspace": str}
         )
-        forked = await self._app.checkpoints.fork(
+        view = await self._app.checkpoints.fork(
             session_id,
             _required(body, "checkpoint"),
             copy_workspace=body.get("copy_workspace", False),
             workspace=body.get("workspace", ""),
         )
+        forked = view.session
         reply = {
             "session_id": forked.id,
             "workspace": forked.config.workspace,

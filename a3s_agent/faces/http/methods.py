@@ -280,6 +280,16 @@ async def _shutdown(app: Application, request: Given) -> Plain:
 
 @_rpc_with_metadata("CreateSession")
 async def _create_session(app: Application, request: Given, metadata: CallMetadata) -> Plain:
+    fork = call_metadata.fork_request(metadata.given)
+    if fork is not None:  # a fork of a session at a checkpoint (call_metadata.py)
+        if request["initial_context"]:
+            raise InvalidArgument("initial_context: a fork's history is its session's, up to the checkpoint")
+        workspace = convert.session_config_from(request["config"]).workspace
+        view = await app.checkpoints.fork(
+            fork.session_id, fork.checkpoint, copy_workspace=fork.copy_workspace, workspace=workspace
+        )
+        metadata.reply = call_metadata.session_metadata(view)
+        return {"session_id": view.session.id, "session": _session(view)}
     given = call_metadata.config_metadata(metadata.given)
     view = await app.sessions.create(
         request["session_id"],
@@ -350,9 +360,19 @@ async def _compact_context(app: Application, request: Given) -> Plain:
     }
 
 
-@_rpc("ClearContext")
-async def _clear_context(app: Application, request: Given) -> Plain:
-    await app.context.clear(request["session_id"])
+@_rpc_with_metadata("ClearContext")
+async def _clear_context(app: Application, request: Given, metadata: CallMetadata) -> Plain:
+    rewind = call_metadata.rewind_request(metadata.given)
+    if rewind is None:
+        await app.context.clear(request["session_id"])
+    else:  # back to before a checkpoint (call_metadata.py)
+        done = await app.checkpoints.rewind(
+            request["session_id"],
+            rewind.checkpoint,
+            conversation_only=rewind.conversation_only,
+            force=rewind.force,
+        )
+        metadata.reply = call_metadata.rewound_metadata(done)
     return {"success": True}
 
 
