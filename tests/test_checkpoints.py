@@ -506,3 +506,12 @@ async def test_a_grpc_client_rewinds_through_clear_context_and_forks_through_cre
         assert int(trailing["a3s-files-restored"]) == 3 and int(trailing["a3s-undo-checkpoint"]) > second
     assert "new.txt" not in files(workspace) and (workspace / "c.txt").is_file()
     assert "turn one" in (workspace / "a.txt").read_text()
+
+
+async def test_old_checkpoints_are_pruned_to_the_setting(lab: Lab) -> None:
+    lab.server.env["A3S_CHECKPOINT_KEEP"] = "2"
+    session = await after_three_turns(lab)
+    kept = await lab.checkpoints(session)
+    assert [c["user_message"] for c in kept] == ["two", "three"]
+    refs = list((lab.server.data_dir / "checkpoints").glob("*/git/refs/a3s/trees/*"))
+    assert len(refs) == 2  # the pruned checkpoint's tree is no longer kept

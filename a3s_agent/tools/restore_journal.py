@@ -14,25 +14,23 @@ beneath the workspace without following a symlink out of it (tools/beneath.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
-import fcntl
 import json
 import os
 import secrets
 import shutil
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from .atomic import sync_directory, write_atomically
 from .beneath import DIRECTORY_HANDLE, OutsideRoot, locate_beneath
-from .shadow_repo import ShadowRepo
+from .shadow_repo import ShadowRepo, file_lock
 
 JOURNAL = "restore.journal"
 _LOCK = "restore.lock"
 _STAGING = "restore-staging"
-LOCK_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -46,27 +44,9 @@ class RestoreFailed(Exception):
     """Some paths could not be put back (named in the message)."""
 
 
-@contextlib.asynccontextmanager
-async def workspace_lock(repo: ShadowRepo) -> AsyncIterator[None]:
+def workspace_lock(repo: ShadowRepo) -> AbstractAsyncContextManager[None]:
     """One restore (or fork copy) of a workspace at a time, across processes sharing the volume."""
-    repo.root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(repo.root / _LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if loop.time() > deadline:
-                    raise RestoreFailed(
-                        f"another restore of {repo.workspace} did not end within {LOCK_WAIT_S:g} s"
-                    ) from None
-                await asyncio.sleep(0.05)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
+    return file_lock(repo.root / _LOCK, f"another restore of {repo.workspace}")
 
 
 async def restore(repo: ShadowRepo, plan: Plan) -> None:

@@ -15,11 +15,13 @@ skipped. Trees are kept by refs (`refs/a3s/trees/<tree>`) and dropped when no ch
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
 import stat
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from .sandbox import Place
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 MAX_DIFF_BYTES = 4 * 1024 * 1024
+LOCK_WAIT_S = 120.0  # a git command's own bound (safe_git), and then some
 _OWN_SETTINGS = (
     "core.autocrlf=false",
     "core.safecrlf=false",
@@ -40,6 +43,7 @@ _OWN_SETTINGS = (
     "advice.addEmbeddedRepo=false",
     "index.version=4",
 )
+_TREE_REFS = "refs/a3s/trees"
 _STATUS = {"A": "added", "D": "deleted", "M": "modified", "T": "type_changed"}
 
 
@@ -77,6 +81,28 @@ class FileChange:
             "removed": self.removed,
             "binary": self.binary,
         }
+
+
+@contextlib.asynccontextmanager
+async def file_lock(path: Path, what: str) -> AsyncIterator[None]:
+    """An exclusive lock on the file `path` (made if missing) for the block, across processes on
+    one volume; ShadowUnavailable saying `what` holds it when it is not free within LOCK_WAIT_S."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if loop.time() > deadline:
+                    raise ShadowUnavailable(f"{what} did not end within {LOCK_WAIT_S:g} s") from None
+                await asyncio.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def key_of(text: str) -> str:
@@ -143,6 +169,11 @@ class ShadowRepo:
         last snapshot), leaving out ignored files and those over `max_file_bytes`."""
         await self.ensure()
         index = self._indexes / key_of(index_name)
+        guard = index.with_suffix(".guard")  # not .lock: git's own lock of the index
+        async with file_lock(guard, f"another snapshot of {self.workspace}"):  # replicas share the index
+            return await self._snapshot(index, max_file_bytes)
+
+    async def _snapshot(self, index: Path, max_file_bytes: int) -> Snapshot:
         last_tree = index.with_suffix(".tree")
         excludes = index.with_suffix(".exclude")
         skipped = self._still_large(excludes, max_file_bytes)
@@ -188,13 +219,24 @@ class ShadowRepo:
     def _excluded_count(excludes: Path) -> int:
         return len(_excluded(excludes))
 
-    async def keep(self, tree: str) -> None:
-        await self._run("update-ref", f"refs/a3s/trees/{tree}", tree)
+    def keep(self, tree: str) -> None:
+        """Name `tree` by a ref, so that `collect` keeps it: a loose ref written directly (the
+        repository is ours, its refs never packed), which spares a git process per checkpoint."""
+        if _is_object_id(tree):
+            ref = self.git_dir / _TREE_REFS / tree
+            ref.parent.mkdir(parents=True, exist_ok=True)
+            ref.write_text(f"{tree}\n")
 
     async def drop(self, trees: Iterable[str]) -> None:
-        lines = "".join(f"delete refs/a3s/trees/{tree}\n" for tree in trees if _is_object_id(tree))
-        if lines:
-            await self._run("update-ref", "--stdin", stdin=lines.encode())
+        """Forget the refs of `trees`, then let git remove the objects nothing names any more
+        (those an hour old: a snapshot being written meanwhile keeps its own)."""
+        dropped = False
+        for tree in trees:
+            if _is_object_id(tree):
+                (self.git_dir / _TREE_REFS / tree).unlink(missing_ok=True)
+                dropped = True
+        if dropped:
+            await self._run("-c", "gc.packRefs=false", "gc", "--quiet", "--prune=1.hour.ago")
 
     async def has(self, tree: str) -> bool:
         try:

@@ -137,7 +137,8 @@ class Checkpoints:
         self._open.add(session.id)
 
     async def turn_ended(self, session_id: str) -> None:
-        """After that generation: remember the tree its tools left."""
+        """After that generation, before its end is told: note the tree its tools left (a file
+        changed after that is someone else's doing)."""
         if session_id in self._open:
             self._open.discard(session_id)
             await self._left_quietly(session_id)
@@ -180,7 +181,7 @@ class Checkpoints:
             records = await self._store.checkpoints.of_session(session_id)
             previous = records[-1].tree if records else ""
             if snapshot.tree != previous:
-                await repo.keep(snapshot.tree)
+                repo.keep(snapshot.tree)
             changed = await repo.changes(previous, snapshot.tree) if previous else []
             left = _left_tree(repo, session_id)
             outside = [c.path for c in await repo.changes(left, snapshot.tree)] if left else []
@@ -210,8 +211,10 @@ class Checkpoints:
                 raise FailedPrecondition(f"session {session_id!r}'s run moved to another replica")
             entry.body["data"]["checkpoint"] = str(stored.seq)
             cutoff = stored.created_at - int(self._options.max_age_hours * _HOUR_MS)
-            unused = await self._store.checkpoints.prune(session_id, self._options.keep, cutoff)
-            await repo.drop(unused)
+            keep = self._options.keep
+            if len(records) >= keep + keep // 10 or (records and records[0].created_at < cutoff):
+                unused = await self._store.checkpoints.prune(session_id, self._options.keep, cutoff)
+                await repo.drop(unused)
             return stored
 
     # --- reading -----------------------------------------------------------------------------
