@@ -418,9 +418,10 @@ class Runtime:
     def tools_for(self, session: Session | None) -> list[Tool]:
         """What a session's model may call: the built-in tools the registry offers its model, skill
         tools, client tools, the tools of its MCP servers (as last listed: see prepare_tools) and
-        `task` (runtime/subagents.py)."""
+        `task` (runtime/subagents.py); those that may change files wait for the checkpoint their
+        turn is taking."""
         provider = self.llm_for(session).provider
-        return [
+        tools = [
             *self.registry.offered(text_protocol=speaks_text_protocol(provider, self.settings.llm_tool_mode)),
             *self.skills.tools_for(session),
             *self.client_tools.for_session(session),
@@ -428,6 +429,7 @@ class Runtime:
             *(memory_tools.TOOLS if self.memory_settings_for(session).tools else ()),
             *(self.subagents.tools_for(session) if self.registry.lets(TASK) else ()),
         ]
+        return tools if session is None else self.checkpoints.guarded(session.id, tools)
 
     def memory_settings_for(self, session: Session | None) -> MemorySettings:
         """What the session's model gets of memories: its own setting, else the operator's."""

@@ -39,7 +39,7 @@ _OWN_SETTINGS = (
     "core.quotePath=false",
     "core.symlinks=true",
     "core.fileMode=true",
-    "core.untrackedCache=false",
+    "core.untrackedCache=true",  # directories unchanged since the last snapshot are not read again
     "advice.addEmbeddedRepo=false",
     "index.version=4",
 )
@@ -176,6 +176,7 @@ class ShadowRepo:
     async def _snapshot(self, index: Path, max_file_bytes: int) -> Snapshot:
         last_tree = index.with_suffix(".tree")
         excludes = index.with_suffix(".exclude")
+        await self._seed(index)
         skipped = self._still_large(excludes, max_file_bytes)
         listed = await self._run(
             "ls-files", "-z", "--others", "--modified", "--exclude-standard", index=index, excludes=excludes
@@ -195,6 +196,24 @@ class ShadowRepo:
             raise ShadowUnavailable(f"git write-tree gave {tree[:80]!r}")
         last_tree.write_text(tree)
         return Snapshot(tree, tuple(skipped))
+
+    async def _seed(self, index: Path) -> None:
+        """Start a new index as a copy of the one written last (another session's of this
+        workspace, with its tree and excludes), so that only what changed since is hashed."""
+        newest = self._seed_for(index)
+        if newest is None:
+            return
+        async with file_lock(newest.with_suffix(".guard"), f"a snapshot of {self.workspace}"):
+            for suffix in ("", ".tree", ".exclude"):
+                with contextlib.suppress(FileNotFoundError):
+                    shutil.copyfile(f"{newest}{suffix}", f"{index}{suffix}")
+
+    def _seed_for(self, index: Path) -> Path | None:
+        """The index a new `index` starts from: none when it exists, or when it would be the first."""
+        if index.exists():
+            return None
+        trees = [p for p in self._indexes.glob("*.tree") if p.stem != index.name]
+        return max(trees, key=lambda p: p.stat().st_mtime_ns).with_suffix("") if trees else None
 
     def _own_place(self) -> str:
         """The shadow root's path inside the workspace ("" when it lies outside it), left out."""

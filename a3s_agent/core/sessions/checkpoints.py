@@ -15,6 +15,7 @@ file stops and names it, unless forced.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -22,9 +23,11 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ...base.errors import FailedPrecondition, InvalidArgument, NotFound
 from ...base.models import Message
+from ...tools.registry import Tool, ToolContext, ToolFunction, ToolOutput
 from ...tools.restore_journal import Plan, RestoreFailed, replay, restore, workspace_lock
 from ...tools.shadow_repo import FileChange, ShadowRepo, ShadowUnavailable, key_of
 from ..store.checkpoints import CheckpointRecord
@@ -91,6 +94,8 @@ class Checkpoints:
         self._repos: dict[str, ShadowRepo] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._open: set[str] = set()  # sessions whose generation took a checkpoint and goes on
+        self._taking: dict[str, asyncio.Task[CheckpointRecord | None]] = {}  # a generation's, being taken
+        self._wrote: set[str] = set()  # sessions whose generation called a tool that may change files
 
     @property
     def enabled(self) -> bool:
@@ -128,20 +133,49 @@ class Checkpoints:
     # --- taking checkpoints ------------------------------------------------------------------
 
     async def turn_starting(self, session: Session, messages: list[Message], message_count: int) -> None:
-        """Before a generation whose tools may change files: a checkpoint named by the turn (a
-        failure is logged and reported as a warning; the generation goes on)."""
+        """Before a generation whose tools may change files: a checkpoint named by the turn, taken
+        while the model is called (`guarded` tools wait for it). A failure is logged and reported
+        as a warning; the generation goes on."""
         if not self.enabled:
             return
         user = next((m.content for m in reversed(messages) if m.role == "user"), "")
-        await self._quietly(session.id, "turn", user, message_count)
+        self._taking[session.id] = asyncio.create_task(self._quietly(session.id, "turn", user, message_count))
         self._open.add(session.id)
+        self._wrote.discard(session.id)
+
+    def guarded(self, session_id: str, tools: list[Tool]) -> list[Tool]:
+        """`tools`, those that may change files first waiting for the checkpoint of their turn."""
+        if not self.enabled:
+            return tools
+        return [
+            tool if tool.lane == "query" else replace(tool, run=self._after(session_id, tool.run))
+            for tool in tools
+        ]
+
+    def _after(self, session_id: str, run: ToolFunction) -> ToolFunction:
+        async def after_the_checkpoint(args: Any, context: ToolContext) -> ToolOutput | str:
+            taking = self._taking.get(session_id)
+            if taking is not None:
+                await asyncio.shield(taking)  # a call cancelled meanwhile leaves the checkpoint be
+            self._wrote.add(session_id)
+            return await run(args, context)
+
+        return after_the_checkpoint
 
     async def turn_ended(self, session_id: str) -> None:
         """After that generation, before its end is told: note the tree its tools left (a file
         changed after that is someone else's doing)."""
-        if session_id in self._open:
-            self._open.discard(session_id)
+        taking = self._taking.pop(session_id, None)
+        started = await taking if taking is not None else None
+        if session_id not in self._open:
+            return
+        self._open.discard(session_id)
+        if session_id in self._wrote or started is None:
+            self._wrote.discard(session_id)
             await self._left_quietly(session_id)
+        else:  # none of its tools could change a file: they left what they found
+            with contextlib.suppress(OSError, NotFound):
+                _left_file(self._repo(self._sessions.get(session_id)), session_id).write_text(started.tree)
 
     async def before_tool(self, session_id: str) -> None:
         """Before a client's direct call of a tool that may change files."""
@@ -153,12 +187,13 @@ class Checkpoints:
         if self.enabled:
             await self._left_quietly(session_id)
 
-    async def _quietly(self, session_id: str, kind: str, user: str, count: int) -> None:
+    async def _quietly(self, session_id: str, kind: str, user: str, count: int) -> CheckpointRecord | None:
         try:
-            await self.take(session_id, kind, user, count)
-        except (ShadowUnavailable, RestoreFailed, OSError) as exc:
+            return await self.take(session_id, kind, user, count)
+        except (ShadowUnavailable, RestoreFailed, OSError, FailedPrecondition) as exc:
             log.warning("no checkpoint of session %s: %s", session_id, exc)
             self._events.publish(EventType.WARNING, session_id, f"no checkpoint was taken: {exc}")
+            return None
 
     async def _left_quietly(self, session_id: str) -> None:
         try:
@@ -209,7 +244,6 @@ class Checkpoints:
             )
             if stored is None:
                 raise FailedPrecondition(f"session {session_id!r}'s run moved to another replica")
-            entry.body["data"]["checkpoint"] = str(stored.seq)
             cutoff = stored.created_at - int(self._options.max_age_hours * _HOUR_MS)
             keep = self._options.keep
             if len(records) >= keep + keep // 10 or (records and records[0].created_at < cutoff):
