@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from . import (
+    checkpoints,
     cpu,
     cron,
     delegation,
@@ -49,6 +50,7 @@ SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "task_cpu": cpu.bench_task_cpu,
     "turn_cpu": cpu.bench_turn_cpu,
     "first": startup.bench_first,
+    "checkpoints": checkpoints.bench_checkpoints,
 }
 PEER_SECTION = "opencode"
 """The performance page's section of `--peer opencode`, after the others."""
