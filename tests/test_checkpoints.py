@@ -261,6 +261,7 @@ async def test_a_workspace_without_git_and_a_large_binary_skipped_and_reported(l
     (workspace / "a.txt").write_text("alpha\n")
     large = os.urandom(300_000)
     (workspace / "large.bin").write_bytes(large)
+    (workspace / "big\na.txt").write_bytes(large)  # as two exclude lines, it would leave a.txt out
     await start(lab)
     session = await lab.session()
     lab.fake.script(
@@ -273,7 +274,9 @@ async def test_a_workspace_without_git_and_a_large_binary_skipped_and_reported(l
     await lab.turn(session, "two")
 
     first, second = await lab.checkpoints(session)
-    assert first["files_skipped"] == second["files_skipped"] == [{"path": "large.bin", "size": 300_000}]
+    skipped = [{"path": "big\na.txt", "size": 300_000}, {"path": "large.bin", "size": 300_000}]
+    assert first["files_skipped"] == second["files_skipped"] == skipped
+    assert [f["path"] for f in second["files_changed"]] == ["a.txt"]
     assert not (workspace / ".git").exists()
     await lab.call("POST", f"/sessions/{session}/restore", {"checkpoint": first["checkpoint"]})
     assert (workspace / "a.txt").read_text() == "alpha\n"

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -204,7 +205,7 @@ class ShadowRepo:
         if newest is None:
             return
         async with file_lock(newest.with_suffix(".guard"), f"a snapshot of {self.workspace}"):
-            for suffix in ("", ".tree", ".exclude"):
+            for suffix in ("", ".tree", ".exclude", ".json"):
                 with contextlib.suppress(FileNotFoundError):
                     shutil.copyfile(f"{newest}{suffix}", f"{index}{suffix}")
 
@@ -317,37 +318,29 @@ def _is_object_id(text: str) -> bool:
 
 
 def _excluded(excludes: Path) -> list[str]:
+    """The paths left out (the exclude file's companion `.json` holds them exactly)."""
     try:
-        lines = excludes.read_text(encoding="utf-8").splitlines()
+        paths: list[str] = json.loads(excludes.with_suffix(".json").read_text(encoding="utf-8"))
     except FileNotFoundError:
         return []
-    return [_unescape(line) for line in lines if line.startswith("/") and not line.endswith("/")]
+    return paths
 
 
 def _write_excludes(excludes: Path, paths: list[str], own: str) -> None:
-    lines = [f"/{_escape(path)}" for path in paths]
+    excludes.with_suffix(".json").write_text(json.dumps(paths), encoding="utf-8")
+    lines = [f"/{_pattern(path)}" for path in paths]
     if own:
-        lines.append(f"/{_escape(own)}/")
+        lines.append(f"/{_pattern(own)}/")
     excludes.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
 
 
 _SPECIAL = "\\*?[! #"
 
 
-def _escape(path: str) -> str:
-    """A path as a gitignore pattern matching only itself."""
-    return "".join(f"\\{c}" if c in _SPECIAL else c for c in path)
-
-
-def _unescape(line: str) -> str:
-    out, escaped = [], False
-    for c in line[1:]:
-        if escaped or c != "\\":
-            out.append(c)
-            escaped = False
-        else:
-            escaped = True
-    return "".join(out)
+def _pattern(path: str) -> str:
+    """A gitignore pattern matching the path: its special characters escaped, a control character
+    (which a pattern cannot hold: a newline would end it) matched by `?`."""
+    return "".join("?" if ord(c) < 32 or c == "\x7f" else f"\\{c}" if c in _SPECIAL else c for c in path)
 
 
 def _parse_changes(raw: str) -> list[FileChange]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import time
 import uuid
@@ -25,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ...base.errors import FailedPrecondition, InvalidArgument, NotFound
+from ...base.errors import AgentError, FailedPrecondition, InvalidArgument, NotFound
 from ...base.models import Message
 from ...tools.registry import Tool, ToolContext, ToolFunction, ToolOutput
 from ...tools.restore_journal import Plan, RestoreFailed, replay, restore, workspace_lock
@@ -175,7 +176,7 @@ class Checkpoints:
             await self._left_quietly(session_id)
         else:  # none of its tools could change a file: they left what they found
             with contextlib.suppress(OSError, NotFound):
-                _left_file(self._repo(self._sessions.get(session_id)), session_id).write_text(started.tree)
+                _note_left(self._repo(self._sessions.get(session_id)), session_id, started.tree)
 
     async def before_tool(self, session_id: str) -> None:
         """Before a client's direct call of a tool that may change files."""
@@ -190,7 +191,7 @@ class Checkpoints:
     async def _quietly(self, session_id: str, kind: str, user: str, count: int) -> CheckpointRecord | None:
         try:
             return await self.take(session_id, kind, user, count)
-        except (ShadowUnavailable, RestoreFailed, OSError, FailedPrecondition) as exc:
+        except (ShadowUnavailable, RestoreFailed, OSError, AgentError) as exc:  # never the run's failure
             log.warning("no checkpoint of session %s: %s", session_id, exc)
             self._events.publish(EventType.WARNING, session_id, f"no checkpoint was taken: {exc}")
             return None
@@ -201,8 +202,8 @@ class Checkpoints:
             repo = self._repo(session)
             async with self._lock(session_id):
                 snapshot = await repo.snapshot(session_id, self._options.max_file_bytes)
-            _left_file(repo, session_id).write_text(snapshot.tree)
-        except (ShadowUnavailable, OSError, NotFound) as exc:
+            _note_left(repo, session_id, snapshot.tree)
+        except (ShadowUnavailable, OSError, AgentError) as exc:
             log.warning("could not record what session %s's tools left: %s", session_id, exc)
 
     async def take(
@@ -358,7 +359,7 @@ class Checkpoints:
                 deletes=[c.path for c in changes if c.status in ("deleted", "type_changed")],
             )
             await restore(repo, plan)
-            _left_file(repo, session.id).write_text(target.tree)
+            _note_left(repo, session.id, target.tree)
         return Restored(changes, conflicts, before)
 
     async def _changed_by_others(self, session_id: str, since: int) -> set[str]:
@@ -385,11 +386,11 @@ class Checkpoints:
         new_id = uuid.uuid4().hex
         config = source.config
         if copy_workspace:
-            copy = await self._copy(source, target, workspace, new_id)
-            config = replace(config, workspace=str(copy))
+            copied = await self._copy(source, target, workspace, new_id)
+            config = replace(config, workspace=str(copied))
         elif workspace:
             raise InvalidArgument("workspace is for a fork with copy_workspace; without it the fork shares")
-        settings = replace(source.settings)
+        settings = copy.deepcopy(source.settings)  # its own: neither's changes reach the other
         forked = await self._sessions.create(new_id, config, history, settings=settings)
         data = {
             "checkpoint": target.seq,
@@ -435,6 +436,12 @@ def _ignored_by_the_source(forks: Path, root: Path) -> None:
 
 def _left_file(repo: ShadowRepo, session_id: str) -> Path:
     return repo.root / "index" / f"{key_of(session_id)}.left"
+
+
+def _note_left(repo: ShadowRepo, session_id: str, tree: str) -> None:
+    """Note `tree` as what the session's tools left (written only when it is news)."""
+    if _left_tree(repo, session_id) != tree:
+        _left_file(repo, session_id).write_text(tree)
 
 
 def _left_tree(repo: ShadowRepo, session_id: str) -> str:
