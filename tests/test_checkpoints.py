@@ -511,10 +511,33 @@ async def test_a_grpc_client_rewinds_through_clear_context_and_forks_through_cre
     assert "turn one" in (workspace / "a.txt").read_text()
 
 
-async def test_old_checkpoints_are_pruned_to_the_setting(lab: Lab) -> None:
+async def test_old_checkpoints_are_pruned_to_the_setting_and_go_with_their_session(lab: Lab) -> None:
     lab.server.env["A3S_CHECKPOINT_KEEP"] = "2"
     session = await after_three_turns(lab)
     kept = await lab.checkpoints(session)
     assert [c["user_message"] for c in kept] == ["two", "three"]
-    refs = list((lab.server.data_dir / "checkpoints").glob("*/git/refs/a3s/trees/*"))
-    assert len(refs) == 2  # the pruned checkpoint's tree is no longer kept
+    shadow = lab.server.data_dir / "checkpoints"
+    assert len(list(shadow.glob("*/git/refs/a3s/trees/*"))) == 2  # the pruned checkpoint's tree goes
+
+    await lab.call("DELETE", f"/sessions/{session}")
+    assert not list(shadow.glob("*/git/refs/a3s/trees/*"))
+    assert not list(shadow.glob("*/index/*"))  # its index and what was kept beside it
+
+
+async def test_a_rewind_finds_the_conversation_that_clearing_archived(lab: Lab) -> None:
+    session = await after_three_turns(lab)
+    second = [c for c in await lab.checkpoints(session) if c["kind"] == "turn"][1]["checkpoint"]
+    kept = files(lab.server.workspace)
+    await lab.call("POST", "/rpc/ClearContext", {"session_id": session})  # archives the whole history
+
+    rewound = await lab.call(
+        "POST", f"/sessions/{session}/rewind", {"checkpoint": second, "conversation_only": True}
+    )
+    assert rewound["messages"] == 4 and rewound["files"] == []
+    assert files(lab.server.workspace) == kept
+    lab.fake.script(text("after the rewind"))
+    await lab.turn(session, "four")
+    assert [m.get("content") for m in lab.fake.requests[-1].messages if m["role"] == "user"] == [
+        "one",
+        "four",
+    ]

@@ -141,6 +141,7 @@ class Sessions:
         for child in self._rt.sessions.children(session_id):
             await self.destroy(child.id)
         self._rt.control.forget(session_id)
+        await self._rt.checkpoints.forget(session_id)  # its checkpoints, and the trees only they named
         await self._rt.sessions.destroy(session_id)
         await self._rt.mcp.session_ended(session_id)  # its MCP servers stop
         self._rt.sandbox.forget_session(session_id)  # the HOME its commands had goes too

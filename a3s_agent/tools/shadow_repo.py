@@ -209,6 +209,12 @@ class ShadowRepo:
                 with contextlib.suppress(FileNotFoundError):
                     shutil.copyfile(f"{newest}{suffix}", f"{index}{suffix}")
 
+    def forget_index(self, index_name: str) -> None:
+        """Remove an index and what is kept beside it."""
+        index = self._indexes / key_of(index_name)
+        for suffix in ("", ".tree", ".exclude", ".json", ".guard"):
+            Path(f"{index}{suffix}").unlink(missing_ok=True)
+
     def _seed_for(self, index: Path) -> Path | None:
         """The index a new `index` starts from: none when it exists, or when it would be the first."""
         if index.exists():

@@ -252,6 +252,19 @@ class Checkpoints:
                 await repo.drop(unused)
             return stored
 
+    async def forget(self, session_id: str) -> None:
+        """A session that goes: its checkpoints, its index and the trees no other checkpoint names."""
+        session = self._sessions.get(session_id)
+        repo = self._repo(session)
+        unused = await self._store.checkpoints.forget(session_id)
+        try:
+            await repo.drop(unused)
+            repo.forget_index(session_id)
+            _left_file(repo, session_id).unlink(missing_ok=True)
+        except (ShadowUnavailable, OSError) as exc:
+            log.warning("could not remove session %s's checkpoints from %s: %s", session_id, repo.root, exc)
+        self._locks.pop(session_id, None)
+
     # --- reading -----------------------------------------------------------------------------
 
     async def of_session(self, session_id: str) -> list[CheckpointRecord]:

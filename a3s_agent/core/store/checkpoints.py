@@ -86,3 +86,7 @@ class CheckpointTable(Protocol):
         """Remove all but the session's newest `keep` checkpoints, and those created before
         `older_than` (ms; never the newest); the trees no checkpoint of the workspace names now."""
         ...
+
+    async def forget(self, session_id: str) -> list[str]:
+        """Remove every checkpoint of the session; the trees no checkpoint of the workspace names now."""
+        ...

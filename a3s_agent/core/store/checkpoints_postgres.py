@@ -82,15 +82,22 @@ class PostgresCheckpoints:
         return None if row is None else record_of(row)
 
     async def prune(self, session_id: str, keep: int, older_than: int) -> list[str]:
+        return await self._remove(
+            "DELETE FROM checkpoints WHERE session_id = %s AND seq <> (SELECT MAX(seq) FROM checkpoints"
+            " WHERE session_id = %s) AND (created_at < %s OR seq NOT IN (SELECT seq FROM checkpoints"
+            " WHERE session_id = %s ORDER BY seq DESC LIMIT %s)) RETURNING workspace, tree",
+            (session_id, session_id, older_than, session_id, keep),
+        )
+
+    async def forget(self, session_id: str) -> list[str]:
+        return await self._remove(
+            "DELETE FROM checkpoints WHERE session_id = %s RETURNING workspace, tree", (session_id,)
+        )
+
+    async def _remove(self, statement: str, values: tuple[object, ...]) -> list[str]:
+        """Run a DELETE ... RETURNING workspace, tree; the trees no checkpoint names any more."""
         async with self._transaction(()) as conn:
-            gone = await (
-                await conn.execute(
-                    "DELETE FROM checkpoints WHERE session_id = %s AND seq <> (SELECT MAX(seq) FROM checkpoints"
-                    " WHERE session_id = %s) AND (created_at < %s OR seq NOT IN (SELECT seq FROM checkpoints"
-                    " WHERE session_id = %s ORDER BY seq DESC LIMIT %s)) RETURNING workspace, tree",
-                    (session_id, session_id, older_than, session_id, keep),
-                )
-            ).fetchall()
+            gone = await (await conn.execute(statement, values)).fetchall()
             unused = []
             for workspace, tree in set(gone):
                 named = await (

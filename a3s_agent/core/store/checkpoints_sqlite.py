@@ -66,23 +66,33 @@ class SqliteCheckpoints:
         return None if row is None else record_of(row)
 
     async def prune(self, session_id: str, keep: int, older_than: int) -> list[str]:
+        return await self._remove(
+            "DELETE FROM checkpoints WHERE session_id = ? AND seq NOT IN (SELECT seq FROM checkpoints"
+            " WHERE session_id = ? ORDER BY seq DESC LIMIT 1) AND (created_at < ? OR seq NOT IN"
+            " (SELECT seq FROM checkpoints WHERE session_id = ? ORDER BY seq DESC LIMIT ?))"
+            " RETURNING workspace, tree",
+            (session_id, session_id, older_than, session_id, keep),
+        )
+
+    async def forget(self, session_id: str) -> list[str]:
+        return await self._remove(
+            "DELETE FROM checkpoints WHERE session_id = ? RETURNING workspace, tree", (session_id,)
+        )
+
+    async def _remove(self, statement: str, values: tuple[object, ...]) -> list[str]:
+        """Run a DELETE ... RETURNING workspace, tree; the trees no checkpoint names any more."""
+
         def write(db: sqlite3.Connection) -> list[str]:
             with transaction(db):
-                gone = db.execute(
-                    "DELETE FROM checkpoints WHERE session_id = ? AND seq NOT IN (SELECT seq FROM checkpoints"
-                    " WHERE session_id = ? ORDER BY seq DESC LIMIT 1) AND (created_at < ? OR seq NOT IN"
-                    " (SELECT seq FROM checkpoints WHERE session_id = ? ORDER BY seq DESC LIMIT ?))"
-                    " RETURNING workspace, tree",
-                    (session_id, session_id, older_than, session_id, keep),
-                ).fetchall()
-                unused = []
-                for workspace, tree in set(gone):
-                    named = db.execute(
+                gone = db.execute(statement, values).fetchall()
+                return [
+                    tree
+                    for workspace, tree in set(gone)
+                    if db.execute(
                         "SELECT 1 FROM checkpoints WHERE workspace = ? AND tree = ? LIMIT 1",
                         (workspace, tree),
                     ).fetchone()
-                    if named is None:
-                        unused.append(tree)
-                return unused
+                    is None
+                ]
 
         return await self._db.run(write)
