@@ -541,3 +541,21 @@ async def test_a_rewind_finds_the_conversation_that_clearing_archived(lab: Lab) 
         "one",
         "four",
     ]
+
+
+async def test_an_agent_spaces_run_in_a_sessions_workspace_is_checkpointed_first(lab: Lab) -> None:
+    workspace = lab.server.workspace
+    (workspace / "a.txt").write_text("alpha\n")
+    await start(lab)
+    session = await lab.session()
+    space = await lab.call("POST", "/v1/spaces", {"sessionId": session}, 201)
+    operations = {
+        "protocolVersion": "1.0",
+        "operations": [{"type": "createFile", "id": "c", "path": "made.txt", "content": "by a space\n"}],
+    }
+    await lab.call("POST", f"/v1/spaces/{space['spaceId']}/runs", operations)
+    assert (workspace / "made.txt").is_file()
+    (before,) = await lab.checkpoints(session)
+    assert before["kind"] == "space"
+    await lab.call("POST", f"/sessions/{session}/restore", {"checkpoint": before["checkpoint"]})
+    assert files(workspace) == {"a.txt": b"alpha\n"}

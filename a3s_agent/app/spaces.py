@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +45,8 @@ class Spaces:
     async def start_run(self, space_id: str, operations_message: Any) -> RunResult:
         """Run an operations message (decoded JSON); its events message (completed,
         awaiting_approval...). MessageInvalid when the message as a whole is malformed."""
-        return await self._rt.spaces.start_run(space_id, operations_message)
+        async with self._checkpointed(space_id):
+            return await self._rt.spaces.start_run(space_id, operations_message)
 
     async def get_run(self, space_id: str, run_id: str) -> RunResult:
         """The run with every event so far; status "running" while it executes."""
@@ -52,7 +55,24 @@ class Spaces:
     async def resume_run(self, space_id: str, run_id: str, approval: Any) -> RunResult:
         """Answer the pending approval ({"operationId", "decision", "reason"?} or a userMessage)
         and go on; the events of this resumption."""
-        return await self._rt.spaces.resume_run(space_id, run_id, approval)
+        async with self._checkpointed(space_id):
+            return await self._rt.spaces.resume_run(space_id, run_id, approval)
+
+    @asynccontextmanager
+    async def _checkpointed(self, space_id: str) -> AsyncIterator[None]:
+        """A run's operations may write the space's workspace: a checkpoint (kind `space`) of each
+        session working there first, and what the run left noted after."""
+        workspace = (await self._rt.spaces.get_space(space_id)).workspace.resolve()
+        await self._rt.sessions.refresh_all()
+        sessions, _ = self._rt.sessions.page(None, len(self._rt.sessions))
+        there = [s.id for s in sessions if Path(s.config.workspace) == workspace]
+        for session_id in there:
+            await self._rt.checkpoints.before_tool(session_id, "space")
+        try:
+            yield
+        finally:
+            for session_id in there:
+                await self._rt.checkpoints.after_tool(session_id)
 
     async def cancel_run(self, space_id: str, run_id: str) -> RunResult:
         return await self._rt.spaces.cancel_run(space_id, run_id)

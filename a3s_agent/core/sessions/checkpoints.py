@@ -178,11 +178,12 @@ class Checkpoints:
             with contextlib.suppress(OSError, NotFound):
                 _note_left(self._repo(self._sessions.get(session_id)), session_id, started.tree)
 
-    async def before_tool(self, session_id: str) -> None:
-        """Before a client's direct call of a tool that may change files."""
+    async def before_tool(self, session_id: str, kind: str = "tool") -> None:
+        """Before a client's direct call of a tool that may change files (kind `tool`), or an Agent
+        Spaces run in the session's workspace (`space`)."""
         if self.enabled:
             count = len(await self._sessions.history(session_id))
-            await self._quietly(session_id, "tool", "", count)
+            await self._quietly(session_id, kind, "", count)
 
     async def after_tool(self, session_id: str) -> None:
         if self.enabled:
