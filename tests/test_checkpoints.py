@@ -559,3 +559,20 @@ async def test_an_agent_spaces_run_in_a_sessions_workspace_is_checkpointed_first
     assert before["kind"] == "space"
     await lab.call("POST", f"/sessions/{session}/restore", {"checkpoint": before["checkpoint"]})
     assert files(workspace) == {"a.txt": b"alpha\n"}
+
+
+async def test_the_model_cannot_reach_the_shadow_repository_even_inside_its_workspace(lab: Lab) -> None:
+    workspace = lab.server.workspace
+    lab.server.env["A3S_CHECKPOINT_DIR"] = str(workspace / ".shadow")
+    (workspace / "a.txt").write_text("alpha\n")
+    await start(lab)
+    session = await lab.session()
+    look = "ls -A .shadow 2>/dev/null | wc -l; rm -rf .shadow/* 2>/dev/null; echo tried"
+    lab.fake.script(tool_calls([call("bash", {"command": look})]), text("done"))
+    await lab.turn(session, "look")
+    result = lab.fake.requests[-1].messages[-1]
+    assert result["role"] == "tool" and result["content"].split() == ["0", "tried"]  # hidden: empty
+    (first,) = await lab.checkpoints(session)
+    assert any((workspace / ".shadow").glob("*/git/HEAD"))  # still there
+    found = await lab.call("GET", f"/sessions/{session}/diff?from={first['checkpoint']}")
+    assert found["files"] == []  # the shadow repository is not part of its own checkpoints
