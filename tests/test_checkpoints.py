@@ -576,3 +576,21 @@ async def test_the_model_cannot_reach_the_shadow_repository_even_inside_its_work
     assert any((workspace / ".shadow").glob("*/git/HEAD"))  # still there
     found = await lab.call("GET", f"/sessions/{session}/diff?from={first['checkpoint']}")
     assert found["files"] == []  # the shadow repository is not part of its own checkpoints
+
+
+async def test_a_restore_that_would_lose_an_ignored_file_changes_nothing(lab: Lab) -> None:
+    workspace = lab.server.workspace
+    (workspace / ".gitignore").write_text("*.log\n")
+    (workspace / "d").write_text("a file\n")
+    await start(lab)
+    session = await lab.session()
+    into_a_directory = "rm d && mkdir d && echo kept > d/run.log && echo new > d/x.txt"
+    lab.fake.script(tool_calls([call("bash", {"command": into_a_directory})]), text("done"))
+    await lab.turn(session, "make d a directory")
+    (first,) = await lab.checkpoints(session)
+    now = files(workspace)
+
+    refused = await lab.call("POST", f"/sessions/{session}/restore", {"checkpoint": first["checkpoint"]}, 409)
+    assert "nothing was restored" in refused["error"]["message"]
+    assert refused["error"]["message"].endswith(": d")
+    assert files(workspace) == now and (workspace / "d" / "run.log").read_text() == "kept\n"

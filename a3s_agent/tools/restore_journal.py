@@ -50,7 +50,15 @@ def workspace_lock(repo: ShadowRepo) -> AbstractAsyncContextManager[None]:
 
 
 async def restore(repo: ShadowRepo, plan: Plan) -> None:
-    """Carry `plan` out under the journal (the caller holds workspace_lock)."""
+    """Carry `plan` out under the journal (the caller holds workspace_lock); RestoreFailed, with
+    nothing changed, when a file would have to replace a directory that holds more than the plan
+    deletes (files no checkpoint holds: ignored or skipped ones)."""
+    blocked = await asyncio.to_thread(_blocked, repo.workspace, plan)
+    if blocked:
+        raise RestoreFailed(
+            "nothing was restored: these directories hold files no checkpoint has (ignored or skipped"
+            f" ones), and a restored file would take their place: {', '.join(blocked[:20])}"
+        )
     journal = repo.root / JOURNAL
     data = {
         "workspace": str(repo.workspace),
@@ -79,6 +87,24 @@ async def replay(repo: ShadowRepo) -> bool:
     finally:
         await asyncio.to_thread(_finish, journal)
     return True
+
+
+def _blocked(workspace: Path, plan: Plan) -> list[str]:
+    """The paths to write that are directories now holding something the plan does not delete."""
+    deleted = set(plan.deletes)
+    blocked = []
+    for path in plan.writes:
+        target = workspace / path
+        if not target.is_dir() or target.is_symlink():
+            continue
+        for top, dirs, names in os.walk(target):
+            rel = Path(top).relative_to(workspace).as_posix()
+            if any(f"{rel}/{name}" not in deleted for name in names) or any(
+                (Path(top) / d).is_symlink() and f"{rel}/{d}" not in deleted for d in dirs
+            ):
+                blocked.append(path)
+                break
+    return blocked
 
 
 def _finish(journal: Path) -> None:
