@@ -254,6 +254,15 @@ async def test_diffs_between_checkpoints_and_against_the_workspace_now(lab: Lab)
     assert "checkpoint" in missing["error"]["message"]
     extra = await lab.call("POST", f"/sessions/{session}/fork", {"checkpoint": first, "copy": True}, 400)
     assert "copy" in extra["error"]["message"]
+    ghost = await lab.call("GET", "/sessions/ghost/checkpoints", status=404)
+    assert "ghost" in ghost["error"]["message"]
+    outside = await lab.call(
+        "POST",
+        f"/sessions/{session}/fork",
+        {"checkpoint": first, "copy_workspace": True, "workspace": "/etc/x"},
+        400,
+    )
+    assert "workspace" in outside["error"]["message"]
 
 
 async def test_a_workspace_without_git_and_a_large_binary_skipped_and_reported(lab: Lab) -> None:

@@ -2,7 +2,8 @@
 
 A checkpoint is the workspace's files as a tree of the workspace's shadow repository
 (tools/shadow_repo.py), taken before each generation that may change files, before each direct
-tool call that may, and before a rewind or restore (so that each is undone by another). Its record
+tool call that may and each Agent Spaces run in the workspace, and before a rewind or restore (so
+that each is undone by another). Its record
 (core/store/checkpoints.py) names it by the seq of its `checkpoint_created` log entry and holds
 where the session's conversation was then, so any replica lists it, diffs it and goes back to it.
 
