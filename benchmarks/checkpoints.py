@@ -108,7 +108,7 @@ async def _no_change(runtime: Runtime, workspace: Path, seconds: float) -> list[
         await runtime.checkpoints.turn_ended(session.id)
         on_path.append((path + time.perf_counter() - started) * 1000)
         started = time.perf_counter()
-        await runtime.checkpoints.take(session.id, "turn", "go", 0)  # the same checkpoint, timed
+        await runtime.checkpoints.take(session.id, "turn", "go", (0, 0))  # the same checkpoint, timed
         taken.append((time.perf_counter() - started) * 1000)
         started = time.perf_counter()
         await repo.has(EMPTY_TREE)
@@ -136,12 +136,12 @@ async def _large(runtime: Runtime, repository: Path, seconds: float) -> list[Row
     """A checkpoint of the 10,000-file repository after a one-file change, against `git status`
     after another one-file change, alternating."""
     session = await runtime.sessions.create(None, SessionConfig(workspace=str(repository)), [])
-    await runtime.checkpoints.take(session.id, "turn", "", 0)  # the session's index, made once
+    await runtime.checkpoints.take(session.id, "turn", "", (0, 0))  # the session's index, made once
     taken, status = [], []
     for n in range(max(6, int(seconds * 2))):
         (repository / f"d{n % 100}" / f"f{n}.txt").write_text(f"changed {time.time_ns()}\n")
         started = time.perf_counter()
-        await runtime.checkpoints.take(session.id, "turn", "", 0)
+        await runtime.checkpoints.take(session.id, "turn", "", (0, 0))
         taken.append(time.perf_counter() - started)
         (repository / f"d{n % 100}" / f"f{n + 1}.txt").write_text(f"changed {time.time_ns()}\n")
         started = time.perf_counter()

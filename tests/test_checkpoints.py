@@ -18,8 +18,10 @@ import grpc
 import pytest
 
 from a3s_agent.testing.fake_llm import FakeLLM, call, text, tool_calls
+from a3s_agent.testing.fake_llm import tool_call as fake_call
 
-from .conftest import ServerProcess, eventually
+from .conftest import LiveServer, ServerProcess, eventually, user
+from .scripted_model import ScriptedProvider
 
 GIT_ENV = {
     "GIT_CONFIG_GLOBAL": os.devnull,
@@ -603,3 +605,34 @@ async def test_a_restore_that_would_lose_an_ignored_file_changes_nothing(lab: La
     assert "nothing was restored" in refused["error"]["message"]
     assert refused["error"]["message"].endswith(": d")
     assert files(workspace) == now and (workspace / "d" / "run.log").read_text() == "kept\n"
+
+
+async def test_a_rewind_to_a_turn_that_compacted_as_it_started_gets_the_conversation_it_found(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
+    from a3s_agent.proto import code_agent_pb2 as pb
+
+    from .test_compaction import summaries
+
+    found = [
+        pb.Message(
+            role=pb.Message.ROLE_USER if i % 2 == 0 else pb.Message.ROLE_ASSISTANT, content=f"m{i} " * 600
+        )
+        for i in range(40)
+    ]  # far past the 32,000-token window's threshold: the next turn compacts before its model call
+    created = await scripted_agent.stub.CreateSession(
+        pb.CreateSessionRequest(
+            config=pb.SessionConfig(auto_compact=True, max_context_length=32_000), initial_context=found
+        )
+    )
+    session = created.session_id
+    turns = iter([fake_call("write_file", {"path": "a.txt", "content": "x\n"}), text("done")])
+    scripted.fallback = summaries(text("a summary"), lambda _: next(turns))
+    await scripted_agent.stub.Generate(pb.GenerateRequest(session_id=session, messages=[user("go")]))
+    assert len(await scripted_agent.runtime.sessions.archived(session)) == 41  # compacted as it started
+
+    (turn,) = await scripted_agent.runtime.checkpoints.of_session(session)
+    rewind = (("a3s-rewind-to", str(turn.seq)), ("a3s-rewind-files", "keep"))
+    await scripted_agent.stub.ClearContext(pb.ClearContextRequest(session_id=session), metadata=rewind)
+    history = await scripted_agent.runtime.sessions.history(session)
+    assert [m.content for m in history] == [m.content for m in found]

@@ -141,7 +141,9 @@ class Checkpoints:
         if not self.enabled:
             return
         user = next((m.content for m in reversed(messages) if m.role == "user"), "")
-        self._taking[session.id] = asyncio.create_task(self._quietly(session.id, "turn", user, message_count))
+        # Where the conversation is, read now: the run may compact it while the checkpoint is taken.
+        where = (message_count, await self._store.checkpoints.archived_count(session.id))
+        self._taking[session.id] = asyncio.create_task(self._quietly(session.id, "turn", user, where))
         self._open.add(session.id)
         self._wrote.discard(session.id)
 
@@ -183,16 +185,22 @@ class Checkpoints:
         """Before a client's direct call of a tool that may change files (kind `tool`), or an Agent
         Spaces run in the session's workspace (`space`)."""
         if self.enabled:
-            count = len(await self._sessions.history(session_id))
-            await self._quietly(session_id, kind, "", count)
+            await self._quietly(session_id, kind, "", await self._conversation(session_id))
 
     async def after_tool(self, session_id: str) -> None:
         if self.enabled:
             await self._left_quietly(session_id)
 
-    async def _quietly(self, session_id: str, kind: str, user: str, count: int) -> CheckpointRecord | None:
+    async def _conversation(self, session_id: str) -> tuple[int, int]:
+        """Where the session's conversation is: (live messages, archived messages)."""
+        live = len(await self._sessions.history(session_id))
+        return live, await self._store.checkpoints.archived_count(session_id)
+
+    async def _quietly(
+        self, session_id: str, kind: str, user: str, where: tuple[int, int]
+    ) -> CheckpointRecord | None:
         try:
-            return await self.take(session_id, kind, user, count)
+            return await self.take(session_id, kind, user, where)
         except (ShadowUnavailable, RestoreFailed, OSError, AgentError) as exc:  # never the run's failure
             log.warning("no checkpoint of session %s: %s", session_id, exc)
             self._events.publish(EventType.WARNING, session_id, f"no checkpoint was taken: {exc}")
@@ -209,9 +217,10 @@ class Checkpoints:
             log.warning("could not record what session %s's tools left: %s", session_id, exc)
 
     async def take(
-        self, session_id: str, kind: str, user_message: str, message_count: int
+        self, session_id: str, kind: str, user_message: str, where: tuple[int, int]
     ) -> CheckpointRecord:
-        """A checkpoint of the session's workspace now, recorded and logged."""
+        """A checkpoint of the session's workspace now, recorded and logged with where the
+        conversation is (`where`: how many messages are live and how many archived)."""
         session = self._sessions.get(session_id)
         repo = self._repo(session)
         async with self._lock(session_id):
@@ -228,7 +237,8 @@ class Checkpoints:
                 workspace=str(repo.workspace),
                 tree=snapshot.tree,
                 kind=kind,
-                message_count=message_count,
+                message_count=where[0],
+                archived_count=where[1],
                 user_message=user_message[:_USER_MESSAGE_CHARS],
                 changed=[c.as_json() for c in changed],
                 skipped=[{"path": s.path, "size": s.size} for s in snapshot.skipped],
@@ -317,11 +327,11 @@ class Checkpoints:
         await self._refuse_running(session_id)
         async with self._sessions.generation_lock(session_id), self._own_run(session_id, "rewind"):
             history = await self._history_at(session_id, target)
-            count = len(await self._sessions.history(session_id))
+            where = await self._conversation(session_id)
             if conversation_only:
-                done = Restored([], [], await self.take(session_id, "rewind", "", count))
+                done = Restored([], [], await self.take(session_id, "rewind", "", where))
             else:
-                done = await self._restore(session, target, force, "rewind", count)
+                done = await self._restore(session, target, force, "rewind", where)
             data = {
                 "checkpoint": target.seq,
                 "files_restored": len(done.changes),
@@ -339,11 +349,12 @@ class Checkpoints:
         target = await self._record(session_id, seq)
         await self._refuse_running(session_id)
         async with self._sessions.generation_lock(session_id), self._own_run(session_id, "restore"):
-            count = len(await self._sessions.history(session_id))
-            return await self._restore(session, target, force, "restore", count)
+            return await self._restore(
+                session, target, force, "restore", await self._conversation(session_id)
+            )
 
     async def _restore(
-        self, session: Session, target: CheckpointRecord, force: bool, kind: str, count: int
+        self, session: Session, target: CheckpointRecord, force: bool, kind: str, where: tuple[int, int]
     ) -> Restored:
         repo = self._repo(session)
         if str(repo.workspace) != target.workspace:
@@ -358,7 +369,7 @@ class Checkpoints:
             )
         async with workspace_lock(repo):
             await replay(repo)  # one a crash interrupted: finished before anything is compared
-            before = await self.take(session.id, kind, "", count)
+            before = await self.take(session.id, kind, "", where)
             changes = await repo.changes(before.tree, target.tree)
             foreign = await self._changed_by_others(session.id, target.seq)
             conflicts = sorted(foreign & {c.path for c in changes})

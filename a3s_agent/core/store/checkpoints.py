@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .protocol import LogEntry
@@ -26,24 +26,25 @@ class CheckpointRecord:
     tree: str  # the shadow repository's tree of the workspace's files
     kind: str  # turn (before a generation), tool (before a direct tool call), rewind, restore
     message_count: int  # the live history's length when it was taken
+    archived_count: int
+    """How many archived messages the session had then (archived_count), so that the history of
+    that moment is found again after compaction or a rewind archived it."""
     user_message: str  # the turn's user message (shortened); "" for other kinds
     changed: list[dict[str, Any]]  # the files changed since the session's previous checkpoint
     skipped: list[dict[str, Any]]  # the files left out: over the size cap, with their size
     outside: list[str]  # files changed by someone else since the session's last run ended
     created_at: int  # ms since the epoch
     seq: int = 0  # set by the store: the seq of its checkpoint_created log entry
-    archived_count: int = field(default=0)
-    """Set by the store: how many archived messages the session had then (so the history of that
-    moment is found again after compaction archived it)."""
 
     def row(self) -> tuple[Any, ...]:
-        """The values the insert takes: COLUMNS without seq and archived_count (the store's)."""
+        """The values the insert takes: COLUMNS without seq (the store's)."""
         return (
             self.session_id,
             self.workspace,
             self.tree,
             self.kind,
             self.message_count,
+            self.archived_count,
             self.user_message,
             json.dumps(self.changed),
             json.dumps(self.skipped),
@@ -60,13 +61,13 @@ def record_of(row: Sequence[Any]) -> CheckpointRecord:
         tree=tree,
         kind=kind,
         message_count=int(messages),
+        archived_count=int(archived),
         user_message=user,
         changed=json.loads(changed),
         skipped=json.loads(skipped),
         outside=json.loads(outside),
         created_at=int(at),
         seq=int(seq),
-        archived_count=int(archived),
     )
 
 
@@ -74,6 +75,10 @@ class CheckpointTable(Protocol):
     async def add(self, record: CheckpointRecord, log: Sequence[LogEntry]) -> CheckpointRecord | None:
         """Store the record with `log` (its last entry the checkpoint_created event, whose seq
         names it) in one transaction; the record as stored, None when the entry was refused."""
+        ...
+
+    async def archived_count(self, session_id: str) -> int:
+        """How many of the session's messages are archived now (a record's archived_count)."""
         ...
 
     async def of_session(self, session_id: str) -> list[CheckpointRecord]:

@@ -50,18 +50,21 @@ class PostgresCheckpoints:
             seq = log[-1].seq
             if not seq:
                 return None
-            found = await (
-                await conn.execute(
-                    "SELECT COUNT(*) FROM messages WHERE session_id = %s AND archived", (record.session_id,)
-                )
-            ).fetchone()
-            archived = int(found[0]) if found else 0
             session_id, *rest = record.row()
             await conn.execute(
                 f"INSERT INTO checkpoints ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (session_id, seq, rest[0], rest[1], rest[2], rest[3], archived, *rest[4:]),
+                (session_id, seq, *rest),
             )
-        return replace(record, seq=seq, archived_count=archived)
+        return replace(record, seq=seq)
+
+    async def archived_count(self, session_id: str) -> int:
+        async with self._connection() as conn:
+            found = await (
+                await conn.execute(
+                    "SELECT COUNT(*) FROM messages WHERE session_id = %s AND archived", (session_id,)
+                )
+            ).fetchone()
+        return int(found[0]) if found else 0
 
     async def of_session(self, session_id: str) -> list[CheckpointRecord]:
         async with self._connection() as conn:

@@ -42,19 +42,19 @@ class SqliteCheckpoints:
         def write(db: sqlite3.Connection) -> CheckpointRecord | None:
             with transaction(db):
                 self._append_log(db, log)
-                seq = log[-1].seq
-                (archived,) = db.execute(
-                    "SELECT COUNT(*) FROM messages WHERE session_id = ? AND archived = 1",
-                    (record.session_id,),
-                ).fetchone()
                 session_id, *rest = record.row()
                 db.execute(
                     f"INSERT INTO checkpoints ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (session_id, seq, rest[0], rest[1], rest[2], rest[3], archived, *rest[4:]),
+                    (session_id, log[-1].seq, *rest),
                 )
-                return replace(record, seq=seq, archived_count=int(archived))
+                return replace(record, seq=log[-1].seq)
 
         return await self._db.run(write)
+
+    async def archived_count(self, session_id: str) -> int:
+        query = "SELECT COUNT(*) FROM messages WHERE session_id = ? AND archived = 1"
+        row = await self._db.run(lambda db: db.execute(query, (session_id,)).fetchone())
+        return int(row[0])
 
     async def of_session(self, session_id: str) -> list[CheckpointRecord]:
         query = f"SELECT {COLUMNS} FROM checkpoints WHERE session_id = ? ORDER BY seq"
