@@ -636,3 +636,30 @@ async def test_a_rewind_to_a_turn_that_compacted_as_it_started_gets_the_conversa
     await scripted_agent.stub.ClearContext(pb.ClearContextRequest(session_id=session), metadata=rewind)
     history = await scripted_agent.runtime.sessions.history(session)
     assert [m.content for m in history] == [m.content for m in found]
+
+
+async def test_the_workspaces_git_configuration_and_attributes_run_nothing(lab: Lab) -> None:
+    workspace = lab.server.workspace
+    user_repository(workspace)
+    marker = workspace / "pwned"
+    payload = f"sh -c 'echo ran >> {marker}; cat'"
+    git(workspace, "config", "filter.evil.clean", payload)
+    git(workspace, "config", "filter.evil.smudge", payload)
+    git(workspace, "config", "core.fsmonitor", f"echo ran >> {marker}")
+    (workspace / ".gitattributes").write_text("* filter=evil\n")
+    os.utime(workspace / "a.txt", (946684800, 946684800))  # git looks at its content, through the filter
+    subprocess.run(["git", "add", "-A"], cwd=workspace, env={**os.environ, **GIT_ENV}, check=False)
+    subprocess.run(["git", "reset", "-q"], cwd=workspace, env={**os.environ, **GIT_ENV}, check=False)
+    assert marker.exists()  # the attack is real: plain git runs it
+    marker.unlink()
+
+    await start(lab)
+    session = await lab.session()
+    three_turns(lab.fake)
+    await lab.turn(session, "one")
+    await lab.turn(session, "two")
+    first = (await lab.checkpoints(session))[0]["checkpoint"]
+    await lab.call("GET", f"/sessions/{session}/diff?from={first}")
+    await lab.call("POST", f"/sessions/{session}/rewind", {"checkpoint": first})
+    assert (workspace / "a.txt").read_text() == "alpha\n"
+    assert not marker.exists()
