@@ -386,6 +386,9 @@ async def test_a_fork_into_a_copied_workspace_goes_on_beside_its_session(lab: La
 
     same = await lab.call("POST", f"/sessions/{session}/fork", {"checkpoint": second}, 201)
     assert same["workspace"] == str(workspace) and same["messages"] == 4
+    now = await lab.call("POST", f"/sessions/{session}/fork", {}, 201)  # the whole history, as it is
+    whole = (await lab.call("GET", f"/sessions/{session}"))["session"]["context_usage"]["message_count"]
+    assert now["messages"] == whole == 12 and (await lab.checkpoints(session))[-1]["kind"] == "fork"
 
 
 async def test_a_server_killed_during_a_restore_leaves_the_old_or_the_new_files(lab: Lab) -> None:

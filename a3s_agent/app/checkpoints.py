@@ -73,15 +73,16 @@ class Checkpoints:
         )
 
     async def fork(
-        self, session_id: str, checkpoint: int, *, copy_workspace: bool = False, workspace: str = ""
+        self, session_id: str, checkpoint: int | None, *, copy_workspace: bool = False, workspace: str = ""
     ) -> SessionView:
-        """A new session with the history before `checkpoint` and the session's settings, in the
-        same workspace or (`copy_workspace`) a copy of its files at that checkpoint."""
+        """A new session with the history before `checkpoint` (None: all of it, the files as they
+        are now) and the session's settings, in the same workspace or (`copy_workspace`) a copy of
+        its files at that checkpoint. FailedPrecondition for a fork of now while a run goes on."""
         await self._rt.sessions.refresh(session_id)
         forked = await _mapped(
             self._rt.checkpoints.fork(
                 session_id,
-                _checked(checkpoint, "checkpoint"),
+                None if checkpoint is None else _checked(checkpoint, "checkpoint"),
                 copy_workspace=copy_workspace,
                 workspace=workspace,
             )

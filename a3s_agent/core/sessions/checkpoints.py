@@ -402,12 +402,19 @@ class Checkpoints:
 
     # --- fork --------------------------------------------------------------------------------
 
-    async def fork(self, session_id: str, seq: int, *, copy_workspace: bool, workspace: str) -> Session:
-        """A new session with the history up to before checkpoint `seq` and the session's config and
-        settings; with `copy_workspace`, working in a copy of the files of that checkpoint (at
-        `workspace` under the workspace root, or beside the session's workspace)."""
+    async def fork(
+        self, session_id: str, seq: int | None, *, copy_workspace: bool, workspace: str
+    ) -> Session:
+        """A new session with the history up to before checkpoint `seq` (None: a checkpoint of kind
+        `fork` taken now, so the whole history) and the session's config and settings; with
+        `copy_workspace`, working in a copy of the files of that checkpoint (at `workspace` under
+        the workspace root, or under its `forks/`)."""
         source = self._sessions.get(session_id)
-        target = await self._record(session_id, seq)
+        if seq is None:
+            await self._refuse_running(session_id)  # its history is not whole while a run goes on
+            target = await self.take(session_id, "fork", "", await self._conversation(session_id))
+        else:
+            target = await self._record(session_id, seq)
         history = await self._history_at(session_id, target)
         new_id = uuid.uuid4().hex
         config = source.config

@@ -7,7 +7,8 @@
                                       → {"checkpoint", "files", "overwritten", "undo_checkpoint"}
     GET  /sessions/{id}/diff          ?from=N[&to=M][&path=P...] (no `to`: against the workspace now)
                                       → {"from", "to" (null: now), "files": [...], "diff": "<unified diff>"}
-    POST /sessions/{id}/fork          {"checkpoint": N, "copy_workspace"?: bool, "workspace"?: str}
+    POST /sessions/{id}/fork          {"checkpoint"?: N, "copy_workspace"?: bool, "workspace"?: str}
+                                      (no checkpoint: the whole history, the files as they are now)
                                       → 201 {"session_id", "workspace", "messages", "forked_from"}
 
 A checkpoint is `{"checkpoint": seq, "kind", "created_at" (ms), "user_message", "messages",
@@ -101,7 +102,7 @@ class CheckpointRoutes:
         )
         view = await self._app.checkpoints.fork(
             session_id,
-            _required(body, "checkpoint"),
+            body.get("checkpoint"),
             copy_workspace=body.get("copy_workspace", False),
             workspace=body.get("workspace", ""),
         )
@@ -110,7 +111,7 @@ class CheckpointRoutes:
             "session_id": forked.id,
             "workspace": forked.config.workspace,
             "messages": forked.message_count,
-            "forked_from": {"session_id": session_id, "checkpoint": body["checkpoint"]},
+            "forked_from": {"session_id": session_id, "checkpoint": body.get("checkpoint")},
         }
         return _json(reply, 201, {"Location": f"/sessions/{forked.id}"})
 
