@@ -10,6 +10,7 @@ import os
 import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from itertools import cycle
 from pathlib import Path
 from typing import Any
 
@@ -490,6 +491,26 @@ async def test_a_direct_tool_call_that_writes_is_checkpointed_first(lab: Lab) ->
     assert before["kind"] == "tool"
     await lab.call("POST", f"/sessions/{session}/restore", {"checkpoint": before["checkpoint"]})
     assert (workspace / "a.txt").read_text() == "alpha\n"
+
+
+async def test_an_unreadable_record_beside_a_shadow_index_fails_no_write(lab: Lab) -> None:
+    """What a server keeps beside each shadow index is rebuilt, not trusted: one emptied or
+    garbled on disk costs a checkpoint nothing and never fails the client's write."""
+    workspace = lab.server.workspace
+    (workspace / "a.txt").write_text("alpha\n")
+    await start(lab)
+    session = await lab.session()
+    await lab.call("POST", f"/sessions/{session}/tools/write_file", {"path": "a.txt", "content": "beta\n"})
+    kept = list((lab.server.data_dir / "checkpoints").glob("*/index/*.json"))
+    assert kept
+    for index, junk in zip(kept, cycle(["", "{not json", '{"a": 1}']), strict=False):
+        index.write_text(junk)
+    await lab.call("POST", f"/sessions/{session}/tools/write_file", {"path": "a.txt", "content": "gamma\n"})
+    other = await lab.session()
+    await lab.call("POST", f"/sessions/{other}/tools/write_file", {"path": "b.txt", "content": "b\n"})
+    assert [c["kind"] for c in await lab.checkpoints(session)] == ["tool", "tool"]
+    assert len(await lab.checkpoints(other)) == 1
+    assert (workspace / "a.txt").read_text() == "gamma\n"
 
 
 async def test_a_grpc_client_rewinds_through_clear_context_and_forks_through_create_session(lab: Lab) -> None:

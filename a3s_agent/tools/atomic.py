@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import shutil
 from pathlib import Path
 
 from .beneath import DIRECTORY_HANDLE
@@ -50,6 +51,31 @@ def write_atomically_at(dir_fd: int, name: str, data: bytes, mode: int | None = 
             pass
         raise
     sync_directory(dir_fd)
+
+
+def replace_file(target: Path, data: bytes) -> None:
+    """Write through a temporary file renamed over `target`, without write_atomically's fsyncs: for
+    records that only matter after the server died while the machine ran on (the page cache holds
+    them), which a reader, or a server killed mid-write, must never see half of."""
+    temp = target.with_name(f".{target.name[:200]}.{secrets.token_hex(6)}.tmp")
+    try:
+        temp.write_bytes(data)
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def copy_file(source: Path, target: Path) -> None:
+    """Copy `source` over `target` so that `target` is never seen half written (no fsync, as
+    `replace_file`)."""
+    temp = target.with_name(f".{target.name[:200]}.{secrets.token_hex(6)}.tmp")
+    try:
+        shutil.copyfile(source, temp)
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
 
 
 def sync_directory(dir_fd: int) -> None:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from . import cgroups, procfs, sandbox
+from .atomic import replace_file
 
 MARKER = "A3S_AGENT_SCOPE"
 CGROUPS_VARIABLE = "A3S_TOOL_CGROUPS"
@@ -365,7 +366,7 @@ class Containment:
             try:
                 data = json.dumps(record).encode()
                 if self._record_size is None or max(len(data), self._record_size) > _IN_PLACE_BYTES:
-                    _replace(self.record_path, data)  # the first (an older record goes), or a long one
+                    replace_file(self.record_path, data)  # the first (an older record goes), or a long one
                     self._record_size = len(data)
                 else:
                     self._record_size = _overwrite(self.record_path, data, self._record_size)
@@ -520,15 +521,6 @@ def _check_program(program: str, cwd: Path, env: Mapping[str, str]) -> None:
 def _server_alive(server: str) -> bool:
     pid, _, start = server.partition("-")
     return pid.isdigit() and start.isdigit() and procfs.is_alive(int(pid), int(start))
-
-
-def _replace(target: Path, data: bytes) -> None:
-    """Write through a temporary file renamed over `target`, without write_atomically's fsync: the
-    record only matters after the server died while the machine ran on, when the page cache holds
-    it (the same holds for `_overwrite`)."""
-    temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    temp.write_bytes(data)
-    os.replace(temp, target)
 
 
 def _overwrite(target: Path, data: bytes, size: int) -> int:

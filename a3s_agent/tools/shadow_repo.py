@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .atomic import copy_file, replace_file
 from .process import find_binary
 from .registry import ToolFailure
 from .safe_git import FIXED_SETTINGS, SafeGit
@@ -156,7 +157,7 @@ class ShadowRepo:
         if (self.git_dir / "HEAD").is_file():
             return
         self._indexes.mkdir(parents=True, exist_ok=True)
-        (self.root / "workspace").write_text(f"{self.workspace}\n")
+        replace_file(self.root / "workspace", f"{self.workspace}\n".encode())
         status, _, err = await self._git().execute(
             "init", "--quiet", "--bare", "--template=", str(self.git_dir)
         )
@@ -195,7 +196,7 @@ class ShadowRepo:
         tree = (await self._run("write-tree", index=index)).strip()
         if not _is_object_id(tree):
             raise ShadowUnavailable(f"git write-tree gave {tree[:80]!r}")
-        last_tree.write_text(tree)
+        replace_file(last_tree, tree.encode())
         return Snapshot(tree, tuple(skipped))
 
     async def _seed(self, index: Path) -> None:
@@ -205,9 +206,9 @@ class ShadowRepo:
         if newest is None:
             return
         async with file_lock(newest.with_suffix(".guard"), f"a snapshot of {self.workspace}"):
-            for suffix in ("", ".tree", ".exclude", ".json"):
+            for suffix in (".tree", ".exclude", ".json", ""):  # the index last: it says the rest is there
                 with contextlib.suppress(FileNotFoundError):
-                    shutil.copyfile(f"{newest}{suffix}", f"{index}{suffix}")
+                    copy_file(Path(f"{newest}{suffix}"), Path(f"{index}{suffix}"))
 
     def forget_index(self, index_name: str) -> None:
         """Remove an index and what is kept beside it."""
@@ -251,7 +252,7 @@ class ShadowRepo:
         if _is_object_id(tree):
             ref = self.git_dir / _TREE_REFS / tree
             ref.parent.mkdir(parents=True, exist_ok=True)
-            ref.write_text(f"{tree}\n")
+            replace_file(ref, f"{tree}\n".encode())
 
     async def drop(self, trees: Iterable[str]) -> None:
         """Forget the refs of `trees`, then let git remove the objects nothing names any more
@@ -326,18 +327,18 @@ def _is_object_id(text: str) -> bool:
 def _excluded(excludes: Path) -> list[str]:
     """The paths left out (the exclude file's companion `.json` holds them exactly)."""
     try:
-        paths: list[str] = json.loads(excludes.with_suffix(".json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        paths = json.loads(excludes.with_suffix(".json").read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):  # none yet, or unreadable: written anew at the next change
         return []
-    return paths
+    return [p for p in paths if isinstance(p, str)] if isinstance(paths, list) else []
 
 
 def _write_excludes(excludes: Path, paths: list[str], own: str) -> None:
-    excludes.with_suffix(".json").write_text(json.dumps(paths), encoding="utf-8")
+    replace_file(excludes.with_suffix(".json"), json.dumps(paths).encode())
     lines = [f"/{_pattern(path)}" for path in paths]
     if own:
         lines.append(f"/{_pattern(own)}/")
-    excludes.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    replace_file(excludes, "".join(f"{line}\n" for line in lines).encode())
 
 
 _SPECIAL = "\\*?[! #"

@@ -29,6 +29,7 @@ from typing import Any
 
 from ...base.errors import AgentError, FailedPrecondition, InvalidArgument, NotFound
 from ...base.models import Message
+from ...tools.atomic import replace_file
 from ...tools.registry import Tool, ToolContext, ToolFunction, ToolOutput
 from ...tools.restore_journal import Plan, RestoreFailed, replay, restore, workspace_lock
 from ...tools.shadow_repo import FileChange, ShadowRepo, ShadowUnavailable, key_of
@@ -474,7 +475,7 @@ def _left_file(repo: ShadowRepo, session_id: str) -> Path:
 def _note_left(repo: ShadowRepo, session_id: str, tree: str) -> None:
     """Note `tree` as what the session's tools left (written only when it is news)."""
     if _left_tree(repo, session_id) != tree:
-        _left_file(repo, session_id).write_text(tree)
+        replace_file(_left_file(repo, session_id), tree.encode())
 
 
 def _left_tree(repo: ShadowRepo, session_id: str) -> str:
