@@ -235,6 +235,7 @@ def edit_turns() -> list[Any]:
 
 async def test_the_worked_examples_of_section_10_byte_for_byte(harness: Http, fake: FakeLLM) -> None:
     fake.script(*edit_turns())
+    refs_before = git(harness.server.workspace, "for-each-ref")
     receipt = await command(harness, start())
     assert receipt.pop("state") in ("created", "executing")
     assert receipt.pop("latest_event_sequence_exclusive") >= 0 and receipt.pop("observed_at_ms") > 0
@@ -304,11 +305,16 @@ async def test_the_worked_examples_of_section_10_byte_for_byte(harness: Http, fa
         "patch_bytes": 444,
         "patch_base64": PATCH_BASE64,
     }
-    # The patch applies where the run started; the result tree is kept under the spec's ref.
+    # The patch applies where the run started. Nothing was written into the user's repository (not
+    # even the spec's keep-alive ref): the trees are held in the shadow repository checkpoints use.
     repo = harness.server.workspace
     assert git(repo, "status", "--porcelain") == " M cli.py\n?? NOTES.md\n"  # the index untouched
-    name = hashlib.sha256(f"{RELEASE}:conv-42:run-42-1".encode()).hexdigest()
-    assert git(repo, "rev-parse", f"refs/a3s-code/harness/{name}").strip() == RESULT_TREE[9:]
+    assert git(repo, "for-each-ref") == refs_before
+    assert subprocess.run(["git", "-C", str(repo), "cat-file", "-e", RESULT_TREE[9:]]).returncode != 0
+    held = list(
+        (harness.server.runtime.settings.resolved_data_dir / "checkpoints").glob("*/git/refs/a3s/held/*")
+    )
+    assert sorted(p.read_text().strip() for p in held) == sorted([BASE_TREE[9:], RESULT_TREE[9:]])
     git(repo, "stash", "-u", "-q")
     patch = repo.parent / "patch"
     patch.write_bytes(base64.b64decode(PATCH_BASE64))

@@ -1,5 +1,6 @@
 """The A3S headless harness protocol's operations: runs started, cancelled and recovered by a
-caller-chosen run id, their events as pages, and each run's git change set.
+caller-chosen run id, their events as pages, and each run's git change set (trees of the
+workspace's shadow repository, which checkpoints use too: the user's `.git` is never written).
 
 A harness run is an ordinary generation of an ordinary session (runtime/runs.py, as Generate's):
 gRPC and REST see the session, its history and its log. The harness's session id is ours when it
@@ -31,7 +32,8 @@ from ..core.loop.agent import DoneEvent, GenerateOptions
 from ..core.sessions.manager import SESSION_ID_PATTERN
 from ..core.store.events import CHUNK, now_ms
 from ..runtime import Runtime
-from ..tools.git_trees import TreeUnavailable, capture_tree, keep_tree, tree_patch
+from ..tools.safe_git import repository_trees
+from ..tools.shadow_repo import ShadowUnavailable
 from .harness_events import bounded, chunk_event, entry_call, entry_kind, event_call, event_kind
 from .harness_runs import TERMINAL, EventItem, Registry, RunRecord
 from .harness_types import ChangeSet, Command, EventRecord, HarnessRefusal, Identity, Page, Receipt
@@ -110,10 +112,7 @@ class Harness:
         # dies, the record names the run's chunks, and the takeover's end of them is found again.
         chunk_run = f"run_{uuid.uuid4().hex}"
         run = RunRecord(session_id, identity.run_id, prompt, str(workspace), after_seq, chunk_run=chunk_run)
-        try:
-            run.base_tree = await capture_tree(workspace)
-        except TreeUnavailable:
-            run.base_tree = None
+        run.base_tree = await self._tree(run, "base")
         existing = await self._rt.store.reserve_harness_run(session_id, identity.run_id, run.record())
         if existing is not None:  # another replica admitted it first
             return self._replay(await self._loaded(session_id, identity.run_id, existing), prompt)
@@ -272,18 +271,32 @@ class Harness:
                 run.add_chunk(entry.seq, "failed")
                 return
 
+    async def _tree(self, run: RunRecord, end: str) -> str | None:
+        """The run's workspace now as a tree of its shadow repository (core/sessions/checkpoints.py),
+        held there under the run's name; None outside a git repository (A3S makes change sets of
+        git workspaces only) or when git fails. The user's own repository is never written."""
+        workspace = Path(run.workspace)
+        if not repository_trees(workspace)[1]:
+            return None
+        repo = self._rt.checkpoints.shadow(workspace)
+        name = f"{self._rt.settings.release_identity}:{run.session_id}:{run.run_id}:{end}"
+        try:
+            snapshot = await repo.snapshot(f"harness:{run.session_id}", self._rt.checkpoints.max_file_bytes)
+        except (ShadowUnavailable, OSError):
+            return None
+        repo.hold(name, snapshot.tree)
+        return snapshot.tree
+
     async def _capture(self, run: RunRecord) -> None:
-        """The change set: the result tree (kept under a ref of its own) and the patch to it."""
+        """The change set: the result tree and the patch to it."""
         if run.base_tree is None:
             return
-        workspace = Path(run.workspace)
+        result = await self._tree(run, "result")
+        if result is None:
+            return
         try:
-            result = await capture_tree(workspace)
-            run.patch = await tree_patch(workspace, run.base_tree, result)
-            name = f"{self._rt.settings.release_identity}:{run.session_id}:{run.run_id}"
-            ref = "refs/a3s-code/harness/" + hashlib.sha256(name.encode()).hexdigest()
-            await keep_tree(workspace, ref, result)
-        except TreeUnavailable:
+            run.patch = await self._rt.checkpoints.shadow(Path(run.workspace)).patch(run.base_tree, result)
+        except (ShadowUnavailable, OSError):
             return
         run.result_tree, run.captured_at = result, now_ms()
         await self._save(run)
@@ -339,9 +352,10 @@ class Harness:
         run = await self._run(identity)
         if run.base_tree is not None and run.result_tree is not None:
             if run.patch is None:  # a record of an earlier process: the trees are kept, the patch is not
+                repo = self._rt.checkpoints.shadow(Path(run.workspace))
                 try:
-                    run.patch = await tree_patch(Path(run.workspace), run.base_tree, run.result_tree)
-                except TreeUnavailable:
+                    run.patch = await repo.patch(run.base_tree, run.result_tree)
+                except (ShadowUnavailable, OSError):
                     raise HarnessRefusal("change_set_unavailable") from None
             return ChangeSet(run.state, run.base_tree, run.result_tree, run.patch, run.captured_at)
         if run.state not in TERMINAL or run.live:

@@ -9,7 +9,8 @@ Each snapshot goes through an index file of its own (one per session, `<root>/in
 add -A` hashes only what changed since that session's last snapshot; when `ls-files` finds
 nothing changed the last tree is reused without writing anything. `.gitignore` files are
 honoured; files larger than the cap are left out (an exclude file per index) and reported as
-skipped. Trees are kept by refs (`refs/a3s/trees/<tree>`) and dropped when no checkpoint names them.
+skipped. Trees are kept by refs (`refs/a3s/trees/<tree>`) and dropped when no checkpoint names them;
+the trees of harness runs' change sets are held by refs of their own (`refs/a3s/held/<name>`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ _OWN_SETTINGS = (
     "index.version=4",
 )
 _TREE_REFS = "refs/a3s/trees"
+_HELD_REFS = "refs/a3s/held"
 _STATUS = {"A": "added", "D": "deleted", "M": "modified", "T": "type_changed"}
 
 
@@ -247,10 +249,18 @@ class ShadowRepo:
         return len(_excluded(excludes))
 
     def keep(self, tree: str) -> None:
-        """Name `tree` by a ref, so that `collect` keeps it: a loose ref written directly (the
-        repository is ours, its refs never packed), which spares a git process per checkpoint."""
+        """Name `tree` by a ref, so that `drop`'s collection keeps it until `drop` names it."""
+        self._write_ref(f"{_TREE_REFS}/{tree}", tree)
+
+    def hold(self, name: str, tree: str) -> None:
+        """Name `tree` by `name` for good, whatever checkpoints drop (a harness run's trees)."""
+        self._write_ref(f"{_HELD_REFS}/{key_of(name)}", tree)
+
+    def _write_ref(self, name: str, tree: str) -> None:
+        """A loose ref written directly (the repository is ours, its refs never packed), which
+        spares a git process per checkpoint."""
         if _is_object_id(tree):
-            ref = self.git_dir / _TREE_REFS / tree
+            ref = self.git_dir / name
             ref.parent.mkdir(parents=True, exist_ok=True)
             replace_file(ref, f"{tree}\n".encode())
 
@@ -291,6 +301,21 @@ class ShadowRepo:
         if len(out) > MAX_DIFF_BYTES:
             raise ShadowUnavailable(f"the diff is larger than {MAX_DIFF_BYTES} bytes; name fewer paths")
         return out
+
+    async def patch(self, old: str, new: str) -> bytes:
+        """The exact `git diff --binary --full-index` from tree `old` to tree `new` (a patch `git
+        apply` takes); ShadowUnavailable when it is longer than MAX_DIFF_BYTES."""
+        out = self._indexes / f"patch-{key_of(old + new)}"
+        try:
+            await self._run(
+                "diff", "--binary", "--full-index", "--no-color", "--no-ext-diff", "--no-textconv",
+                "--src-prefix=a/", "--dst-prefix=b/", f"--output={out}", old or EMPTY_TREE, new, "--",
+            )  # fmt: skip
+            if out.stat().st_size > MAX_DIFF_BYTES:
+                raise ShadowUnavailable(f"the patch is larger than {MAX_DIFF_BYTES} bytes")
+            return out.read_bytes()
+        finally:
+            out.unlink(missing_ok=True)
 
     # --- writing files out -------------------------------------------------------------------
 

@@ -104,12 +104,20 @@ class Checkpoints:
     def enabled(self) -> bool:
         return self._options.enabled
 
+    @property
+    def max_file_bytes(self) -> int:
+        return self._options.max_file_bytes
+
     def _repo(self, session: Session) -> ShadowRepo:
-        workspace = str(Path(session.config.workspace).resolve())
-        repo = self._repos.get(workspace)
+        return self.shadow(Path(session.config.workspace))
+
+    def shadow(self, workspace: Path) -> ShadowRepo:
+        """The shadow repository of `workspace` (whether or not checkpoints are taken)."""
+        key = str(workspace.resolve())
+        repo = self._repos.get(key)
         if repo is None:
-            repo = ShadowRepo(self._options.directory / key_of(workspace), Path(workspace))
-            self._repos[workspace] = repo
+            repo = ShadowRepo(self._options.directory / key_of(key), Path(key))
+            self._repos[key] = repo
         return repo
 
     def _lock(self, session_id: str) -> asyncio.Lock:
