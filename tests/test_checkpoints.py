@@ -513,6 +513,21 @@ async def test_an_unreadable_record_beside_a_shadow_index_fails_no_write(lab: La
     assert (workspace / "a.txt").read_text() == "gamma\n"
 
 
+async def test_capabilities_say_whether_workspaces_are_checkpointed(lab: Lab) -> None:
+    await start(lab)
+    features = (await lab.call("POST", "/rpc/GetCapabilities", {}))["features"]
+    assert "checkpoints" in features
+    lab.server.stop()
+    lab.server.env["A3S_CHECKPOINTS"] = "off"
+    lab.server.start()
+    async with aiohttp.ClientSession() as http:  # not the pool's connections to the stopped server
+        off = Lab(http, lab.fake, lab.server)
+        assert "checkpoints" not in (await off.call("POST", "/rpc/GetCapabilities", {}))["features"]
+        session = await off.session()
+        await off.call("POST", f"/sessions/{session}/tools/write_file", {"path": "a.txt", "content": "a\n"})
+        assert await off.checkpoints(session) == []
+
+
 async def test_a_grpc_client_rewinds_through_clear_context_and_forks_through_create_session(lab: Lab) -> None:
     from a3s_agent.proto import code_agent_pb2 as pb
     from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc

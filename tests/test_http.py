@@ -198,7 +198,8 @@ async def test_health_and_capabilities_are_the_rpc_replies_as_json(rest: Http) -
         *FEATURES,
         *served_features(False),
         "sandbox",
-    ]  # tool processes run in the OS sandbox
+        "checkpoints",
+    ]  # tool processes run in the OS sandbox; workspaces are checkpointed
     assert capabilities["info"]["name"] == "a3s-agent"
     assert {t["name"] for t in capabilities["tools"]} >= {"read_file", "bash"}
     assert capabilities["limits"]["max_tools_per_request"] == 50
@@ -304,7 +305,8 @@ async def test_any_rpc_by_name_and_unknown_names(rest: Http) -> None:
         *FEATURES,
         *served_features(False),
         "sandbox",
-    ]  # tool processes run in the OS sandbox
+        "checkpoints",
+    ]  # tool processes run in the OS sandbox; workspaces are checkpointed
     unknown = await rest.client.post("/rpc/launch_rockets", headers=JSON)
     body = await unknown.json()
     assert unknown.status == 501 and body["error"]["code"] == "UNIMPLEMENTED"

@@ -48,6 +48,8 @@ class Capabilities:
     sandbox: dict[str, str]
     cron: bool = False
     """Whether the scheduled-jobs group is served (--enable-cron)."""
+    checkpoints: bool = False
+    """Whether sessions' workspaces are checkpointed (A3S_CHECKPOINTS)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,7 @@ class Lifecycle:
             store=rt.store.backend,
             sandbox=rt.sandbox.describe(),
             cron=rt.cron.enabled,
+            checkpoints=rt.checkpoints.enabled,
         )
 
     async def initialize(self, request: InitializeRequest) -> Initialized:

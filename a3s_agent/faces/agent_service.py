@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 
-from ..app.lifecycle import Health
+from ..app.lifecycle import Capabilities, Health
 from ..app.types import (
     DEFAULT_MAX_TOOL_CALLS,
     Event,
@@ -74,11 +74,17 @@ def sandbox_details(sandbox: dict[str, str]) -> dict[str, str]:
     }
 
 
-def features(sandbox: dict[str, str], cron: bool = False) -> list[str]:
+def features(capabilities: Capabilities) -> list[str]:
     """FEATURES, the served later-only groups' (later_service.served_features: "cron" while scheduling
-    is enabled), and "sandbox" while tool processes run in an OS sandbox."""
-    sandboxed = sandbox.get("mechanism") in ("bwrap", "landlock")
-    return [*FEATURES, *later_service.served_features(cron), *(["sandbox"] if sandboxed else [])]
+    is enabled), "sandbox" while tool processes run in an OS sandbox, and "checkpoints" while
+    sessions' workspaces are checkpointed (rewind and fork: docs/agent/checkpoints.md)."""
+    sandboxed = capabilities.sandbox.get("mechanism") in ("bwrap", "landlock")
+    return [
+        *FEATURES,
+        *later_service.served_features(capabilities.cron),
+        *(["sandbox"] if sandboxed else []),
+        *(["checkpoints"] if capabilities.checkpoints else []),
+    ]
 
 
 def check_message_count(count: int, field: str, max_count: int) -> None:

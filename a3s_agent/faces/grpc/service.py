@@ -80,7 +80,7 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
         limits = capabilities.limits
         return pb.GetCapabilitiesResponse(
             info=convert.info_to_pb(capabilities.info),
-            features=features(capabilities.sandbox, capabilities.cron),
+            features=features(capabilities),
             tools=[convert.tool_capability_to_pb(t) for t in capabilities.tools],
             models=[
                 pb.ModelCapability(

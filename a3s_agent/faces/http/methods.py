@@ -219,7 +219,7 @@ async def _get_capabilities(app: Application, request: Given) -> Plain:
     limits = capabilities.limits
     return {
         "info": convert.info(capabilities.info),
-        "features": service.features(capabilities.sandbox, capabilities.cron),
+        "features": service.features(capabilities),
         "tools": [convert.tool_capability(t) for t in capabilities.tools],
         "models": [
             {
