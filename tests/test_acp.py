@@ -607,7 +607,7 @@ async def test_the_wire_newline_delimited_json_rpc_and_its_errors(workspace: Pat
                 "audio": False,
                 "embeddedContext": True,
             }
-            assert set(capabilities["sessionCapabilities"]) == {"list", "resume", "close"}
+            assert set(capabilities["sessionCapabilities"]) == {"list", "resume", "close", "fork"}
             assert init["result"]["authMethods"] == [] and init["result"]["agentInfo"]["name"] == "a3s-agent"
 
             async def error_of(request_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -619,7 +619,7 @@ async def test_the_wire_newline_delimited_json_rpc_and_its_errors(workspace: Pat
 
             assert (await error_of(2, "session/fork", {"sessionId": "x", "cwd": str(workspace)}))[
                 "code"
-            ] == -32601
+            ] == -32002
             outside = await error_of(3, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
             assert outside["code"] == -32602 and "outside the workspace root" in outside["message"]
             unknown = await error_of(

@@ -702,3 +702,55 @@ async def test_the_workspaces_git_configuration_and_attributes_run_nothing(lab: 
     await lab.call("POST", f"/sessions/{session}/rewind", {"checkpoint": first})
     assert (workspace / "a.txt").read_text() == "alpha\n"
     assert not marker.exists()
+
+
+async def test_an_editor_forks_a_session_at_a_prompt_into_a_copy_over_acp(tmp_path: Path) -> None:
+    """ACP's session/fork, with the checkpoint each prompt's answer names: the fork has the
+    conversation and the files of before that prompt, in a copy, and goes on apart from its session."""
+    from acp import RequestError, text_block
+
+    from .test_acp import Editor, acp_agent
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    notes = workspace / "notes.txt"
+    notes.write_text("v0\n")
+    write = "write_file"
+    async with FakeLLM(
+        fake_call(write, {"path": "notes.txt", "content": "v1\n"}, id="w1"),
+        text("one"),
+        fake_call(write, {"path": "notes.txt", "content": "v2\n"}, id="w2"),
+        text("two"),
+        fake_call(write, {"path": "notes.txt", "content": "fork\n"}, id="w3"),
+        text("three"),
+    ) as fake:
+        editor = Editor(answers=["allow-once"] * 3)
+        async with acp_agent(editor, workspace, fake, tmp_path / "data") as conn:
+            session = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            first = await conn.prompt(session_id=session, prompt=[text_block("first change")])
+            second = await conn.prompt(session_id=session, prompt=[text_block("second change")])
+            assert first.field_meta is not None and second.field_meta is not None
+            before_second = second.field_meta["a3s"]["checkpoint"]
+            assert before_second > first.field_meta["a3s"]["checkpoint"]
+
+            for bad in ({"checkpoint": "2"}, {"checkpoint": 0}, {"copyWorkspace": "yes"}, {"other": 1}, [1]):
+                with pytest.raises(RequestError) as refused:
+                    await conn.fork_session(session_id=session, cwd=str(workspace), a3s=bad)
+                assert refused.value.code == -32602 and "_meta.a3s" in str(refused.value)
+            with pytest.raises(RequestError) as unknown:
+                await conn.fork_session(session_id="no-such-session", cwd=str(workspace))
+            assert unknown.value.code == -32002
+
+            forked = await conn.fork_session(
+                session_id=session,
+                cwd=str(workspace),
+                a3s={"checkpoint": before_second, "copyWorkspace": True},
+            )
+            listed = {s.session_id: s.cwd for s in (await conn.list_sessions()).sessions}
+            copy = Path(listed[forked.session_id])
+            assert copy != workspace and (copy / "notes.txt").read_text() == "v1\n"
+            await conn.prompt(session_id=forked.session_id, prompt=[text_block("change the fork")])
+
+    assert (copy / "notes.txt").read_text() == "fork\n" and notes.read_text() == "v2\n"
+    seen = [m.get("content") for m in fake.requests[-1].messages]
+    assert any("first change" in str(c) for c in seen) and not any("second change" in str(c) for c in seen)

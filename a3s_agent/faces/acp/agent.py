@@ -23,6 +23,7 @@ from acp.schema import (
     AgentPlanUpdate,
     ClientCapabilities,
     CloseSessionResponse,
+    ForkSessionResponse,
     Implementation,
     InitializeResponse,
     ListSessionsResponse,
@@ -34,6 +35,7 @@ from acp.schema import (
     ResumeSessionResponse,
     SessionCapabilities,
     SessionCloseCapabilities,
+    SessionForkCapabilities,
     SessionInfo,
     SessionInfoUpdate,
     SessionListCapabilities,
@@ -127,6 +129,7 @@ class EditorAgent:
                     list=SessionListCapabilities(),
                     resume=SessionResumeCapabilities(),
                     close=SessionCloseCapabilities(),
+                    fork=SessionForkCapabilities(),
                 ),
             )
             return InitializeResponse(
@@ -177,6 +180,28 @@ class EditorAgent:
         with answering("session/resume", session_id):
             await self._set_up(session_id, cwd, servers_given(mcp_servers, "session/resume"))
             return ResumeSessionResponse()
+
+    async def fork_session(
+        self, session_id: str, cwd: str, mcp_servers: Sequence[McpServer] | None = None, **kwargs: Any
+    ) -> ForkSessionResponse:
+        """A new session with the session's history and settings (unstable in ACP). Ours too:
+        `_meta: {"a3s": {"checkpoint": N}}` forks at a checkpoint (the history before that turn),
+        and `"copyWorkspace": true` works in a copy of the files of that moment, at `cwd` when it
+        is not the session's workspace (docs/agent/checkpoints.md)."""
+        with answering("session/fork", session_id):
+            checkpoint, copy_workspace = _fork_options(kwargs.get("a3s"))
+            servers = servers_given(mcp_servers, "session/fork")
+            source = (await self._app.sessions.get(session_id)).session
+            moved = bool(cwd) and not _same_directory(cwd, Path(source.config.workspace))
+            view = await self._app.checkpoints.fork(
+                session_id,
+                checkpoint,
+                copy_workspace=copy_workspace,
+                workspace=cwd if copy_workspace and moved else "",
+            )
+            forked = view.session.id
+            await self._set_up(forked, "" if copy_workspace else cwd, servers)
+            return ForkSessionResponse(session_id=forked)
 
     async def close_session(self, session_id: str, **kwargs: Any) -> CloseSessionResponse:
         """Stop what runs on the session, its MCP servers too, and forget it here; it stays stored
@@ -234,11 +259,20 @@ class EditorAgent:
                 turn.cancel()
             try:
                 await self._title(session_id, message)
+                before = await self._newest_checkpoint(session_id)
                 stop = await turn.run(message)
                 await self._require_outbox().drain()  # every update of the turn before its answer
             finally:
                 turns.discard(turn)
-            return PromptResponse(stop_reason=stop)
+            taken = await self._newest_checkpoint(session_id)
+            meta = {"a3s": {"checkpoint": taken}} if taken > before else None
+            return PromptResponse(stop_reason=stop, field_meta=meta)
+
+    async def _newest_checkpoint(self, session_id: str) -> int:
+        """The seq of the session's newest checkpoint (0: none): the one a turn took, when it grew,
+        which the prompt's answer names (`_meta.a3s.checkpoint`) for a fork at that turn."""
+        records = await self._app.checkpoints.of_session(session_id)
+        return records[-1].seq if records else 0
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         for turn in self._turns.get(session_id, set()):
@@ -296,3 +330,17 @@ def _page_key(cursor: str) -> PageKey:
     if not isinstance(created_at, int) or not isinstance(session_id, str):
         raise InvalidArgument(f"cursor {cursor[:100]!r} is not one this agent gave")
     return created_at, session_id
+
+
+def _fork_options(given: Any) -> tuple[int | None, bool]:
+    """session/fork's `_meta.a3s`: the checkpoint to fork at (None: now) and whether to copy."""
+    if given is None:
+        return None, False
+    if not isinstance(given, dict) or set(given) - {"checkpoint", "copyWorkspace"}:
+        raise InvalidArgument('_meta.a3s takes only "checkpoint" (a number) and "copyWorkspace" (true/false)')
+    checkpoint, copy_workspace = given.get("checkpoint"), given.get("copyWorkspace", False)
+    if checkpoint is not None and (type(checkpoint) is not int or checkpoint < 1):
+        raise InvalidArgument(f"_meta.a3s.checkpoint must be a checkpoint's number, not {checkpoint!r:.50}")
+    if type(copy_workspace) is not bool:
+        raise InvalidArgument("_meta.a3s.copyWorkspace must be true or false")
+    return checkpoint, copy_workspace
