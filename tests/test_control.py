@@ -276,6 +276,30 @@ async def test_pause_stops_at_the_next_step_and_resume_continues(
     assert session.state == pb.SESSION_STATE_ACTIVE
 
 
+async def test_cancelling_a_paused_run_leaves_the_session_ready_for_the_next(
+    scripted_agent: LiveServer, scripted: ScriptedProvider
+) -> None:
+    answer = asyncio.Event()
+    scripted.script(
+        after(answer, tool_call("write_file", {"path": "never.txt", "content": "x"})), text("next")
+    )
+    session_id = await new_session(scripted_agent)
+    running_generation = generate(scripted_agent, session_id)
+    await eventually(lambda: scripted.requests, "the model call")
+    await scripted_agent.stub.Pause(pb.PauseRequest(session_id=session_id))
+    answer.set()
+    assert (await scripted_agent.stub.Cancel(pb.CancelRequest(session_id=session_id))).success
+    with pytest.raises(grpc.aio.AioRpcError) as stopped:
+        await running_generation
+    assert stopped.value.code() == grpc.StatusCode.CANCELLED
+    session = (await scripted_agent.stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
+    assert session.state == pb.SESSION_STATE_ACTIVE  # the pause ended with the run it held
+    reply = await scripted_agent.stub.Generate(
+        pb.GenerateRequest(session_id=session_id, messages=[user("go on")])
+    )
+    assert reply.message.content == "next" and not (scripted_agent.workspace / "never.txt").exists()
+
+
 async def test_context_injected_while_running_reaches_the_next_model_call(
     scripted_agent: LiveServer, scripted: ScriptedProvider
 ) -> None:

@@ -215,6 +215,8 @@ class Agent:
                     [Message(role="assistant", content="[the run was cancelled by the client]")],
                     log=[event_entry(EventType.WARNING, session_id, note, run.spending())],
                 )
+                if self._sessions.get(session_id).state == SessionState.PAUSED:  # the pause held this run
+                    await self._sessions.set_state(session_id, SessionState.ACTIVE)
                 raise Cancelled("the generation was cancelled") from None
             except Exception as exc:
                 await self._answer_open_calls(session_id, f"not run: the generation failed ({exc})")
