@@ -738,7 +738,9 @@ async def test_a_prompt_running_when_stdin_closes_is_answered_cancelled(
             proc.stdin.close()
             rest = await asyncio.wait_for(proc.stdout.read(), 60)
             code = await asyncio.wait_for(proc.wait(), 60)
-    assert _answers(rest)[3]["result"] == {"stopReason": "cancelled"}, rest
+    answer = _answers(rest)[3]["result"]
+    assert answer["stopReason"] == "cancelled", rest
+    assert answer["_meta"]["a3s"]["checkpoint"] > 0  # the turn's checkpoint undoes what it began
     assert code == 0
 
 
