@@ -19,11 +19,13 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from .app import Application
+from .base import telemetry
 from .base.errors import Unavailable
 from .config import Settings, exposed_listeners
 from .faces.grpc.auth import BearerTokenInterceptor
 from .faces.grpc.readiness import ReadinessInterceptor
 from .faces.grpc.service import add_to_server
+from .faces.grpc.tracing import TracingInterceptor
 from .faces.open_files import (
     TooFewOpenFiles,
     fit_connection_caps,
@@ -72,6 +74,7 @@ class AgentServer:
         per_address = max(1, settings.max_grpc_connections // listening_addresses(settings.listen))
         self.server = grpc.aio.server(
             interceptors=[  # the token first: only an authenticated caller learns the phase
+                *([TracingInterceptor()] if telemetry.enabled() else []),  # a span for refused calls too
                 *([BearerTokenInterceptor(token, self.refusals)] if token else []),
                 ReadinessInterceptor(self.readiness),
             ],
@@ -164,6 +167,8 @@ async def run(settings: Settings) -> int:
         )
     runtime = Runtime(settings, registry=builtin_registry())
     app = Application(runtime)
+    if telemetry.configure(app.lifecycle.info.version):  # before the faces: they trace only then
+        log.info("exporting traces over OTLP/HTTP (the OTEL_* variables configure it)")
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # first: a stop during start-up is a graceful one too
         loop.add_signal_handler(sig, app.lifecycle.request_shutdown)
@@ -225,6 +230,7 @@ async def run(settings: Settings) -> int:
     if mcp is not None:
         await mcp.stop()  # its sessions' calls had the grace as requests of the HTTP face
     await runtime.close()  # Agent Spaces runs still going are cancelled first
+    await asyncio.to_thread(telemetry.shutdown)  # the last spans exported (the exporter's timeout)
     log.info("stopped")
     return 0
 

@@ -85,15 +85,15 @@ class AnthropicProvider:
         which GenerateStructured validates (and has repaired)."""
         return retrying(
             request_body(request, self.state_key, thinking=self._thinking),
-            self._attempt,
+            partial(self._attempt, trace_headers=request.trace_headers),
             retries=self._max_retries,
             secrets=self._endpoint.secrets,
         )
 
-    async def _attempt(self, body: bytes) -> AsyncIterator[ProviderEvent]:
+    async def _attempt(self, body: bytes, trace_headers: dict[str, str]) -> AsyncIterator[ProviderEvent]:
         """One request: text as it comes, each tool call once its block stops, then TurnEnd."""
         reader = MessageReader(self.state_key)
-        async with self._endpoint.post(body) as response:
+        async with self._endpoint.post(body, trace_headers) as response:
             if response.status >= 400:
                 text = await error_text(response)
                 raise http_failure(response, text, self._endpoint.shown, _RETRY_STATUSES)

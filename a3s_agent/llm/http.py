@@ -92,16 +92,22 @@ class Endpoint:
             await self._session.close()
 
     @asynccontextmanager
-    async def post(self, body: bytes) -> AsyncIterator[aiohttp.ClientResponse]:
-        """The response to `body`; what the transport raises, while posting or while the caller
-        reads the reply, comes out as the module's docstring says."""
+    async def post(
+        self, body: bytes, extra_headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """The response to `body` (with `extra_headers` besides the endpoint's: a trace's context);
+        what the transport raises, while posting or while the caller reads the reply, comes out as
+        the module's docstring says."""
         import aiohttp
 
         # A big body goes as a file-like object, written a chunk at a time between other work.
         data = io.BytesIO(body) if len(body) > BIG_BODY_CHARS else body
         try:
             async with self._client().post(
-                self.url, data=data, headers=self._headers, proxy=self.proxy.url if self.proxy else None
+                self.url,
+                data=data,
+                headers={**self._headers, **extra_headers} if extra_headers else self._headers,
+                proxy=self.proxy.url if self.proxy else None,
             ) as response:
                 if response.status == 407 and self.proxy:  # an http:// URL's proxy answers in its place
                     raise self._proxy_refusal(407, response.reason or "")

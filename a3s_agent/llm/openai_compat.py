@@ -84,13 +84,15 @@ class OpenAICompatibleProvider:
         with_options = self._stream_options
         return retrying(
             self._body(request, with_options),
-            lambda body: self._attempt(body, with_options),
+            lambda body: self._attempt(body, with_options, request.trace_headers),
             retries=self._max_retries,
             secrets=self._endpoint.secrets,
         )
 
-    async def _attempt(self, body: bytes, with_options: bool) -> AsyncIterator[ProviderEvent]:
-        async with self._endpoint.post(body) as response:
+    async def _attempt(
+        self, body: bytes, with_options: bool, trace_headers: dict[str, str]
+    ) -> AsyncIterator[ProviderEvent]:
+        async with self._endpoint.post(body, trace_headers) as response:
             if response.status >= 400:
                 raise await self._failure(response, with_options)
             if response.content_type == "application/json":  # a server that ignored stream=true

@@ -22,6 +22,8 @@ class CompletionRequest:
     response_format: dict[str, Any] | None = None
     session_id: str = ""
     workspace: str = ""
+    trace_headers: dict[str, str] = field(default_factory=dict)
+    """The W3C trace context the request carries (base/telemetry.py's `headers`); {} when off."""
 
 
 @dataclass

@@ -8,12 +8,21 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ...base import telemetry
 from ...base.errors import Cancelled, ContextOverflow, FailedPrecondition, InvalidArgument, ResourceExhausted
 from ...base.models import LLMConfig, Message, ProviderState, SessionState, ToolCall, Usage
 from ...llm.messages import to_openai, tool_schema
-from ...llm.provider import CompletionRequest, Provider, ReasoningDelta, TextDelta, ToolCallReady, TurnEnd
+from ...llm.provider import (
+    CompletionRequest,
+    Provider,
+    ProviderEvent,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallReady,
+    TurnEnd,
+)
 from ...tools.aliases import find_tool, our_tool_name
 from ...tools.registry import Caller, Tool, ToolOutput
 from ..sessions.control import ControlPlane, Lane
@@ -21,6 +30,7 @@ from ..sessions.manager import SessionManager
 from ..store.events import EventBus, EventType, event_entry
 from ..store.protocol import LogEntry
 from ..store.session import Session
+from . import spans
 from .accounting import spending_data
 from .budget import BudgetSpent, budget_spent
 from .context import Compaction, ContextManager
@@ -28,6 +38,9 @@ from .host import AgentHost
 from .repair import answer_interrupted_calls
 from .tool_gate import ToolGate, called
 from .tool_runner import new_call_id, tool_message
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 DEFAULT_MAX_TOOL_CALLS = 50
 CALLS_END_S = 10.0
@@ -164,11 +177,20 @@ class Agent:
                 f"{self._active} generations are running, the server's limit; try again when one ends"
             )
         self._active += 1
+        run.span = spans.agent_span(session, llm)
+        ended: dict[str, str | int | list[str]] = {}
+        error: str | None = None
         try:
             async for event in self._run_locked(session_id, llm, run, messages):
+                if isinstance(event, DoneEvent) and run.span is not None:
+                    ended = spans.outcome(event.generation.finish_reason, event.generation.usage)
                 yield event
+        except BaseException as exc:
+            error = type(exc).__qualname__
+            raise
         finally:
             self._active -= 1
+            telemetry.end(run.span, ended, error)
 
     async def _run_locked(
         self, session_id: str, llm: LLMConfig, run: _Run, messages: list[Message]
@@ -284,6 +306,7 @@ class _Run:
         self.calls: list[tuple[ToolCall, ToolOutput]] = []
         self.intermediate: list[Message] = []
         self.started = time.perf_counter()
+        self.span: Span | None = None  # the generation's invoke_agent span (spans.py), when tracing
 
     def spending(self) -> dict[str, object]:
         """What the run has spent on the model so far, for the event that ends it."""
@@ -344,6 +367,7 @@ class _Run:
             provider_state: ProviderState = {}  # what the provider wants back with this message
             overflowed = False
             while True:  # once more after the provider refused the prompt as too long and it was compacted
+                chat = spans.chat_span(self.span, self.session, self.llm)
                 request = CompletionRequest(
                     model=self.llm.model,
                     messages=conversation,
@@ -354,9 +378,11 @@ class _Run:
                     response_format=self.options.response_format,
                     session_id=self.session.id,
                     workspace=str(self.context.workspace),
+                    trace_headers=telemetry.headers(chat),
                 )
+                events = self.provider.stream(request)
                 try:
-                    async for event in self.provider.stream(request):
+                    async for event in events if chat is None else self._traced(chat, events):
                         if isinstance(event, TextDelta):
                             text.append(event.text)
                             yield TextEvent(event.text)
@@ -375,6 +401,8 @@ class _Run:
                             finish_reason = event.finish_reason
                             turn_usage = event.usage or Usage()
                             provider_state = event.provider_state
+                            if chat is not None:
+                                chat.set_attributes(spans.outcome(finish_reason, turn_usage))
                     break
                 except ContextOverflow as exc:
                     if text or requested:  # part of the reply is out: a retry would repeat it
@@ -413,6 +441,19 @@ class _Run:
                 final = Message(role="assistant", content=(assistant.content + "\n\n" + note).strip())
                 yield DoneEvent(self._generation(final, "tool_calls", turn))
                 return
+
+    @staticmethod
+    async def _traced(chat: Span, events: AsyncIterator[ProviderEvent]) -> AsyncIterator[ProviderEvent]:
+        """A model request's events; its `chat` span ends with it (failed if it did)."""
+        error: str | None = None
+        try:
+            async for event in events:
+                yield event
+        except BaseException as exc:
+            error = type(exc).__qualname__
+            raise
+        finally:
+            telemetry.end(chat, error=error)
 
     def _budget_spent(self) -> BudgetSpent | None:
         """Whether the session's token budget forbids the next model call (read now: a
@@ -538,7 +579,8 @@ class _Run:
                     self.notices.put_nowait,
                     completed,
                     announced,
-                )
+                ),
+                context=telemetry.context_of(self.span),  # the calls' spans are the generation's
             )
             for call in group
         ]

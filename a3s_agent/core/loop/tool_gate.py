@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from ...base import telemetry
 from ...base.errors import AgentError
 from ...base.models import ToolCall
 from ...tools.registry import Tool, ToolContext, ToolOutput
@@ -15,6 +16,7 @@ from ..sessions.control import ControlPlane, HandlerMode, Lane, Outcome
 from ..store.events import EventBus, EventType, event_entry
 from ..store.protocol import LogEntry
 from ..store.session import Session
+from . import spans
 
 # A notice for the caller of a running generation (a METADATA chunk in streams).
 Notify = Callable[[dict[str, str]], None]
@@ -72,7 +74,9 @@ class ToolGate:
         if task is not None:
             control.tool_tasks[call.id] = task
         try:
-            result = await self._decide_and_run(session, call, tool, ctx, notify)
+            with spans.tool_span(session, call):  # current while the call runs (a subagent's parent)
+                result = await self._decide_and_run(session, call, tool, ctx, notify)
+                spans.note_outcome(result)
         except asyncio.CancelledError:
             if call.id not in control.cancelled_tools:
                 raise
@@ -104,6 +108,7 @@ class ToolGate:
         permissions = self._control.permission_policy(session.id)
         # By the tool's own name: a call of A3S Code's `read` is governed as read_file is.
         verdict = await evaluated(permissions, tool.name, arguments, ctx.workspace, subject=tool.rule_subject)
+        telemetry.note({"a3s.permission.decision": verdict.decision})
         if verdict.decision == "deny":
             rule = ", ".join(verdict.matching_rules) or "the default decision"
             self._events.publish(
@@ -125,6 +130,7 @@ class ToolGate:
                 outcome = Outcome(
                     confirmation.auto_approve_on_timeout, "confirmation is off for this session"
                 )
+            telemetry.note({"a3s.confirmation": "approved" if outcome.approved else "rejected"})
             if not outcome.approved:
                 return ToolOutput(
                     success=False, error=f"rejected by user: {outcome.detail or 'no reason given'}"

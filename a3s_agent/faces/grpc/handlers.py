@@ -33,6 +33,13 @@ def same_shape(
     )
 
 
+def behavior_of(handler: grpc.RpcMethodHandler) -> Callable[[Any, grpc.aio.ServicerContext], Any]:
+    """The function `handler` runs, whichever of the four kinds it is."""
+    if handler.response_streaming:
+        return handler.unary_stream or handler.stream_stream
+    return handler.unary_unary or handler.stream_unary
+
+
 def refusing(
     handler: grpc.RpcMethodHandler,
     code: grpc.StatusCode,

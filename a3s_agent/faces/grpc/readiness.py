@@ -12,7 +12,7 @@ import grpc
 
 from ...proto import code_agent_pb2 as pb
 from ..readiness import Phase, Readiness
-from .handlers import ServiceInterceptor, refusing, same_shape
+from .handlers import ServiceInterceptor, behavior_of, refusing, same_shape
 
 _SERVICE = pb.DESCRIPTOR.services_by_name["CodeAgentService"].full_name
 OPEN_WHILE_STOPPING = frozenset(
@@ -30,11 +30,7 @@ OPEN_WHILE_STOPPING = frozenset(
 
 
 def _tracked(handler: grpc.RpcMethodHandler, readiness: Readiness) -> grpc.RpcMethodHandler:
-    behavior = (
-        (handler.unary_stream or handler.stream_stream)
-        if handler.response_streaming
-        else (handler.unary_unary or handler.stream_unary)
-    )
+    behavior = behavior_of(handler)
 
     async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
         with readiness.tracking():

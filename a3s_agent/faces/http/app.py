@@ -61,6 +61,7 @@ from typing import Any
 from aiohttp import web
 
 from ...app import Application
+from ...base import telemetry
 from ...base.errors import InvalidArgument, NotFound
 from ..call_metadata import AFTER_SEQ_KEY, seq_number
 from ..readiness import Phase, Readiness
@@ -75,6 +76,7 @@ from .guard import RequestGuard
 from .harness import HarnessApi, harness_errors
 from .methods import CallMetadata, Cursor, Method, find_method, parse
 from .probes import Probes
+from .tracing import traced
 from .ws import WebSocketFace
 
 log = logging.getLogger(__name__)
@@ -407,6 +409,7 @@ def build_app(
     web_app = web.Application(
         client_max_size=MAX_BODY_BYTES,
         middlewares=[
+            *([traced] if telemetry.enabled() else []),  # first: every request's span, refusals too
             _errors,
             _connection,
             harness_errors,

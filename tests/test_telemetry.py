@@ -1,0 +1,353 @@
+"""OpenTelemetry traces (base/telemetry.py, docs/operations/telemetry.md): a real `a3s-agent serve`
+exporting over OTLP/HTTP to a receiver in the test, which decodes what it gets with
+opentelemetry-proto. The six-turn task (benchmarks/common.py) over gRPC and over HTTP gives one
+trace under the client's `traceparent`; a subagent's spans are under its `task` call; no content is
+recorded; with no endpoint configured nothing is traced and no exporter runs."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+from aiohttp import web
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_llm import FakeLLM, Reply, tool_call
+from a3s_agent.testing.fake_llm import ToolCall as FakeCall
+from benchmarks.common import TASK_SOURCE, task_turns
+
+from .conftest import ServerProcess, eventually, run_fresh_server, user
+
+SECRET_PROMPT = "the prompt says swordfish-4711"
+TOOL_NAMES = ["read_file", "grep", "edit_file", "bash", "write_file"]
+
+
+@dataclass
+class Receiver:
+    """An OTLP/HTTP trace receiver: every span it was sent, with its resource's attributes."""
+
+    port: int = 0
+    spans: list[Span] = field(default_factory=list)
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)
+
+    async def export(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.bodies.append(body)
+        decoded = ExportTraceServiceRequest.FromString(body)
+        for resource_spans in decoded.resource_spans:
+            self.resources.append(attributes(resource_spans.resource))
+            for scope_spans in resource_spans.scope_spans:
+                self.spans.extend(scope_spans.spans)
+        reply = ExportTraceServiceResponse().SerializeToString()
+        return web.Response(body=reply, content_type="application/x-protobuf")
+
+    def trace(self, trace_id: bytes) -> list[Span]:
+        return [s for s in self.spans if s.trace_id == trace_id]
+
+
+def attributes(item: Any) -> dict[str, Any]:
+    """A span's (or resource's) attributes as plain values."""
+    found: dict[str, Any] = {}
+    for kv in item.attributes:
+        value = kv.value
+        kind = value.WhichOneof("value")
+        if kind == "array_value":
+            found[kv.key] = [getattr(v, v.WhichOneof("value")) for v in value.array_value.values]
+        else:
+            found[kv.key] = getattr(value, kind)
+    return found
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    found = Receiver()
+    app = web.Application()
+    app.router.add_post("/v1/traces", found.export)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    found.port = runner.addresses[0][1]
+    yield found
+    await runner.cleanup()
+
+
+def otel_env(receiver: Receiver) -> dict[str, str]:
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}",
+        "OTEL_SERVICE_NAME": "agent-under-test",
+        "OTEL_BSP_SCHEDULE_DELAY": "50",  # export soon after each span ends
+    }
+
+
+class Unsandboxed(ServerProcess):
+    """The server with `--sandbox off`: what is traced does not depend on the machine's sandbox."""
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--sandbox", "off"]
+
+
+def complete(
+    receiver: Receiver, trace_id: bytes, root: str, agents: int = 1, chats: int = 6
+) -> list[Span] | None:
+    """The trace once its request's span (named `root`...), `agents` generations' and `chats`
+    model requests' spans are in."""
+    spans = receiver.trace(trace_id)
+    done = (
+        len(named(spans, root)) == 1
+        and len(named(spans, "invoke_agent")) == agents
+        and len(named(spans, "chat")) == chats
+    )
+    return spans if done else None
+
+
+@pytest.fixture
+async def served(tmp_path: Path, fake: FakeLLM) -> AsyncIterator[Any]:
+    """Start `a3s-agent serve` against the fake model with `env`; stopped at the end."""
+    started: list[ServerProcess] = []
+
+    async def start(env: dict[str, str]) -> ServerProcess:
+        workspace = tmp_path / f"workspace{len(started)}"
+        workspace.mkdir()
+        (workspace / "task.py").write_text(TASK_SOURCE)
+        llm = {"A3S_LLM_MODEL": "fake-model", "A3S_LLM_BASE_URL": fake.base_url, "A3S_LLM_API_KEY": "sk-test"}
+        server = Unsandboxed(workspace, tmp_path / f"data{len(started)}", {**llm, **env})
+        started.append(server)
+        await asyncio.to_thread(server.start)
+        return server
+
+    yield start
+    for server in started:
+        if server.proc is not None and server.proc.poll() is None:
+            await asyncio.to_thread(server.stop)
+
+
+def script_task(fake: FakeLLM) -> None:
+    """The six-turn task, the user's prompt carried in each call's arguments to show none is recorded."""
+    turns: list[Any] = []
+    for turn in task_turns():
+        calls = turn.get("tool_calls")
+        if isinstance(calls, list):
+            turns.append(Reply(tool_calls=tuple(FakeCall(c["name"], c["arguments"]) for c in calls)))
+        else:
+            turns.append(Reply(content=str(turn["content"])))
+    fake.script(*turns)
+
+
+def traceparent() -> tuple[str, bytes, bytes]:
+    """A client's W3C traceparent header and its trace and span ids."""
+    trace_id, span_id = secrets.token_bytes(16), secrets.token_bytes(8)
+    return f"00-{trace_id.hex()}-{span_id.hex()}-01", trace_id, span_id
+
+
+async def generate(server: ServerProcess, prompt: str, metadata: list[tuple[str, str]]) -> str:
+    """A new session's StreamGenerate of `prompt` over gRPC with `metadata`, to its end; its id."""
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = pb_grpc.CodeAgentServiceStub(channel)
+        session_id: str = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
+        go = pb.GenerateRequest(session_id=session_id, messages=[user(prompt)])
+        chunks = [c async for c in stub.StreamGenerate(go, metadata=metadata)]
+    assert chunks[-1].type == pb.GenerateChunk.CHUNK_TYPE_DONE
+    return session_id
+
+
+def named(spans: list[Span], prefix: str) -> list[Span]:
+    return [s for s in spans if s.name.startswith(prefix)]
+
+
+def check_generation(
+    spans: list[Span], parent: Span, fake: FakeLLM, agent: str = "a3s-agent", session_id: str = ""
+) -> Span:
+    """The generation's spans under `parent`: invoke_agent, six chats and five tool calls under it,
+    with the conventions' names and the fake model's tokens; returns the invoke_agent span."""
+    (invoke,) = [s for s in named(spans, "invoke_agent") if s.parent_span_id == parent.span_id]
+    assert invoke.name == f"invoke_agent {agent}"
+    given = attributes(invoke)
+    assert given["gen_ai.operation.name"] == "invoke_agent"
+    assert given["gen_ai.agent.name"] == agent
+    assert given["gen_ai.request.model"] == "fake-model"
+    assert given["gen_ai.provider.name"] == "openai"
+    if session_id:
+        assert given["gen_ai.conversation.id"] == session_id
+    chats = sorted((s for s in spans if s.parent_span_id == invoke.span_id and s.name.startswith("chat")),
+                   key=lambda s: s.start_time_unix_nano)  # fmt: skip
+    tools = sorted(named([s for s in spans if s.parent_span_id == invoke.span_id], "execute_tool"),
+                   key=lambda s: s.start_time_unix_nano)  # fmt: skip
+    assert [s.name for s in chats] == ["chat fake-model"] * 6
+    assert all(s.kind == Span.SPAN_KIND_CLIENT for s in chats)
+    assert [s.name for s in tools] == [f"execute_tool {name}" for name in TOOL_NAMES]
+    usages = fake.usages[-6:]
+    for chat, usage in zip(chats, usages, strict=True):
+        got = attributes(chat)
+        assert got["gen_ai.operation.name"] == "chat"
+        assert got["gen_ai.usage.input_tokens"] == usage["prompt_tokens"]
+        assert got["gen_ai.usage.output_tokens"] == usage["completion_tokens"]
+    assert [attributes(c)["gen_ai.response.finish_reasons"] for c in chats] == [["tool_calls"]] * 5 + [
+        ["stop"]
+    ]
+    for tool, name in zip(tools, TOOL_NAMES, strict=True):
+        got = attributes(tool)
+        assert got["gen_ai.operation.name"] == "execute_tool"
+        assert got["gen_ai.tool.name"] == name and got["gen_ai.tool.call.id"]
+        assert got["a3s.tool.outcome"] == "success" and got["a3s.permission.decision"] == "allow"
+    assert attributes(invoke)["gen_ai.usage.input_tokens"] == sum(u["prompt_tokens"] for u in usages)
+    assert attributes(invoke)["gen_ai.response.finish_reasons"] == ["stop"]
+    # Each model request carried its chat span's context to the model.
+    sent = [r.headers.get("traceparent", "") for r in fake.requests[-6:]]
+    assert sent == [f"00-{c.trace_id.hex()}-{c.span_id.hex()}-01" for c in chats]
+    return invoke
+
+
+def no_content(receiver: Receiver) -> None:
+    """Neither the prompt nor the file's text nor a tool's output reached the collector."""
+    everything = b"".join(receiver.bodies)
+    assert b"swordfish" not in everything
+    assert b"def greet" not in everything and b"hello " not in everything
+
+
+async def test_a_task_over_grpc_is_one_trace_under_the_callers_traceparent(
+    receiver: Receiver, served: Any, fake: FakeLLM
+) -> None:
+    server = await served(otel_env(receiver))
+    script_task(fake)
+    header, trace_id, client_span = traceparent()
+    metadata = [("traceparent", header), ("baggage", "user.secret=swordfish-4711")]
+    session_id = await generate(server, SECRET_PROMPT, metadata)
+    assert all("baggage" not in r.headers for r in fake.requests)  # the caller's, not the model's
+    spans = await eventually(lambda: complete(receiver, trace_id, "a3s.code"), "the task's trace")
+    (rpc,) = [s for s in spans if s.name.endswith("/StreamGenerate")]
+    assert rpc.parent_span_id == client_span and rpc.kind == Span.SPAN_KIND_SERVER
+    assert attributes(rpc)["rpc.system"] == "grpc"
+    check_generation(spans, rpc, fake, session_id=session_id)
+    assert receiver.resources[0]["service.name"] == "agent-under-test"
+    no_content(receiver)
+
+
+async def test_a_malformed_traceparent_starts_a_trace_of_our_own(receiver: Receiver, served: Any) -> None:
+    server = await served(otel_env(receiver))
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = pb_grpc.CodeAgentServiceStub(channel)
+        bad = [("traceparent", "00-" + "z" * 32 + "-" + "0" * 16 + "-01" + "x" * 4000)]
+        session_id = (await stub.CreateSession(pb.CreateSessionRequest(), metadata=bad)).session_id
+    assert session_id
+
+    def created() -> list[Span]:
+        return named(receiver.spans, "a3s.code.agent.v1.CodeAgentService/CreateSession")
+
+    (span,) = await eventually(created, "CreateSession's span")
+    assert span.parent_span_id == b"" and len(span.trace_id) == 16
+
+
+async def test_a_task_over_http_is_one_trace_under_the_callers_traceparent(
+    receiver: Receiver, served: Any, fake: FakeLLM
+) -> None:
+    server = await served(otel_env(receiver))
+    script_task(fake)
+    header, trace_id, client_span = traceparent()
+    base = f"http://127.0.0.1:{server.http_port}"
+    async with aiohttp.ClientSession(base) as http:
+        async with http.post("/sessions", json={}) as reply:
+            assert reply.status == 201
+            session_id = (await reply.json())["session_id"]
+        body = {"messages": [{"role": "ROLE_USER", "content": SECRET_PROMPT}]}
+        async with http.post(
+            f"/sessions/{session_id}/generate", json=body, headers={"traceparent": header}
+        ) as reply:
+            assert reply.status == 200, await reply.text()
+    spans = await eventually(lambda: complete(receiver, trace_id, "POST"), "the task's trace")
+    (request,) = named(spans, "POST /sessions/{id}/generate")
+    assert request.parent_span_id == client_span and request.kind == Span.SPAN_KIND_SERVER
+    assert attributes(request)["http.response.status_code"] == 200
+    check_generation(spans, request, fake, session_id=session_id)
+    no_content(receiver)
+
+
+async def test_a_subagents_spans_are_under_its_task_call(
+    receiver: Receiver, served: Any, fake: FakeLLM
+) -> None:
+    server = await served(otel_env(receiver))
+    task = {"agent": "explore", "description": "look", "prompt": "read task.py"}
+    fake.script(
+        tool_call("task", task, id="t1"),
+        tool_call("read_file", {"path": "task.py"}, id="r1"),
+        "The child read it.",
+        "Done.",
+    )
+    header, trace_id, _ = traceparent()
+    session_id = await generate(server, "delegate", [("traceparent", header)])
+    spans = await eventually(
+        lambda: complete(receiver, trace_id, "a3s.code", agents=2, chats=4), "both generations"
+    )
+    (parent,) = [s for s in named(spans, "invoke_agent") if attributes(s)["gen_ai.agent.name"] == "a3s-agent"]
+    (call,) = named(spans, "execute_tool task")
+    assert call.parent_span_id == parent.span_id and attributes(call)["gen_ai.tool.call.id"] == "t1"
+    (child,) = named(spans, "invoke_agent explore")
+    assert child.parent_span_id == call.span_id
+    assert attributes(child)["gen_ai.conversation.id"] != session_id
+    (read,) = named(spans, "execute_tool read_file")
+    assert read.parent_span_id == child.span_id
+    assert len([s for s in named(spans, "chat") if s.parent_span_id == child.span_id]) == 2
+
+
+_THREADS_CHILD = """
+import json, os, signal, sys, threading
+
+from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+
+
+async def main() -> None:
+    serving = serve()
+    async with grpc.aio.insecure_channel("127.0.0.1:{port}") as channel:
+        stub = pb_grpc.CodeAgentServiceStub(channel)
+        await until_serving(stub)
+        session = await stub.CreateSession(pb.CreateSessionRequest())
+        await stub.ExecuteTool(pb.ExecuteToolRequest(session_id=session.session_id, tool_name="ls",
+                                                     arguments="{{}}"))
+        threads = [t.name for t in threading.enumerate()]
+        sdk = "opentelemetry.sdk" in sys.modules
+    os.kill(os.getpid(), signal.SIGTERM)
+    code = await serving
+    print(json.dumps({{"threads": threads, "sdk": sdk, "code": code}}))
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("endpoint", [False, True], ids=["off", "on"])
+def test_off_the_sdk_is_never_imported_and_no_exporter_thread_runs(tmp_path: Path, endpoint: bool) -> None:
+    # "on" (an endpoint nobody listens on) shows what the check would see if off were not off.
+    env = {"OTEL_SERVICE_NAME": "agent-under-test"}
+    if endpoint:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:9"
+    report, _ = run_fresh_server(_THREADS_CHILD, tmp_path, env, 120)
+    exporting = [name for name in report["threads"] if name.startswith("Otel")]
+    assert report["code"] == 0
+    assert (report["sdk"], bool(exporting)) == (endpoint, endpoint), report["threads"]
+
+
+async def test_with_the_sdk_disabled_the_receiver_gets_nothing(
+    receiver: Receiver, served: Any, fake: FakeLLM
+) -> None:
+    server = await served({**otel_env(receiver), "OTEL_SDK_DISABLED": "true"})
+    script_task(fake)
+    header, _, _ = traceparent()
+    await generate(server, "go", [("traceparent", header)])
+    assert all("traceparent" not in r.headers for r in fake.requests)
+    assert server.proc is not None
+    assert await asyncio.to_thread(server.stop) == 0  # the exporter, were there one, flushes at the stop
+    assert receiver.bodies == []
