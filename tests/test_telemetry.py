@@ -204,6 +204,7 @@ def check_generation(
         assert got["gen_ai.operation.name"] == "execute_tool"
         assert got["gen_ai.tool.name"] == name and got["gen_ai.tool.call.id"]
         assert got["a3s.tool.outcome"] == "success" and got["a3s.permission.decision"] == "allow"
+    assert attributes(tools[TOOL_NAMES.index("bash")])["a3s.tool.sandbox"] == "off"
     assert attributes(invoke)["gen_ai.usage.input_tokens"] == sum(u["prompt_tokens"] for u in usages)
     assert attributes(invoke)["gen_ai.response.finish_reasons"] == ["stop"]
     # Each model request carried its chat span's context to the model.
@@ -235,6 +236,24 @@ async def test_a_task_over_grpc_is_one_trace_under_the_callers_traceparent(
     check_generation(spans, rpc, fake, session_id=session_id)
     assert receiver.resources[0]["service.name"] == "agent-under-test"
     no_content(receiver)
+
+
+async def test_a_denied_call_says_so_on_its_span(receiver: Receiver, served: Any, fake: FakeLLM) -> None:
+    server = await served(otel_env(receiver))
+    fake.script(tool_call("bash", {"command": "rm -rf build"}, id="b1"), "understood")
+    header, trace_id, _ = traceparent()
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = pb_grpc.CodeAgentServiceStub(channel)
+        session_id = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
+        policy = pb.PermissionPolicy(enabled=True, deny=[pb.PermissionRule(rule="Bash(rm:*)")])
+        await stub.SetPermissionPolicy(pb.SetPermissionPolicyRequest(session_id=session_id, policy=policy))
+        go = pb.GenerateRequest(session_id=session_id, messages=[user("clean up")])
+        [c async for c in stub.StreamGenerate(go, metadata=[("traceparent", header)])]
+    spans = await eventually(lambda: complete(receiver, trace_id, "a3s.code", chats=2), "the trace")
+    (call,) = named(spans, "execute_tool bash")
+    got = attributes(call)
+    assert (got["a3s.permission.decision"], got["a3s.tool.outcome"]) == ("deny", "error")
+    assert "a3s.tool.sandbox" not in got  # nothing was spawned
 
 
 async def test_a_malformed_traceparent_starts_a_trace_of_our_own(receiver: Receiver, served: Any) -> None:
