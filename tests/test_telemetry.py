@@ -25,6 +25,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+from a3s_agent.testing.fake_anthropic import FakeAnthropic
 from a3s_agent.testing.fake_llm import FakeLLM, Reply, tool_call
 from a3s_agent.testing.fake_llm import ToolCall as FakeCall
 from benchmarks.common import TASK_SOURCE, task_turns
@@ -236,6 +237,31 @@ async def test_a_task_over_grpc_is_one_trace_under_the_callers_traceparent(
     check_generation(spans, rpc, fake, session_id=session_id)
     assert receiver.resources[0]["service.name"] == "agent-under-test"
     no_content(receiver)
+
+
+async def test_anthropic_requests_carry_their_spans_context_and_tokens(
+    receiver: Receiver, served: Any
+) -> None:
+    async with FakeAnthropic(api_key="sk-ant-test") as claude:
+        claude.script(tool_call("read_file", {"path": "task.py"}, id="r1"), "It greets.")
+        llm = {"A3S_LLM_PROVIDER": "anthropic", "A3S_LLM_BASE_URL": claude.base_url}
+        server = await served({**otel_env(receiver), **llm, "A3S_LLM_API_KEY": "sk-ant-test"})
+        header, trace_id, _ = traceparent()
+        await generate(server, "what does it do?", [("traceparent", header)])
+        spans = await eventually(lambda: complete(receiver, trace_id, "a3s.code", chats=2), "the trace")
+        chats = sorted(named(spans, "chat"), key=lambda s: s.start_time_unix_nano)
+        sent = [r.headers.get("traceparent") for r in claude.requests]
+        assert sent == [f"00-{c.trace_id.hex()}-{c.span_id.hex()}-01" for c in chats]
+        for chat, usage in zip(chats, claude.usages, strict=True):
+            got = attributes(chat)
+            assert got["gen_ai.provider.name"] == "anthropic"
+            assert got["gen_ai.usage.input_tokens"] == usage["prompt_tokens"]
+            assert got["gen_ai.usage.output_tokens"] == usage["completion_tokens"]
+            for ours, theirs in (
+                ("gen_ai.usage.cache_read.input_tokens", "cache_read_input_tokens"),
+                ("gen_ai.usage.cache_creation.input_tokens", "cache_creation_input_tokens"),
+            ):
+                assert got.get(ours, 0) == usage.get(theirs, 0)
 
 
 async def test_a_denied_call_says_so_on_its_span(receiver: Receiver, served: Any, fake: FakeLLM) -> None:
