@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
+from acp import text_block
 from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -23,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from a3s_agent.faces.acp.content import PromptBlock
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.testing.fake_anthropic import FakeAnthropic
@@ -31,6 +33,7 @@ from a3s_agent.testing.fake_llm import ToolCall as FakeCall
 from benchmarks.common import TASK_SOURCE, task_turns
 
 from .conftest import ServerProcess, eventually, run_fresh_server, user
+from .test_acp import Editor, acp_agent
 
 SECRET_PROMPT = "the prompt says swordfish-4711"
 TOOL_NAMES = ["read_file", "grep", "edit_file", "bash", "write_file"]
@@ -171,19 +174,18 @@ def named(spans: list[Span], prefix: str) -> list[Span]:
 
 
 def check_generation(
-    spans: list[Span], parent: Span, fake: FakeLLM, agent: str = "a3s-agent", session_id: str = ""
+    spans: list[Span], parent: Span, fake: FakeLLM, session_id: str, asked: frozenset[str] = frozenset()
 ) -> Span:
     """The generation's spans under `parent`: invoke_agent, six chats and five tool calls under it,
     with the conventions' names and the fake model's tokens; returns the invoke_agent span."""
     (invoke,) = [s for s in named(spans, "invoke_agent") if s.parent_span_id == parent.span_id]
-    assert invoke.name == f"invoke_agent {agent}"
+    assert invoke.name == "invoke_agent a3s-agent"
     given = attributes(invoke)
     assert given["gen_ai.operation.name"] == "invoke_agent"
-    assert given["gen_ai.agent.name"] == agent
+    assert given["gen_ai.agent.name"] == "a3s-agent"
     assert given["gen_ai.request.model"] == "fake-model"
     assert given["gen_ai.provider.name"] == "openai"
-    if session_id:
-        assert given["gen_ai.conversation.id"] == session_id
+    assert given["gen_ai.conversation.id"] == session_id
     chats = sorted((s for s in spans if s.parent_span_id == invoke.span_id and s.name.startswith("chat")),
                    key=lambda s: s.start_time_unix_nano)  # fmt: skip
     tools = sorted(named([s for s in spans if s.parent_span_id == invoke.span_id], "execute_tool"),
@@ -204,7 +206,11 @@ def check_generation(
         got = attributes(tool)
         assert got["gen_ai.operation.name"] == "execute_tool"
         assert got["gen_ai.tool.name"] == name and got["gen_ai.tool.call.id"]
-        assert got["a3s.tool.outcome"] == "success" and got["a3s.permission.decision"] == "allow"
+        assert got["a3s.tool.outcome"] == "success"
+        if name in asked:  # the session's policy asks: someone confirmed it
+            assert (got["a3s.permission.decision"], got["a3s.confirmation"]) == ("ask", "approved")
+        else:
+            assert got["a3s.permission.decision"] == "allow" and "a3s.confirmation" not in got
     assert attributes(tools[TOOL_NAMES.index("bash")])["a3s.tool.sandbox"] == "off"
     assert attributes(invoke)["gen_ai.usage.input_tokens"] == sum(u["prompt_tokens"] for u in usages)
     assert attributes(invoke)["gen_ai.response.finish_reasons"] == ["stop"]
@@ -234,7 +240,7 @@ async def test_a_task_over_grpc_is_one_trace_under_the_callers_traceparent(
     (rpc,) = [s for s in spans if s.name.endswith("/StreamGenerate")]
     assert rpc.parent_span_id == client_span and rpc.kind == Span.SPAN_KIND_SERVER
     assert attributes(rpc)["rpc.system"] == "grpc"
-    check_generation(spans, rpc, fake, session_id=session_id)
+    check_generation(spans, rpc, fake, session_id)
     assert receiver.resources[0]["service.name"] == "agent-under-test"
     no_content(receiver)
 
@@ -282,6 +288,29 @@ async def test_a_denied_call_says_so_on_its_span(receiver: Receiver, served: Any
     assert "a3s.tool.sandbox" not in got  # nothing was spawned
 
 
+async def test_an_acp_prompt_is_one_trace_under_its_meta_traceparent(
+    receiver: Receiver, tmp_path: Path, fake: FakeLLM
+) -> None:
+    workspace = tmp_path / "editor"
+    workspace.mkdir()
+    (workspace / "task.py").write_text(TASK_SOURCE)
+    script_task(fake)
+    header, trace_id, client_span = traceparent()
+    editor = Editor(answers=["allow-once"] * 5)
+    env = {**otel_env(receiver), "A3S_SANDBOX": "off"}
+    async with acp_agent(editor, workspace, fake, tmp_path / "data", env=env) as conn:
+        session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+        prompt: list[PromptBlock] = [text_block(SECRET_PROMPT)]
+        reply = await conn.prompt(session_id=session.session_id, prompt=prompt, traceparent=header)
+    assert reply.stop_reason == "end_turn"
+    spans = await eventually(lambda: complete(receiver, trace_id, "session/prompt"), "the prompt's trace")
+    (request,) = named(spans, "session/prompt")
+    assert request.parent_span_id == client_span and request.kind == Span.SPAN_KIND_SERVER
+    # The editor's policy asks before edits and commands; the editor allowed each once.
+    check_generation(spans, request, fake, session.session_id, frozenset({"edit_file", "bash", "write_file"}))
+    no_content(receiver)
+
+
 async def test_a_malformed_traceparent_starts_a_trace_of_our_own(receiver: Receiver, served: Any) -> None:
     server = await served(otel_env(receiver))
     async with grpc.aio.insecure_channel(server.address) as channel:
@@ -317,7 +346,7 @@ async def test_a_task_over_http_is_one_trace_under_the_callers_traceparent(
     (request,) = named(spans, "POST /sessions/{id}/generate")
     assert request.parent_span_id == client_span and request.kind == Span.SPAN_KIND_SERVER
     assert attributes(request)["http.response.status_code"] == 200
-    check_generation(spans, request, fake, session_id=session_id)
+    check_generation(spans, request, fake, session_id)
     no_content(receiver)
 
 

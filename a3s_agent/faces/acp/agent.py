@@ -110,7 +110,7 @@ class EditorAgent:
         client_info: Implementation | None = None,
         **kwargs: Any,
     ) -> InitializeResponse:
-        with answering("initialize"):
+        with answering("initialize", meta=kwargs):
             assert self._client is not None
             self._editor.connect(self._client, client_capabilities)
             log.info(
@@ -144,7 +144,7 @@ class EditorAgent:
     async def new_session(
         self, cwd: str, mcp_servers: Sequence[McpServer] | None = None, **kwargs: Any
     ) -> NewSessionResponse:
-        with answering("session/new"):
+        with answering("session/new", meta=kwargs):
             servers = servers_given(mcp_servers, "session/new")
             view = await self._app.sessions.create(
                 None, SessionConfig(workspace=cwd), [], {}, mcp_servers=servers
@@ -159,7 +159,7 @@ class EditorAgent:
     async def load_session(
         self, cwd: str, session_id: str, mcp_servers: Sequence[McpServer] | None = None, **kwargs: Any
     ) -> LoadSessionResponse:
-        with answering("session/load", session_id):
+        with answering("session/load", session_id, kwargs):
             workspace = await self._set_up(session_id, cwd, servers_given(mcp_servers, "session/load"))
             history = await self._app.sessions.history(session_id)
             tools = {t.name: t for t in self._app.tools.available(session_id)}
@@ -177,7 +177,7 @@ class EditorAgent:
     async def resume_session(
         self, session_id: str, cwd: str, mcp_servers: Sequence[McpServer] | None = None, **kwargs: Any
     ) -> ResumeSessionResponse:
-        with answering("session/resume", session_id):
+        with answering("session/resume", session_id, kwargs):
             await self._set_up(session_id, cwd, servers_given(mcp_servers, "session/resume"))
             return ResumeSessionResponse()
 
@@ -206,7 +206,7 @@ class EditorAgent:
     async def close_session(self, session_id: str, **kwargs: Any) -> CloseSessionResponse:
         """Stop what runs on the session, its MCP servers too, and forget it here; it stays stored
         (load it again). Closing a session that does not exist succeeds, as ACP asks."""
-        with answering("session/close", session_id):
+        with answering("session/close", session_id, kwargs):
             for turn in self._turns.get(session_id, set()):
                 turn.cancel()
             self._workspaces.pop(session_id, None)
@@ -218,7 +218,7 @@ class EditorAgent:
     async def list_sessions(
         self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
     ) -> ListSessionsResponse:
-        with answering("session/list"):
+        with answering("session/list", meta=kwargs):
             page = await self._app.sessions.page(
                 _page_key(cursor) if cursor else None, PAGE_SIZE, workspace=cwd
             )
@@ -247,7 +247,7 @@ class EditorAgent:
     # --- prompts ---------------------------------------------------------------------------
 
     async def prompt(self, prompt: Sequence[PromptBlock], session_id: str, **kwargs: Any) -> PromptResponse:
-        with answering("session/prompt", session_id):
+        with answering("session/prompt", session_id, kwargs):
             message = user_message(prompt)
             check_message_size([message], "prompt")
             workspace = self._workspaces.get(session_id) or await self._set_up(session_id, "")

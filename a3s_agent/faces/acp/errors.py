@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from acp import RequestError
 
+from ...base import telemetry
 from ...base.errors import AgentError
 from ..status import MAX_MESSAGE_CHARS, log_call, shortened, status_name
 
@@ -24,12 +26,21 @@ def request_error(exc: AgentError) -> RequestError:
 
 
 @contextmanager
-def answering(method: str, session_id: str = "") -> Iterator[None]:
-    """Around one request's handling: a domain error becomes its JSON-RPC error; one log line."""
+def answering(method: str, session_id: str = "", meta: Mapping[str, Any] | None = None) -> Iterator[None]:
+    """Around one request's handling: a domain error becomes its JSON-RPC error; one log line; its
+    server span when tracing is on, under the W3C trace context (`traceparent`...) of its `_meta`."""
     started = time.perf_counter()
     status = "OK"
     try:
-        yield
+        if not telemetry.enabled():
+            yield
+            return
+        carrier = {key: value for key, value in (meta or {}).items() if isinstance(value, str)}
+        attributes = {"rpc.system": "jsonrpc", "rpc.method": method}
+        if session_id:
+            attributes["gen_ai.conversation.id"] = session_id
+        with telemetry.span(method, attributes, kind="server", carrier=carrier):
+            yield
     except AgentError as exc:
         status = status_name(exc)
         raise request_error(exc) from exc

@@ -15,8 +15,10 @@ from typing import cast
 
 from acp import Agent, run_agent
 
+from ... import __version__
 from ...app.standalone import standalone
 from ...app.types import Settings
+from ...base import telemetry
 from .agent import EditorAgent
 from .editor import Editor
 from .stdio import open_stdio
@@ -30,6 +32,7 @@ starting MCP servers waits for them, within their own start-up bound)."""
 async def run_acp(settings: Settings, *, editor_tools: bool) -> int:
     """Serve the editor on stdin/stdout until it closes stdin (or SIGTERM/SIGINT); the exit code."""
     stdio = await open_stdio()
+    telemetry.configure(__version__)  # when the OTEL_* variables name an endpoint
     editor = Editor(enabled=editor_tools)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -58,4 +61,5 @@ async def run_acp(settings: Settings, *, editor_tools: bool) -> int:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await agent.close()
+            await asyncio.to_thread(telemetry.shutdown)  # the last spans exported
     return 0
