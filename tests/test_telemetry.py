@@ -11,13 +11,15 @@ import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import grpc
 import pytest
 from acp import text_block
 from aiohttp import web
+from mcp import Client
+from mcp.types import RequestParamsMeta
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -34,6 +36,7 @@ from benchmarks.common import TASK_SOURCE, task_turns
 
 from .conftest import ServerProcess, eventually, run_fresh_server, user
 from .test_acp import Editor, acp_agent
+from .test_mcp_server import stdio_command
 
 SECRET_PROMPT = "the prompt says swordfish-4711"
 TOOL_NAMES = ["read_file", "grep", "edit_file", "bash", "write_file"]
@@ -119,15 +122,20 @@ def complete(
     return spans if done else None
 
 
+def task_workspace(workspace: Path) -> Path:
+    """A new workspace with the six-turn task's file."""
+    workspace.mkdir()
+    (workspace / "task.py").write_text(TASK_SOURCE)
+    return workspace
+
+
 @pytest.fixture
 async def served(tmp_path: Path, fake: FakeLLM) -> AsyncIterator[Any]:
     """Start `a3s-agent serve` against the fake model with `env`; stopped at the end."""
     started: list[ServerProcess] = []
 
     async def start(env: dict[str, str]) -> ServerProcess:
-        workspace = tmp_path / f"workspace{len(started)}"
-        workspace.mkdir()
-        (workspace / "task.py").write_text(TASK_SOURCE)
+        workspace = task_workspace(tmp_path / f"workspace{len(started)}")
         llm = {"A3S_LLM_MODEL": "fake-model", "A3S_LLM_BASE_URL": fake.base_url, "A3S_LLM_API_KEY": "sk-test"}
         server = Unsandboxed(workspace, tmp_path / f"data{len(started)}", {**llm, **env})
         started.append(server)
@@ -291,9 +299,7 @@ async def test_a_denied_call_says_so_on_its_span(receiver: Receiver, served: Any
 async def test_an_acp_prompt_is_one_trace_under_its_meta_traceparent(
     receiver: Receiver, tmp_path: Path, fake: FakeLLM
 ) -> None:
-    workspace = tmp_path / "editor"
-    workspace.mkdir()
-    (workspace / "task.py").write_text(TASK_SOURCE)
+    workspace = task_workspace(tmp_path / "editor")
     script_task(fake)
     header, trace_id, client_span = traceparent()
     editor = Editor(answers=["allow-once"] * 5)
@@ -308,6 +314,30 @@ async def test_an_acp_prompt_is_one_trace_under_its_meta_traceparent(
     assert request.parent_span_id == client_span and request.kind == Span.SPAN_KIND_SERVER
     # The editor's policy asks before edits and commands; the editor allowed each once.
     check_generation(spans, request, fake, session.session_id, frozenset({"edit_file", "bash", "write_file"}))
+    no_content(receiver)
+
+
+async def test_an_mcp_agent_task_is_one_trace_under_its_meta_traceparent(
+    receiver: Receiver, tmp_path: Path, fake: FakeLLM
+) -> None:
+    workspace = task_workspace(tmp_path / "mcp")
+    fake.script(tool_call("read_file", {"path": "task.py"}, id="r1"), "It greets.")
+    command = stdio_command(workspace, tmp_path / "data", fake, "--mcp-tools", "agent_task")
+    command.env = {**(command.env or {}), **otel_env(receiver), "A3S_SANDBOX": "off"}
+    header, trace_id, client_span = traceparent()
+    async with Client(command) as client:
+        done = await client.call_tool(
+            "agent_task", {"task": SECRET_PROMPT}, meta=cast(RequestParamsMeta, {"traceparent": header})
+        )
+    assert not done.is_error
+    spans = await eventually(lambda: complete(receiver, trace_id, "tools/call", chats=2), "the call's trace")
+    (call,) = named(spans, "tools/call agent_task")
+    assert call.parent_span_id == client_span and call.kind == Span.SPAN_KIND_SERVER
+    assert attributes(call)["mcp.method.name"] == "tools/call"
+    (invoke,) = named(spans, "invoke_agent")
+    assert invoke.parent_span_id == call.span_id
+    (read,) = named(spans, "execute_tool read_file")
+    assert read.parent_span_id == invoke.span_id
     no_content(receiver)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from mcp import types
@@ -16,6 +17,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from ...app import Application
+from ...base import telemetry
 from ...base.errors import AgentError
 from ..status import log_call
 from .agent_task import TOOL as AGENT_TASK_TOOL
@@ -38,7 +40,8 @@ def build_server(app: Application, offer: Offer) -> Server[Any]:
     ) -> types.CallToolResult:
         started, outcome = time.perf_counter(), "INTERNAL"
         try:
-            result = await _call(app, offer, ctx, params.name, params.arguments or {})
+            with _span(params):
+                result = await _call(app, offer, ctx, params.name, params.arguments or {})
             outcome = "TOOL_ERROR" if result.is_error else "OK"
             return result
         except MCPError:
@@ -57,6 +60,19 @@ def build_server(app: Application, offer: Offer) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+
+
+def _span(params: types.CallToolRequestParams) -> AbstractContextManager[object]:
+    """The call's server span (MCP's conventions) under the W3C trace context of its `_meta`."""
+    if not telemetry.enabled():
+        return nullcontext()
+    carrier = {key: value for key, value in (params.meta or {}).items() if isinstance(value, str)}
+    attributes = {
+        "mcp.method.name": "tools/call",
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": params.name,
+    }
+    return telemetry.span(f"tools/call {params.name}", attributes, kind="server", carrier=carrier)
 
 
 async def _call(

@@ -15,6 +15,7 @@ from contextlib import suppress
 from mcp.server.stdio import stdio_server
 
 from ...app import Application
+from ...base import telemetry
 from .agent_task import CANCEL_WAIT_S
 from .server import build_server
 from .tools import Offer
@@ -26,6 +27,14 @@ STOP_WAIT_S = 2 * CANCEL_WAIT_S
 async def serve_stdio(app: Application, allowed: Iterable[str], stop: asyncio.Event) -> bool:
     """Serve until stdin ends or `stop` is set. True when everything ended; False when the stdin
     reader is left blocked (after a stop), and the process must exit without joining it."""
+    telemetry.configure(app.lifecycle.info.version)  # when the OTEL_* variables name an endpoint
+    try:
+        return await _serve_until(app, allowed, stop)
+    finally:
+        await asyncio.to_thread(telemetry.shutdown)  # the last spans exported
+
+
+async def _serve_until(app: Application, allowed: Iterable[str], stop: asyncio.Event) -> bool:
     served = asyncio.Event()
     serving = asyncio.ensure_future(_serve(app, Offer(app, allowed), served))
     stopping = asyncio.ensure_future(stop.wait())
