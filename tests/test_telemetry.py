@@ -278,6 +278,36 @@ async def test_anthropic_requests_carry_their_spans_context_and_tokens(
                 assert got.get(ours, 0) == usage.get(theirs, 0)
 
 
+async def test_an_automatic_compaction_is_a_span_of_its_generation(
+    receiver: Receiver, served: Any, fake: FakeLLM
+) -> None:
+    server = await served(otel_env(receiver))
+    fake.fallback = "Goal: the parser. Done so far: nothing."  # each summary, and the answer
+    words = [" ".join(f"m{i}w{n}" for n in range(600)) for i in range(40)]
+    roles = [pb.Message.ROLE_ASSISTANT if i % 2 else pb.Message.ROLE_USER for i in range(40)]
+    history = [pb.Message(role=role, content=text) for role, text in zip(roles, words, strict=True)]
+    header, trace_id, _ = traceparent()
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = pb_grpc.CodeAgentServiceStub(channel)
+        config = pb.SessionConfig(auto_compact=True, max_context_length=32_000)
+        created = await stub.CreateSession(pb.CreateSessionRequest(config=config, initial_context=history))
+        go = pb.GenerateRequest(session_id=created.session_id, messages=[user("go on")])
+        [c async for c in stub.StreamGenerate(go, metadata=[("traceparent", header)])]
+
+    def compacted() -> list[Span] | None:
+        spans = receiver.trace(trace_id)
+        return spans if named(spans, "compact_context") and named(spans, "invoke_agent") else None
+
+    spans = await eventually(compacted, "the compaction's span")
+    (compaction,) = named(spans, "compact_context")
+    (invoke,) = named(spans, "invoke_agent")
+    assert compaction.parent_span_id == invoke.span_id
+    got = attributes(compaction)
+    assert got["a3s.compaction.trigger"] == "threshold"
+    assert got["a3s.context.tokens_after"] < got["a3s.context.tokens_before"]
+    assert got["a3s.context.messages_after"] < got["a3s.context.messages_before"]
+
+
 async def test_a_denied_call_says_so_on_its_span(receiver: Receiver, served: Any, fake: FakeLLM) -> None:
     server = await served(otel_env(receiver))
     fake.script(tool_call("bash", {"command": "rm -rf build"}, id="b1"), "understood")

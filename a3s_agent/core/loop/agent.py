@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -482,7 +482,7 @@ class _Run:
             return None
         if not await context.over_threshold(session, await self.agent._sessions.history(session.id)):
             return None
-        result = await context.compact(session.id)
+        result = await self._compacted(context.compact(session.id), "threshold")
         return _compaction_notice(result) if result.summarized_by else None
 
     async def _compact_after_overflow(self, exc: ContextOverflow, again: bool) -> dict[str, str]:
@@ -496,7 +496,25 @@ class _Run:
                 f"{exc}; auto_compact is off for this session: call CompactContext (or turn auto_compact"
                 " on) and try again"
             ) from exc
-        return _compaction_notice(await context.compact(session.id, overflowed=True))
+        return _compaction_notice(
+            await self._compacted(context.compact(session.id, overflowed=True), "overflow")
+        )
+
+    async def _compacted(self, compacting: Awaitable[Compaction], trigger: str) -> Compaction:
+        """A compaction of the run's session, with its span when tracing."""
+        span = spans.compaction_span(self.span, self.session, trigger)
+        if span is None:
+            return await compacting
+        error: str | None = None
+        result: Compaction | None = None
+        try:
+            result = await compacting
+            return result
+        except BaseException as exc:
+            error = type(exc).__qualname__
+            raise
+        finally:
+            telemetry.end(span, spans.compaction_outcome(result) if result else None, error)
 
     async def _rebuilt(self, system: dict[str, Any]) -> list[dict[str, Any]]:
         """The conversation from the stored history (after compaction changed it)."""

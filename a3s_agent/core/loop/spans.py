@@ -12,6 +12,7 @@ from ...base import telemetry
 from ...base.models import LLMConfig, ToolCall, Usage
 from ...tools.registry import ToolOutput
 from ..store.session import Session
+from .context import Compaction
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -72,6 +73,25 @@ def tool_span(session: Session, call: ToolCall) -> AbstractContextManager[Span |
     if not telemetry.enabled():
         return nullcontext()
     return telemetry.span(f"execute_tool {call.name}", _tool_attributes(session, call))
+
+
+def compaction_span(parent: Span | None, session: Session, trigger: str) -> Span | None:
+    """A compaction of the generation's context: `threshold` (before a model call) or `overflow`
+    (after the provider refused the prompt as too long)."""
+    if parent is None:
+        return None
+    attributes = {"a3s.compaction.trigger": trigger, "gen_ai.conversation.id": session.id}
+    return telemetry.start("compact_context", attributes, parent=parent)
+
+
+def compaction_outcome(result: Compaction) -> dict[str, str | int]:
+    return {
+        "a3s.compaction.summarized_by": result.summarized_by or "nothing",
+        "a3s.context.tokens_before": result.before.total_tokens,
+        "a3s.context.tokens_after": result.after.total_tokens,
+        "a3s.context.messages_before": result.before.message_count,
+        "a3s.context.messages_after": result.after.message_count,
+    }
 
 
 def _tool_attributes(session: Session, call: ToolCall) -> dict[str, str]:
