@@ -19,6 +19,7 @@ import pytest
 from acp import text_block
 from aiohttp import web
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 from mcp.types import RequestParamsMeta
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -355,7 +356,10 @@ async def test_an_mcp_agent_task_is_one_trace_under_its_meta_traceparent(
     command = stdio_command(workspace, tmp_path / "data", fake, "--mcp-tools", "agent_task")
     command.env = {**(command.env or {}), **otel_env(receiver), "A3S_SANDBOX": "off"}
     header, trace_id, client_span = traceparent()
+    made_up, made_up_trace, _ = traceparent()
     async with Client(command) as client:
+        with pytest.raises(MCPError, match="unknown tool"):  # a name the caller made up is not a span's
+            await client.call_tool("made-up-1234", {}, meta=cast(RequestParamsMeta, {"traceparent": made_up}))
         done = await client.call_tool(
             "agent_task", {"task": SECRET_PROMPT}, meta=cast(RequestParamsMeta, {"traceparent": header})
         )
@@ -366,6 +370,8 @@ async def test_an_mcp_agent_task_is_one_trace_under_its_meta_traceparent(
     assert attributes(call)["mcp.method.name"] == "tools/call"
     (invoke,) = named(spans, "invoke_agent")
     assert invoke.parent_span_id == call.span_id
+    (unknown,) = receiver.trace(made_up_trace)
+    assert unknown.name == "tools/call" and "gen_ai.tool.name" not in attributes(unknown)
     (read,) = named(spans, "execute_tool read_file")
     assert read.parent_span_id == invoke.span_id
     no_content(receiver)
@@ -404,6 +410,20 @@ async def test_a_task_over_http_is_one_trace_under_the_callers_traceparent(
             assert reply.status == 200, await reply.text()
     spans = await eventually(lambda: complete(receiver, trace_id, "POST"), "the task's trace")
     (request,) = named(spans, "POST /sessions/{id}/generate")
+    # A path no route matches, or a method HTTP does not have, names no span: the client made it up.
+    made_up, made_up_trace, _ = traceparent()
+    async with aiohttp.ClientSession(base) as http:
+        for method, path in (("GET", "/made-up-1234"), ("PROPFIND", "/made-up-5678")):
+            async with http.request(method, path, headers={"traceparent": made_up}) as reply:
+                assert reply.status >= 400
+
+    def strays_in() -> list[Span] | None:
+        strays = receiver.trace(made_up_trace)
+        return strays if len(strays) == 2 else None
+
+    strays = await eventually(strays_in, "the made-up requests' spans")
+    assert sorted(s.name for s in strays) == ["GET", "_OTHER"]
+    assert all("http.route" not in attributes(s) for s in strays)
     assert request.parent_span_id == client_span and request.kind == Span.SPAN_KIND_SERVER
     assert attributes(request)["http.response.status_code"] == 200
     check_generation(spans, request, fake, session_id)

@@ -8,15 +8,21 @@ from aiohttp.typedefs import Handler
 
 from ...base import telemetry
 
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
+
 
 @web.middleware
 async def traced(request: web.Request, handler: Handler) -> web.StreamResponse:
+    # The span's name is the method and the route's pattern: never what the client made up (an
+    # unknown method, a path no route matches), so that names stay few.
+    method = request.method if request.method in METHODS else "_OTHER"
     resource = request.match_info.route.resource
-    route = resource.canonical if resource is not None else request.path
-    attributes = {"http.request.method": request.method, "http.route": route, "url.path": request.path}
-    with telemetry.span(
-        f"{request.method} {route}", attributes, kind="server", carrier=request.headers
-    ) as span:
+    attributes = {"http.request.method": method, "url.path": request.path}
+    name = method
+    if resource is not None:
+        attributes["http.route"] = resource.canonical
+        name = f"{method} {resource.canonical}"
+    with telemetry.span(name, attributes, kind="server", carrier=request.headers) as span:
         try:
             response = await handler(request)
         except web.HTTPException as exc:

@@ -40,7 +40,7 @@ def build_server(app: Application, offer: Offer) -> Server[Any]:
     ) -> types.CallToolResult:
         started, outcome = time.perf_counter(), "INTERNAL"
         try:
-            with _span(params):
+            with _span(params, known=offer.builtin(params.name) is not None or params.name == AGENT_TASK):
                 result = await _call(app, offer, ctx, params.name, params.arguments or {})
             outcome = "TOOL_ERROR" if result.is_error else "OK"
             return result
@@ -62,16 +62,16 @@ def build_server(app: Application, offer: Offer) -> Server[Any]:
     )
 
 
-def _span(params: types.CallToolRequestParams) -> AbstractContextManager[object]:
-    """The call's server span (MCP's conventions) under the W3C trace context of its `_meta`."""
+def _span(params: types.CallToolRequestParams, known: bool) -> AbstractContextManager[object]:
+    """The call's server span (MCP's conventions) under the W3C trace context of its `_meta`; named
+    after the tool only when it is one of ours (a caller's made-up names stay out of span names)."""
     if not telemetry.enabled():
         return nullcontext()
     carrier = {key: value for key, value in (params.meta or {}).items() if isinstance(value, str)}
-    attributes = {
-        "mcp.method.name": "tools/call",
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": params.name,
-    }
+    attributes = {"mcp.method.name": "tools/call", "gen_ai.operation.name": "execute_tool"}
+    if not known:
+        return telemetry.span("tools/call", attributes, kind="server", carrier=carrier)
+    attributes["gen_ai.tool.name"] = params.name
     return telemetry.span(f"tools/call {params.name}", attributes, kind="server", carrier=carrier)
 
 
