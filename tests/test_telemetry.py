@@ -239,7 +239,7 @@ def no_content(receiver: Receiver) -> None:
 async def test_a_task_over_grpc_is_one_trace_under_the_callers_traceparent(
     receiver: Receiver, served: Any, fake: FakeLLM
 ) -> None:
-    server = await served(otel_env(receiver))
+    server = await served({**otel_env(receiver), "OTEL_RESOURCE_ATTRIBUTES": "service.version=ops-1"})
     script_task(fake)
     header, trace_id, client_span = traceparent()
     metadata = [("traceparent", header), ("baggage", "user.secret=swordfish-4711")]
@@ -251,6 +251,7 @@ async def test_a_task_over_grpc_is_one_trace_under_the_callers_traceparent(
     assert attributes(rpc)["rpc.system"] == "grpc"
     check_generation(spans, rpc, fake, session_id)
     assert receiver.resources[0]["service.name"] == "agent-under-test"
+    assert receiver.resources[0]["service.version"] == "ops-1"  # the operator's, not ours
     no_content(receiver)
 
 

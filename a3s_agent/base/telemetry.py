@@ -52,13 +52,15 @@ def configure(service_version: str) -> bool:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    detected = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
-    ours: dict[str, str] = {"service.version": service_version}
+    # The operator's OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES first; ours fill what they leave.
+    detected = Resource.create()
+    ours: dict[str, str] = {}
     if str(detected.attributes.get("service.name", "")).startswith("unknown_service"):
         ours["service.name"] = "a3s-agent"
-    _provider = TracerProvider(
-        resource=detected.merge(Resource(ours))
-    )  # the sampler from OTEL_TRACES_SAMPLER(_ARG)
+    if "service.version" not in detected.attributes:
+        ours["service.version"] = service_version
+    # The sampler is OTEL_TRACES_SAMPLER's (and _ARG's), the SDK's parentbased_always_on by default.
+    _provider = TracerProvider(resource=detected.merge(Resource(ours)))
     _provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     _tracer = _provider.get_tracer("a3s_agent", service_version)
     return True
