@@ -208,6 +208,7 @@ def check_generation(
         assert got["gen_ai.operation.name"] == "chat"
         assert got["gen_ai.usage.input_tokens"] == usage["prompt_tokens"]
         assert got["gen_ai.usage.output_tokens"] == usage["completion_tokens"]
+        assert got["gen_ai.response.model"] == (fake.answering_model or "fake-model")
     assert [attributes(c)["gen_ai.response.finish_reasons"] for c in chats] == [["tool_calls"]] * 5 + [
         ["stop"]
     ]
@@ -241,6 +242,7 @@ async def test_a_task_over_grpc_is_one_trace_under_the_callers_traceparent(
 ) -> None:
     server = await served({**otel_env(receiver), "OTEL_RESOURCE_ATTRIBUTES": "service.version=ops-1"})
     script_task(fake)
+    fake.answering_model = "fake-model-2026-01-01"  # the snapshot that answers, as OpenAI names it
     header, trace_id, client_span = traceparent()
     metadata = [("traceparent", header), ("baggage", "user.secret=swordfish-4711")]
     session_id = await generate(server, SECRET_PROMPT, metadata)
@@ -271,6 +273,7 @@ async def test_anthropic_requests_carry_their_spans_context_and_tokens(
         for chat, usage in zip(chats, claude.usages, strict=True):
             got = attributes(chat)
             assert got["gen_ai.provider.name"] == "anthropic"
+            assert got["gen_ai.response.model"] == "fake-model"  # the message's own model
             assert got["gen_ai.usage.input_tokens"] == usage["prompt_tokens"]
             assert got["gen_ai.usage.output_tokens"] == usage["completion_tokens"]
             for ours, theirs in (

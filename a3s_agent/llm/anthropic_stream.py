@@ -20,7 +20,7 @@ from ..base.errors import Unavailable
 from ..base.models import Usage
 from .anthropic_request import BLOCKS
 from .provider import ProviderEvent, ReasoningDelta, TextDelta, ToolCallReady, TurnEnd
-from .wire_values import as_object, as_text
+from .wire_values import as_model_name, as_object, as_text
 
 _FINISH_REASONS = {
     "end_turn": "stop",
@@ -63,6 +63,7 @@ class MessageReader:
         self._blocks: dict[int, _Block] = {}
         self._usage: dict[str, Any] = {}
         self._stop_reason = ""
+        self._model = ""
         self.stopped = False
         """Whether message_stop came: nothing follows it."""
 
@@ -76,7 +77,9 @@ class MessageReader:
             block = self._blocks.get(_index(event, -1))
             return [self._ready(block)] if block is not None and block.type == "tool_use" else []
         if kind == "message_start":
-            self._take_usage(as_object(event.get("message")).get("usage"))
+            message = as_object(event.get("message"))
+            self._model = as_model_name(message.get("model"))
+            self._take_usage(message.get("usage"))
         elif kind == "message_delta":
             self._take_usage(event.get("usage"))
             self._stop_reason = as_text(as_object(event.get("delta")).get("stop_reason")) or self._stop_reason
@@ -96,7 +99,7 @@ class MessageReader:
         layout = [block.kept() for block in blocks if block.type in _LAID_OUT]
         state = {self._key: {BLOCKS: layout}} if thought else {}
         finish_reason = _FINISH_REASONS.get(self._stop_reason, "stop")
-        events.append(TurnEnd(finish_reason, self._totals(), state))
+        events.append(TurnEnd(finish_reason, self._totals(), state, self._model))
         return events
 
     def _start(self, index: int, content: dict[str, Any]) -> list[ProviderEvent]:

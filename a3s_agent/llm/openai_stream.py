@@ -35,7 +35,7 @@ from ..base.models import ProviderState, Usage
 from .chunk_template import LoneStrings
 from .provider import ProviderEvent, ReasoningDelta, TextDelta, ToolCallReady, TurnEnd
 from .provider_errors import is_error_body, mid_reply_failure
-from .wire_values import as_object, as_text
+from .wire_values import as_model_name, as_object, as_text
 
 _REASONING = "reasoning_content"
 _REASONING_ALIAS = "reasoning"  # vLLM 0.11 on, OpenRouter, Ollama: shown, not sent back
@@ -79,6 +79,7 @@ class TurnReader:
         self._next = 0  # the first call not yet passed on
         self._finish_reason = ""
         self._usage: Usage | None = None
+        self._model = ""
         self._reasoning: list[str] | None = None
         self._extra: Any = None
         self._lone = LoneStrings()
@@ -118,6 +119,8 @@ class TurnReader:
             return []
         if is_error_body(chunk):
             raise mid_reply_failure(chunk)
+        if not self._model:
+            self._model = as_model_name(chunk.get("model"))
         usage = chunk.get("usage")
         if usage or "x_groq" in chunk:
             self._take_usage(usage or as_object(chunk.get("x_groq")).get("usage"))
@@ -177,7 +180,7 @@ class TurnReader:
             state[_REASONING] = "".join(self._reasoning)
         if self._extra is not None:
             state[_EXTRA] = self._extra
-        events.append(TurnEnd(self._finish_reason, self._usage, self._keyed(state)))
+        events.append(TurnEnd(self._finish_reason, self._usage, self._keyed(state), self._model))
         return events
 
     def _take_usage(self, raw: Any) -> None:
@@ -331,6 +334,7 @@ def whole_reply(completion: Any, state_key: str) -> list[ProviderEvent]:
     choice = as_object(choices[0])
     message = as_object(choice.get("message"))
     chunk = {
+        "model": completion.get("model"),
         "usage": completion.get("usage") or as_object(completion.get("x_groq")).get("usage"),
         "choices": [
             {

@@ -57,6 +57,8 @@ class TurnEnd:
     usage: Usage | None = None
     provider_state: ProviderState = field(default_factory=dict)
     """Fields of the assistant message to send back to the same provider (DeepSeek's reasoning)."""
+    model: str = ""
+    """The model that answered, as the server names it (a dated snapshot of the one asked for); "" when unsaid."""
 
 
 ProviderEvent = TextDelta | ReasoningDelta | ToolCallReady | TurnEnd

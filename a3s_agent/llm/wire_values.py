@@ -19,3 +19,12 @@ def as_array(value: Any) -> list[Any]:
 def as_text(value: Any) -> str:
     """`value` where a JSON string belongs, or an empty one."""
     return value if isinstance(value, str) else ""
+
+
+MODEL_NAME_CHARS = 200
+
+
+def as_model_name(value: Any) -> str:
+    """The name of the model that answered, as a server gives it: a string, cut to
+    MODEL_NAME_CHARS (it is recorded on the request's span; a hostile server's essay is not)."""
+    return as_text(value)[:MODEL_NAME_CHARS]

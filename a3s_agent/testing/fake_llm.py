@@ -788,6 +788,8 @@ class FakeLLM:
         self.dialect = DIALECTS[dialect]
         self.host = host
         self.port = port
+        self.answering_model = ""
+        """The model replies name, as a server names a dated snapshot of the one asked; the request's when ""."""
         self.requests: list[RecordedRequest] = []
         """Every request to the completions endpoint, in arrival order."""
         self.errors: list[Exception] = []
@@ -1088,7 +1090,7 @@ class FakeLLM:
             "id": f"chatcmpl-{number}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": body["model"],
+            "model": self._answering(body),
             "choices": [
                 {
                     "index": 0,
@@ -1108,6 +1110,9 @@ class FakeLLM:
         await response.write(data[: len(data) // 2])
         return self._cut(request, response)
 
+    def _answering(self, body: dict[str, Any]) -> str:
+        return self.answering_model or str(body["model"])
+
     def _chunks(self, body: dict[str, Any], reply: Reply, number: int) -> list[str]:
         """All SSE ``data:`` payloads of a streamed reply, in order, including ``[DONE]``."""
         dialect = self.dialect
@@ -1120,7 +1125,7 @@ class FakeLLM:
             "id": f"chatcmpl-{number}",
             "object": "chat.completion.chunk",
             "created": int(time.time()),
-            "model": body["model"],
+            "model": self._answering(body),
         }
         null_usage = include_usage and dialect.usage == "chunk"
 
@@ -1280,7 +1285,7 @@ class FakeLLM:
             "id": f"chatcmpl-{number}",
             "object": "chat.completion.chunk",
             "created": int(time.time()),
-            "model": body["model"],
+            "model": self._answering(body),
             "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
         }
         eol = self.dialect.eol

@@ -402,7 +402,7 @@ class _Run:
                             turn_usage = event.usage or Usage()
                             provider_state = event.provider_state
                             if chat is not None:
-                                chat.set_attributes(spans.outcome(finish_reason, turn_usage))
+                                chat.set_attributes(spans.outcome(finish_reason, turn_usage, event.model))
                     break
                 except ContextOverflow as exc:
                     if text or requested:  # part of the reply is out: a retry would repeat it
