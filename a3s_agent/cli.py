@@ -276,6 +276,11 @@ def _workspace_flags(parser: argparse.ArgumentParser, *, log_level: bool = True)
     parser.add_argument("--data-dir", help=f"where sessions are stored {env_note('A3S_DATA_DIR')}")
     if log_level:
         parser.add_argument("--log-level", help=f"DEBUG, INFO, WARNING or ERROR {env_note('A3S_LOG_LEVEL')}")
+        parser.add_argument(
+            "--log-format",
+            help="text, or json: each log line one JSON object with the trace, span, session and"
+            f" replica it belongs to {env_note('A3S_LOG_FORMAT')}",
+        )
 
 
 def _mcp_tools_flag(parser: argparse.ArgumentParser) -> None:
@@ -371,6 +376,7 @@ def _mcp(args: argparse.Namespace) -> int:
         workspace=args.workspace,
         data_dir=args.data_dir,
         log_level=args.log_level,
+        log_format=args.log_format,
         mcp_tools=_names(args.mcp_tools),
     )
     if settings is None:
@@ -399,6 +405,7 @@ def _acp(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         workspace_root=args.workspace_root,
         log_level=args.log_level,
+        log_format=args.log_format,
     )
     if settings is None:
         return 2
@@ -511,11 +518,10 @@ def _relay(args: argparse.Namespace) -> int:
 def _begin(settings: Settings) -> None:
     """Once the settings hold what the agent needs: log to stderr (stdout may be a protocol), then
     the secrets out of the environment (base/secrets.py)."""
+    from .base.log_lines import begin_logging
     from .base.secrets import withhold_secrets
 
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    begin_logging(settings.log_level, settings.log_format, settings.replica_id)
     names = withhold_secrets(settings.secret_env_names)
     if names:
         logging.getLogger("a3s_agent").info("withheld from the environment: %s", ", ".join(names))
@@ -645,6 +651,7 @@ def main(argv: list[str] | None = None) -> int:
                 workspace=args.workspace,
                 data_dir=args.data_dir,
                 log_level=args.log_level,
+                log_format=args.log_format,
                 max_sessions=args.max_sessions,
                 skills_dirs=args.skills_dir,
                 skill_sources=args.skill_source,

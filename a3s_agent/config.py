@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .base.allow_list import AllowList
 from .base.errors import InvalidArgument
+from .base.log_lines import LOG_FORMATS, LogFormat
 from .base.memories import MemorySettings
 from .base.models import LLMConfig
 from .base.prices import ModelPrice, load_prices
@@ -158,6 +159,7 @@ class Settings:
     event_retention_hours: float = DEFAULT_EVENT_RETENTION_HOURS
     event_retention_count: int = DEFAULT_EVENT_RETENTION_COUNT
     log_level: str = "INFO"
+    log_format: LogFormat = "text"
     llm: LLMConfig = field(default_factory=LLMConfig)
     max_sessions: int = DEFAULT_MAX_SESSIONS
     max_generations: int = DEFAULT_MAX_GENERATIONS
@@ -273,6 +275,16 @@ def _share(env: Mapping[str, str], name: str, default: float) -> float:
     return share
 
 
+def _log_format(flag: str | None, env: Mapping[str, str]) -> LogFormat:
+    """--log-format or A3S_LOG_FORMAT: text (the default) or json."""
+    value = flag or env.get("A3S_LOG_FORMAT", "")
+    wanted = value.strip().lower() or "text"
+    for form in LOG_FORMATS:
+        if wanted == form:
+            return form
+    raise ConfigError(f"--log-format (A3S_LOG_FORMAT) must be {' or '.join(LOG_FORMATS)}, not {value[:50]!r}")
+
+
 def _durability(env: Mapping[str, str]) -> Durability:
     """A3S_DURABILITY: full (the default) or normal."""
     value = env.get("A3S_DURABILITY", "")
@@ -312,6 +324,7 @@ def settings_from(
     workspace: str | None = None,
     data_dir: str | None = None,
     log_level: str | None = None,
+    log_format: str | None = None,
     max_sessions: int | None = None,
     skills_dirs: list[str] | None = None,
     skill_sources: list[str] | None = None,
@@ -403,6 +416,7 @@ def settings_from(
         event_retention_hours=_number(env, "A3S_EVENT_RETENTION_HOURS", DEFAULT_EVENT_RETENTION_HOURS, float),
         event_retention_count=int(_number(env, "A3S_EVENT_RETENTION_COUNT", DEFAULT_EVENT_RETENTION_COUNT)),
         log_level=(log_level or env.get("A3S_LOG_LEVEL") or "INFO").upper(),
+        log_format=_log_format(log_format, env),
         llm=llm_from_env(env),
         max_sessions=max_sessions or int(_number(env, "A3S_MAX_SESSIONS", DEFAULT_MAX_SESSIONS)),
         max_generations=int(_number(env, "A3S_MAX_GENERATIONS", DEFAULT_MAX_GENERATIONS)),

@@ -145,6 +145,11 @@ SECTIONS: dict[str, tuple[Variable, ...]] = {
             _number(DEFAULT_GRACE_SECONDS),
         ),
         Variable("A3S_LOG_LEVEL", "`DEBUG`, `INFO`, `WARNING` or `ERROR`", "INFO"),
+        Variable(
+            "A3S_LOG_FORMAT",
+            "`text`, or `json`: each log line one JSON object with its trace, span, session and replica",
+            "text",
+        ),
     ),
     "Workspace and data": (
         Variable("WORKSPACE", "the workspace directory", "the current directory"),

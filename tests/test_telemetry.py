@@ -7,7 +7,11 @@ recorded; with no endpoint configured nothing is traced and no exporter runs."""
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +31,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from a3s_agent.base.sparse_log import LINES_PER_WINDOW, WINDOW_S
 from a3s_agent.faces.acp.content import PromptBlock
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
@@ -36,6 +41,7 @@ from a3s_agent.testing.fake_llm import ToolCall as FakeCall
 from benchmarks.common import TASK_SOURCE, task_turns
 
 from .conftest import ServerProcess, eventually, run_fresh_server, user
+from .security.test_listeners import TOKEN, GuardedServer
 from .test_acp import Editor, acp_agent
 from .test_mcp_server import stdio_command
 
@@ -509,3 +515,73 @@ async def test_with_the_sdk_disabled_the_receiver_gets_nothing(
     assert server.proc is not None
     assert await asyncio.to_thread(server.stop) == 0  # the exporter, were there one, flushes at the stop
     assert receiver.bodies == []
+
+
+def log_lines(output: str) -> list[dict[str, Any]]:
+    """Every line the server wrote, each a JSON object (json.loads fails the test on any other)."""
+    return [json.loads(line) for line in output.splitlines() if line.strip()]
+
+
+async def test_json_log_lines_name_their_trace_span_session_and_replica(
+    receiver: Receiver, served: Any, fake: FakeLLM
+) -> None:
+    server = await served({**otel_env(receiver), "A3S_LOG_FORMAT": "json", "A3S_REPLICA_ID": "replica-7"})
+    script_task(fake)
+    header, trace_id, _ = traceparent()
+    session_id = await generate(server, SECRET_PROMPT, [("traceparent", header)])
+    spans = await eventually(lambda: complete(receiver, trace_id, "a3s.code"), "the task's trace")
+    (rpc,) = [s for s in spans if s.name.endswith("/StreamGenerate")]
+    assert await asyncio.to_thread(server.stop) == 0
+    lines = log_lines(await asyncio.to_thread(server.output))
+    assert all({"time", "level", "logger", "message"} <= line.keys() for line in lines)
+    assert all(line["replica_id"] == "replica-7" for line in lines)
+    (call,) = [line for line in lines if line["message"].startswith("rpc StreamGenerate ")]
+    assert (call["level"], call["logger"]) == ("INFO", "a3s_agent.rpc")
+    assert (call["trace_id"], call["span_id"]) == (trace_id.hex(), rpc.span_id.hex())
+    assert call["session_id"] == session_id
+    started = [line for line in lines if "exporting traces" in line["message"]]
+    assert started and "trace_id" not in started[0] and "session_id" not in started[0]
+
+
+async def test_json_log_lines_keep_the_refusals_rate_limit_and_no_token(tmp_path: Path) -> None:
+    server = GuardedServer(tmp_path, env={"A3S_LOG_FORMAT": "json", "A3S_AUTH_TOKEN": TOKEN})
+    await asyncio.to_thread(server.start)
+    try:
+        begun = time.monotonic()
+
+        def refused_calls() -> None:
+            with server.channel() as channel:
+                stub = pb_grpc.CodeAgentServiceStub(channel)
+                for n in range(3 * LINES_PER_WINDOW):
+                    with pytest.raises(grpc.RpcError):
+                        stub.CreateSession(
+                            pb.CreateSessionRequest(), metadata=[("authorization", f"Bearer wrong-{n}-5678")]
+                        )
+
+        await asyncio.to_thread(refused_calls)
+        windows = int((time.monotonic() - begun) // WINDOW_S) + 2
+    finally:
+        await asyncio.to_thread(server.kill)
+    lines = log_lines(server.log())
+    refusals = [line for line in lines if line["logger"] == "a3s_agent.security"]
+    assert 0 < len(refusals) <= windows * (LINES_PER_WINDOW + 1)
+    assert all(
+        line["message"].startswith("refused /a3s.code.agent.v1.CodeAgentService/") for line in refusals
+    )
+    assert "wrong-" not in server.log() and TOKEN not in server.log()
+
+
+def test_an_unknown_log_format_is_refused_at_start(tmp_path: Path) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "a3s_agent",
+        "serve",
+        "--workspace",
+        str(tmp_path),
+        "--log-format",
+        "xml",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "--log-format (A3S_LOG_FORMAT) must be text or json, not 'xml'" in done.stderr

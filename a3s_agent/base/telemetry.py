@@ -142,6 +142,19 @@ def note(attributes: Attributes) -> None:
     get_current_span().set_attributes(attributes)
 
 
+def current_ids() -> tuple[str, str] | None:
+    """The current span's trace and span ids, in hex as W3C writes them (a log line's); None when
+    off or outside any span."""
+    if _tracer is None:
+        return None
+    from opentelemetry.trace import get_current_span
+
+    context = get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return format(context.trace_id, "032x"), format(context.span_id, "016x")
+
+
 def context_of(parent: Span | None) -> contextvars.Context | None:
     """A copy of the current context with `parent` current, for a task doing its work
     (`asyncio.create_task(..., context=...)`); None when there is no span."""

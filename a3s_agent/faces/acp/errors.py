@@ -12,6 +12,7 @@ from acp import RequestError
 
 from ...base import telemetry
 from ...base.errors import AgentError
+from ...base.log_lines import note_session
 from ..status import MAX_MESSAGE_CHARS, log_call, shortened, status_name
 
 # JSON-RPC codes ACP uses: -32002 resource not found, -32602 invalid params, -32603 internal error.
@@ -30,6 +31,7 @@ def answering(method: str, session_id: str = "", meta: Mapping[str, Any] | None 
     """Around one request's handling: a domain error becomes its JSON-RPC error; one log line; its
     server span when tracing is on, under the W3C trace context (`traceparent`...) of its `_meta`."""
     started = time.perf_counter()
+    note_session(session_id)  # the library runs each request in a task of its own
     status = "OK"
     try:
         if not telemetry.enabled():

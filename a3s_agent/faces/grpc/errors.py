@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf.message import DecodeError, Message
 
+from ...base.log_lines import note_session
 from ..call_metadata import error_metadata
 from ..status import DISCONNECTED, MAX_MESSAGE_CHARS, call_log, failure, log_call, shortened, status_name
 
@@ -61,6 +62,7 @@ def rpc(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         async def stream(self: Any, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             started = time.perf_counter()
+            note_session(getattr(request, "session_id", ""))
             code = "OK"
             try:
                 async for item in fn(self, request, context):
@@ -76,6 +78,7 @@ def rpc(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     async def unary(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.perf_counter()
+        note_session(getattr(request, "session_id", ""))
         code = "OK"
         try:
             return await fn(self, request, context)

@@ -11,6 +11,7 @@ from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from ...app.types import Resync
+from ...base.log_lines import note_session
 from ..status import DISCONNECTED, MAX_MESSAGE_CHARS, call_log, failure, log_call, shortened
 
 T = TypeVar("T")
@@ -86,6 +87,7 @@ def _code_of(exc: BaseException) -> str:
 async def unary_call(method: str, session_id: str, call: Awaitable[T]) -> T:
     """Await one unary call: a failure is CallError; cancellations pass through."""
     started = time.perf_counter()
+    note_session(session_id)  # each request and WebSocket call runs in a task of its own
     code = "OK"
     try:
         return await call
@@ -101,6 +103,7 @@ async def unary_call(method: str, session_id: str, call: Awaitable[T]) -> T:
 async def stream_call(method: str, session_id: str, replies: AsyncIterator[T]) -> AsyncGenerator[T, None]:
     """The replies of one streaming call, as `unary_call` ends a unary one."""
     started = time.perf_counter()
+    note_session(session_id)  # each request and WebSocket call runs in a task of its own
     code = "OK"
     try:
         async for reply in replies:
