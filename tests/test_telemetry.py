@@ -319,6 +319,39 @@ async def test_an_automatic_compaction_is_a_span_of_its_generation(
     assert got["a3s.context.messages_after"] < got["a3s.context.messages_before"]
 
 
+async def test_a_clients_compact_context_is_a_span_of_its_call(
+    receiver: Receiver, served: Any, fake: FakeLLM
+) -> None:
+    server = await served(otel_env(receiver))
+    fake.fallback = "Goal: the parser. Done so far: nothing."
+    history = [
+        pb.Message(
+            role=pb.Message.ROLE_ASSISTANT if i % 2 else pb.Message.ROLE_USER, content=f"turn {i} " * 50
+        )
+        for i in range(20)
+    ]
+    header, trace_id, client_span = traceparent()
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = pb_grpc.CodeAgentServiceStub(channel)
+        created = await stub.CreateSession(pb.CreateSessionRequest(initial_context=history))
+        request = pb.CompactContextRequest(session_id=created.session_id)
+        await stub.CompactContext(request, metadata=[("traceparent", header)])
+
+    def compacted() -> list[Span] | None:
+        spans = receiver.trace(trace_id)
+        return spans if named(spans, "compact_context") and named(spans, "a3s.code") else None
+
+    spans = await eventually(compacted, "the compaction's span")
+    (rpc,) = named(spans, "a3s.code")
+    assert rpc.name.endswith("/CompactContext") and rpc.parent_span_id == client_span
+    (compaction,) = named(spans, "compact_context")
+    assert compaction.parent_span_id == rpc.span_id
+    got = attributes(compaction)
+    assert got["a3s.compaction.trigger"] == "requested"
+    assert got["gen_ai.conversation.id"] == created.session_id
+    assert got["a3s.context.messages_after"] < got["a3s.context.messages_before"]
+
+
 async def test_a_denied_call_says_so_on_its_span(receiver: Receiver, served: Any, fake: FakeLLM) -> None:
     server = await served(otel_env(receiver))
     fake.script(tool_call("bash", {"command": "rm -rf build"}, id="b1"), "understood")

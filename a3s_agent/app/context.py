@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..core.loop import spans
 from ..core.loop.context import Compaction, ContextUsage
 from ..runtime import Runtime
 
@@ -22,8 +23,10 @@ class Context:
         """Compact now, as a client asks (a session within the target too: all but its recent turns
         are summarised), after any running generation of the session (on any replica)."""
         await self._rt.sessions.refresh(session_id)
+        session = self._rt.sessions.get(session_id)
         async with self._rt.sessions.generation_lock(session_id), self._rt.own_run(session_id, "compaction"):
-            return await self._rt.context.compact(session_id, requested=True)
+            compacting = self._rt.context.compact(session_id, requested=True)
+            return await spans.compacted(None, session, "requested", compacting)  # under the call's span
 
     async def clear(self, session_id: str) -> None:
         """Empty the history, after any running generation of the session (on any replica)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -482,7 +482,7 @@ class _Run:
             return None
         if not await context.over_threshold(session, await self.agent._sessions.history(session.id)):
             return None
-        result = await self._compacted(context.compact(session.id), "threshold")
+        result = await spans.compacted(self.span, session, "threshold", context.compact(session.id))
         return _compaction_notice(result) if result.summarized_by else None
 
     async def _compact_after_overflow(self, exc: ContextOverflow, again: bool) -> dict[str, str]:
@@ -497,24 +497,10 @@ class _Run:
                 " on) and try again"
             ) from exc
         return _compaction_notice(
-            await self._compacted(context.compact(session.id, overflowed=True), "overflow")
+            await spans.compacted(
+                self.span, session, "overflow", context.compact(session.id, overflowed=True)
+            )
         )
-
-    async def _compacted(self, compacting: Awaitable[Compaction], trigger: str) -> Compaction:
-        """A compaction of the run's session, with its span when tracing."""
-        span = spans.compaction_span(self.span, self.session, trigger)
-        if span is None:
-            return await compacting
-        error: str | None = None
-        result: Compaction | None = None
-        try:
-            result = await compacting
-            return result
-        except BaseException as exc:
-            error = type(exc).__qualname__
-            raise
-        finally:
-            telemetry.end(span, spans.compaction_outcome(result) if result else None, error)
 
     async def _rebuilt(self, system: dict[str, Any]) -> list[dict[str, Any]]:
         """The conversation from the stored history (after compaction changed it)."""

@@ -5,6 +5,7 @@ and outputs are never recorded."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
@@ -75,13 +76,26 @@ def tool_span(session: Session, call: ToolCall) -> AbstractContextManager[Span |
     return telemetry.span(f"execute_tool {call.name}", _tool_attributes(session, call))
 
 
-def compaction_span(parent: Span | None, session: Session, trigger: str) -> Span | None:
-    """A compaction of the generation's context: `threshold` (before a model call) or `overflow`
-    (after the provider refused the prompt as too long)."""
-    if parent is None:
-        return None
+async def compacted(
+    parent: Span | None, session: Session, trigger: str, compacting: Awaitable[Compaction]
+) -> Compaction:
+    """`compacting` (a compaction of the session's context), in a `compact_context` span under
+    `parent` (else the current span): `threshold` (before a model call), `overflow` (after the
+    provider refused the prompt as too long) or `requested` (a client's CompactContext)."""
+    if not telemetry.enabled():
+        return await compacting
     attributes = {"a3s.compaction.trigger": trigger, "gen_ai.conversation.id": session.id}
-    return telemetry.start("compact_context", attributes, parent=parent)
+    span = telemetry.start("compact_context", attributes, parent=parent)
+    error: str | None = None
+    result: Compaction | None = None
+    try:
+        result = await compacting
+        return result
+    except BaseException as exc:
+        error = type(exc).__qualname__
+        raise
+    finally:
+        telemetry.end(span, compaction_outcome(result) if result else None, error)
 
 
 def compaction_outcome(result: Compaction) -> dict[str, str | int]:
