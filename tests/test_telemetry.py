@@ -352,6 +352,45 @@ async def test_a_clients_compact_context_is_a_span_of_its_call(
     assert got["a3s.context.messages_after"] < got["a3s.context.messages_before"]
 
 
+async def test_a_web_fetch_carries_its_spans_traceparent_through_a_redirect(
+    receiver: Receiver, served: Any, fake: FakeLLM
+) -> None:
+    seen: list[tuple[str, str]] = []
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        seen.append((request.path, request.headers.get("traceparent", "")))
+        if request.path == "/moved":
+            raise web.HTTPFound("/page?key=sk-query-secret-1234")
+        return web.Response(text="the page", content_type="text/plain")
+
+    site = web.Application()
+    site.router.add_get("/{name}", page)
+    runner = web.AppRunner(site)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    try:
+        server = await served({**otel_env(receiver), "A3S_FETCH_ALLOW_PRIVATE": "1"})
+        fake.script(tool_call("web_fetch", {"url": f"http://127.0.0.1:{port}/moved"}, id="w1"), "read it")
+        header, trace_id, _ = traceparent()
+        await generate(server, "fetch it", [("traceparent", header)])
+        spans = await eventually(lambda: complete(receiver, trace_id, "a3s.code", chats=2), "the trace")
+    finally:
+        await runner.cleanup()
+    (tool,) = named(spans, "execute_tool web_fetch")
+    assert attributes(tool)["a3s.tool.outcome"] == "success"
+    (get,) = [s for s in spans if s.name == "GET" and s.parent_span_id == tool.span_id]
+    assert get.kind == Span.SPAN_KIND_CLIENT
+    assert attributes(get) == {
+        "http.request.method": "GET",
+        "server.address": "127.0.0.1",
+        "http.response.status_code": 200,
+    }
+    expected = f"00-{trace_id.hex()}-{get.span_id.hex()}-01"
+    assert seen == [("/moved", expected), ("/page", expected)]
+    assert b"sk-query-secret" not in b"".join(receiver.bodies)
+
+
 async def test_a_denied_call_says_so_on_its_span(receiver: Receiver, served: Any, fake: FakeLLM) -> None:
     server = await served(otel_env(receiver))
     fake.script(tool_call("bash", {"command": "rm -rf build"}, id="b1"), "understood")

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from ..base import telemetry
 from ..base.proxies import Proxy
 from .fetcher import USER_AGENT, checked_addresses, connection_problem, tool_proxy
 from .registry import ToolFailure
@@ -117,6 +118,35 @@ async def fetch(
     """
     shown = repr(shown_url if shown_url is not None else url)
     target = _checked_url(url, shown)
+    # A client span (when tracing): the request, and the redirects httpx makes of it, carry its
+    # traceparent. Its attributes name the host, never the URL (a skill's may hold a key).
+    span = telemetry.start(
+        method, {"http.request.method": method, "server.address": target.host}, kind="client"
+    )
+    headers = {**(headers or {}), **telemetry.headers(span)}
+    status: int | None = None
+    error: str | None = None
+    try:
+        async with _fetch(target, shown, method, allow_private, timeout_s, headers, body) as fetched:
+            status = fetched.response.status_code
+            yield fetched
+    except BaseException as exc:
+        error = type(exc).__qualname__
+        raise
+    finally:
+        telemetry.end(span, {"http.response.status_code": status} if status is not None else None, error)
+
+
+@asynccontextmanager
+async def _fetch(
+    target: httpx.URL,
+    shown: str,
+    method: str,
+    allow_private: bool,
+    timeout_s: float,
+    headers: Mapping[str, str],
+    body: dict[str, Any],
+) -> AsyncIterator[Fetched]:
     async with (
         asyncio.timeout(timeout_s),
         httpx.AsyncClient(
