@@ -22,6 +22,7 @@ from . import (
     replicas,
     server,
     startup,
+    telemetry,
     tool_calls,
 )
 from .page import PAGE, write_page
@@ -51,6 +52,7 @@ SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "turn_cpu": cpu.bench_turn_cpu,
     "first": startup.bench_first,
     "checkpoints": checkpoints.bench_checkpoints,
+    "telemetry": telemetry.bench_telemetry,
 }
 PEER_SECTION = "opencode"
 """The performance page's section of `--peer opencode`, after the others."""

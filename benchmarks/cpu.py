@@ -107,11 +107,11 @@ async def bench_task_cpu(seconds: float, workspace: Path) -> list[Row]:
             f"{today:.1f}",
             "report",
         ),
-        Row("server CPU per six-turn task, lowest / highest batch (ms)", _spread(per_task["today"])),
+        Row("server CPU per six-turn task, lowest / highest batch (ms)", spread(per_task["today"])),
         Row(f"server CPU per six-turn task on {CPU_BASELINE}, alternating (ms)", f"{base:.1f}"),
         Row(
             f"server CPU per six-turn task on {CPU_BASELINE}, lowest / highest (ms)",
-            _spread(per_task[CPU_BASELINE]),
+            spread(per_task[CPU_BASELINE]),
         ),
         Row(f"server CPU per task, today / {CPU_BASELINE}", f"{today / base:.2f}", "report"),
         Row(
@@ -184,5 +184,5 @@ async def bench_turn_cpu(seconds: float, workspace: Path) -> list[Row]:
     return rows
 
 
-def _spread(values: list[float]) -> str:
+def spread(values: list[float]) -> str:
     return f"{min(values):.1f} / {max(values):.1f}"
