@@ -439,7 +439,10 @@ async def test_an_mcp_agent_task_is_one_trace_under_its_meta_traceparent(
     command.env = {**(command.env or {}), **otel_env(receiver), "A3S_SANDBOX": "off"}
     header, trace_id, client_span = traceparent()
     made_up, made_up_trace, _ = traceparent()
+    other, other_trace, other_client_span = traceparent()
     async with Client(command) as client:
+        listed = await client.list_tools(meta=cast(RequestParamsMeta, {"traceparent": other}))
+        assert [tool.name for tool in listed.tools] == ["agent_task"]
         with pytest.raises(MCPError, match="unknown tool"):  # a name the caller made up is not a span's
             await client.call_tool("made-up-1234", {}, meta=cast(RequestParamsMeta, {"traceparent": made_up}))
         done = await client.call_tool(
@@ -456,6 +459,11 @@ async def test_an_mcp_agent_task_is_one_trace_under_its_meta_traceparent(
     assert unknown.name == "tools/call" and "gen_ai.tool.name" not in attributes(unknown)
     (read,) = named(spans, "execute_tool read_file")
     assert read.parent_span_id == invoke.span_id
+    # Its other requests are server spans too, under their own _meta's trace context.
+    (listed_span,) = receiver.trace(other_trace)
+    assert (listed_span.name, attributes(listed_span)["mcp.method.name"]) == ("tools/list", "tools/list")
+    assert listed_span.parent_span_id == other_client_span and listed_span.kind == Span.SPAN_KIND_SERVER
+    assert [s.name for s in receiver.spans if s.name in ("initialize", "server/discover")]  # the handshake
     no_content(receiver)
 
 

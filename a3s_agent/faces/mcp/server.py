@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from mcp import types
@@ -24,6 +23,7 @@ from .agent_task import TOOL as AGENT_TASK_TOOL
 from .agent_task import run_agent_task
 from .convert import error_result, result_of, tool_of
 from .tools import AGENT_TASK, Offer
+from .tracing import TracedRequests
 
 SERVER_NAME = "a3s-agent"
 
@@ -40,8 +40,7 @@ def build_server(app: Application, offer: Offer) -> Server[Any]:
     ) -> types.CallToolResult:
         started, outcome = time.perf_counter(), "INTERNAL"
         try:
-            with _span(params, known=offer.builtin(params.name) is not None or params.name == AGENT_TASK):
-                result = await _call(app, offer, ctx, params.name, params.arguments or {})
+            result = await _call(app, offer, ctx, params.name, params.arguments or {})
             outcome = "TOOL_ERROR" if result.is_error else "OK"
             return result
         except MCPError:
@@ -53,7 +52,7 @@ def build_server(app: Application, offer: Offer) -> Server[Any]:
         finally:
             log_call(f"MCP tools/call {params.name}", "", started, outcome)
 
-    return Server(
+    server = Server(
         SERVER_NAME,
         version=app.lifecycle.info.version,
         instructions=f"The tools of the a3s coding agent, in its workspace; {AGENT_TASK} runs the agent on a task.",
@@ -61,18 +60,12 @@ def build_server(app: Application, offer: Offer) -> Server[Any]:
         on_call_tool=call_tool,
     )
 
+    def offered(name: str) -> bool:
+        return offer.builtin(name) is not None or (name == AGENT_TASK and offer.agent_task)
 
-def _span(params: types.CallToolRequestParams, known: bool) -> AbstractContextManager[object]:
-    """The call's server span (MCP's conventions) under the W3C trace context of its `_meta`; named
-    after the tool only when it is one of ours (a caller's made-up names stay out of span names)."""
-    if not telemetry.enabled():
-        return nullcontext()
-    carrier = {key: value for key, value in (params.meta or {}).items() if isinstance(value, str)}
-    attributes = {"mcp.method.name": "tools/call", "gen_ai.operation.name": "execute_tool"}
-    if not known:
-        return telemetry.span("tools/call", attributes, kind="server", carrier=carrier)
-    attributes["gen_ai.tool.name"] = params.name
-    return telemetry.span(f"tools/call {params.name}", attributes, kind="server", carrier=carrier)
+    # Each request's span when tracing (tracing.py), else none: not the SDK's, on the global tracer.
+    server.middleware = [TracedRequests(offered)] if telemetry.enabled() else []
+    return server
 
 
 async def _call(
