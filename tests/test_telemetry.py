@@ -2,7 +2,8 @@
 exporting over OTLP/HTTP to a receiver in the test, which decodes what it gets with
 opentelemetry-proto. The six-turn task (benchmarks/common.py) over gRPC and over HTTP gives one
 trace under the client's `traceparent`; a subagent's spans are under its `task` call; no content is
-recorded; with no endpoint configured nothing is traced and no exporter runs."""
+recorded unless opted in, and then redacted; JSON log lines name their trace and span; with no
+endpoint configured nothing is traced and no exporter runs."""
 
 from __future__ import annotations
 
@@ -389,6 +390,44 @@ async def test_a_web_fetch_carries_its_spans_traceparent_through_a_redirect(
     expected = f"00-{trace_id.hex()}-{get.span_id.hex()}-01"
     assert seen == [("/moved", expected), ("/page", expected)]
     assert b"sk-query-secret" not in b"".join(receiver.bodies)
+
+
+KEY_IN_PROMPT = "sk-proj-" + "Q7r2" * 8
+KEY_IN_FILE = "ghp_" + "x9Lm" * 9
+
+
+async def test_opted_in_content_is_recorded_with_secrets_redacted(
+    receiver: Receiver, served: Any, fake: FakeLLM
+) -> None:
+    content = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}
+    server = await served({**otel_env(receiver), **content})
+    (server.workspace / "notes.txt").write_text(f"deploy notes\nGITHUB_TOKEN={KEY_IN_FILE}\n")
+    fake.script(tool_call("read_file", {"path": "notes.txt"}, id="r1"), "The notes name a token.")
+    header, trace_id, _ = traceparent()
+    await generate(server, f"read notes.txt; my key is {KEY_IN_PROMPT}", [("traceparent", header)])
+    spans = await eventually(lambda: complete(receiver, trace_id, "a3s.code", chats=2), "the trace")
+    first, second = sorted(named(spans, "chat"), key=lambda s: s.start_time_unix_nano)
+    asked = json.loads(attributes(first)["gen_ai.input.messages"])
+    assert asked[-1]["role"] == "user"
+    assert asked[-1]["parts"] == [{"type": "text", "content": "read notes.txt; my key is [redacted]"}]
+    assert json.loads(attributes(first)["gen_ai.system_instructions"])[0]["type"] == "text"
+    (reply,) = json.loads(attributes(first)["gen_ai.output.messages"])
+    assert reply["finish_reason"] == "tool_calls"
+    assert [(p["type"], p["name"], json.loads(p["arguments"])) for p in reply["parts"]] == [
+        ("tool_call", "read_file", {"path": "notes.txt"})
+    ]
+    (answer,) = json.loads(attributes(second)["gen_ai.output.messages"])
+    assert answer["parts"] == [{"type": "text", "content": "The notes name a token."}]
+    returned = json.loads(attributes(second)["gen_ai.input.messages"])[-1]
+    assert returned["role"] == "tool" and "deploy notes" in returned["parts"][0]["response"]
+    (read,) = named(spans, "execute_tool read_file")
+    assert json.loads(attributes(read)["gen_ai.tool.call.arguments"]) == {"path": "notes.txt"}
+    result = attributes(read)["gen_ai.tool.call.result"]
+    assert "deploy notes" in result and "[redacted]" in result
+    everything = b"".join(receiver.bodies)
+    assert KEY_IN_PROMPT.encode() not in everything and KEY_IN_FILE.encode() not in everything
+    # The model was sent both: only the collector's copy is redacted.
+    assert KEY_IN_PROMPT in json.dumps(fake.requests[0].body)
 
 
 async def test_a_denied_call_says_so_on_its_span(receiver: Receiver, served: Any, fake: FakeLLM) -> None:

@@ -29,6 +29,9 @@ Attributes = Mapping[str, str | int | bool | float | list[str]]
 
 _tracer: Tracer | None = None
 _provider: TracerProvider | None = None
+_content = False
+CONTENT_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The GenAI conventions' opt-in to recording content (prompts, replies, tool arguments and results)."""
 
 
 def wanted(environ: Mapping[str, str] = os.environ) -> bool:
@@ -44,9 +47,10 @@ def wanted(environ: Mapping[str, str] = os.environ) -> bool:
 
 def configure(service_version: str) -> bool:
     """Start exporting traces when the environment asks for them (once); whether it does."""
-    global _tracer, _provider
+    global _tracer, _provider, _content
     if _tracer is not None or not wanted():
         return _tracer is not None
+    _content = os.environ.get(CONTENT_VARIABLE, "").strip().lower() == "true"
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
@@ -68,6 +72,11 @@ def configure(service_version: str) -> bool:
 
 def enabled() -> bool:
     return _tracer is not None
+
+
+def content_recorded() -> bool:
+    """Whether spans record content: tracing on, and the operator opted in (CONTENT_VARIABLE)."""
+    return _content and _tracer is not None
 
 
 def shutdown() -> None:

@@ -30,7 +30,7 @@ from ..sessions.manager import SessionManager
 from ..store.events import EventBus, EventType, event_entry
 from ..store.protocol import LogEntry
 from ..store.session import Session
-from . import spans
+from . import span_content, spans
 from .accounting import spending_data
 from .budget import BudgetSpent, budget_spent
 from .context import Compaction, ContextManager
@@ -380,6 +380,7 @@ class _Run:
                     workspace=str(self.context.workspace),
                     trace_headers=telemetry.headers(chat),
                 )
+                span_content.note_request(chat, conversation)
                 events = self.provider.stream(request)
                 try:
                     async for event in events if chat is None else self._traced(chat, events):
@@ -403,6 +404,7 @@ class _Run:
                             provider_state = event.provider_state
                             if chat is not None:
                                 chat.set_attributes(spans.outcome(finish_reason, turn_usage, event.model))
+                                span_content.note_reply(chat, "".join(text), requested, finish_reason)
                     break
                 except ContextOverflow as exc:
                     if text or requested:  # part of the reply is out: a retry would repeat it

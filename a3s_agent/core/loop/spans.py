@@ -1,7 +1,7 @@
 """What a generation's trace records (base/telemetry.py), in the OpenTelemetry GenAI semantic
 conventions: an `invoke_agent` span per generation, a `chat` span per model request under it, an
 `execute_tool` span per tool call (tool_gate.py). No content: prompts, completions, tool arguments
-and outputs are never recorded."""
+and outputs are recorded only when the operator opts in (span_content.py)."""
 
 from __future__ import annotations
 

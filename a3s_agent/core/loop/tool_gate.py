@@ -16,7 +16,7 @@ from ..sessions.control import ControlPlane, HandlerMode, Lane, Outcome
 from ..store.events import EventBus, EventType, event_entry
 from ..store.protocol import LogEntry
 from ..store.session import Session
-from . import spans
+from . import span_content, spans
 
 # A notice for the caller of a running generation (a METADATA chunk in streams).
 Notify = Callable[[dict[str, str]], None]
@@ -75,8 +75,10 @@ class ToolGate:
             control.tool_tasks[call.id] = task
         try:
             with spans.tool_span(session, call):  # current while the call runs (a subagent's parent)
+                span_content.note_call(call)
                 result = await self._decide_and_run(session, call, tool, ctx, notify)
                 spans.note_outcome(result)
+                span_content.note_result(result)
         except asyncio.CancelledError:
             if call.id not in control.cancelled_tools:
                 raise
