@@ -42,9 +42,13 @@ from a3s_agent.testing.fake_llm import ToolCall as FakeCall
 from benchmarks.common import TASK_SOURCE, task_turns
 
 from .conftest import ServerProcess, eventually, run_fresh_server, user
+from .fault.conftest import LoggedServer
+from .fault.test_crash_repair import processes_with
+from .postgres import fresh_database
 from .security.test_listeners import TOKEN, GuardedServer
 from .test_acp import Editor, acp_agent
 from .test_mcp_server import stdio_command
+from .test_replicas import kill_leftovers
 
 SECRET_PROMPT = "the prompt says swordfish-4711"
 TOOL_NAMES = ["read_file", "grep", "edit_file", "bash", "write_file"]
@@ -704,3 +708,61 @@ def test_an_unknown_log_format_is_refused_at_start(tmp_path: Path) -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "--log-format (A3S_LOG_FORMAT) must be text or json, not 'xml'" in done.stderr
+
+
+async def test_a_run_taken_over_by_another_replica_stays_in_its_trace(
+    receiver: Receiver, tmp_path: Path, fake: FakeLLM, postgres_server: Any
+) -> None:
+    marker = f"60.{secrets.randbelow(10**6):06d}"  # seconds of sleep, the digits this test's own
+    fake.script(tool_call("bash", {"command": f"sleep {marker}"}, id="b1"))
+    workspace = task_workspace(tmp_path / "workspace")
+    env = {
+        **otel_env(receiver),
+        "A3S_LEASE_TTL_S": "1",
+        "A3S_SANDBOX": "off",
+        "A3S_LLM_MODEL": "fake-model",
+        "A3S_LLM_BASE_URL": fake.base_url,
+        "A3S_LLM_API_KEY": "sk-test",
+    }
+    with fresh_database(postgres_server, "telemetry_takeover") as url:
+        replicas = {
+            name: LoggedServer(
+                workspace,
+                tmp_path / f"data-{name}",
+                tmp_path / f"{name}.log",
+                ("--store", url, "--replica-id", name),
+                env,
+            )
+            for name in ("A", "B")
+        }
+        try:
+            for replica in replicas.values():
+                await asyncio.to_thread(replica.start)
+            header, trace_id, client_span = traceparent()
+            async with grpc.aio.insecure_channel(replicas["A"].address) as channel:
+                stub = pb_grpc.CodeAgentServiceStub(channel)
+                session_id = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
+                go = pb.GenerateRequest(session_id=session_id, messages=[user("sleep")])
+                stream = stub.StreamGenerate(go, metadata=[("traceparent", header)])
+                async for chunk in stream:
+                    if chunk.type == pb.GenerateChunk.CHUNK_TYPE_TOOL_CALL:
+                        break
+                await eventually(lambda: processes_with(marker), "the command runs on A")
+                replicas["A"].kill()  # mid-run: its lease expires, and B takes the run over
+                stream.cancel()
+
+            def taken() -> list[Span]:
+                return [s for s in receiver.trace(trace_id) if s.name == "take_over_run"]
+
+            (takeover,) = await eventually(taken, "B's takeover, in the run's trace", 60)
+        finally:
+            for replica in replicas.values():
+                replica.kill()
+            kill_leftovers(marker)
+    got = attributes(takeover)
+    assert got["a3s.replica.id"] == "B" and got["a3s.replica.previous_owner"] == "A"
+    assert got["gen_ai.conversation.id"] == session_id and got["a3s.run.id"]
+    # Under the span A's run was started in (A's call, never exported: A was killed), not a new root.
+    assert takeover.parent_span_id not in (b"", client_span)
+    (chat,) = named(receiver.trace(trace_id), "chat")  # what A exported before it was killed
+    assert fake.requests[0].headers["traceparent"] == f"00-{trace_id.hex()}-{chat.span_id.hex()}-01"

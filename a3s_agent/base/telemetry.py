@@ -164,6 +164,16 @@ def current_ids() -> tuple[str, str] | None:
     return format(context.trace_id, "032x"), format(context.span_id, "016x")
 
 
+def current_traceparent() -> str:
+    """The W3C traceparent of the current span, to keep with work another process may finish
+    (a run's lease); "" when off or outside any span."""
+    if _tracer is None:
+        return ""
+    from opentelemetry.trace import get_current_span
+
+    return headers(get_current_span()).get("traceparent", "")
+
+
 def context_of(parent: Span | None) -> contextvars.Context | None:
     """A copy of the current context with `parent` current, for a task doing its work
     (`asyncio.create_task(..., context=...)`); None when there is no span."""

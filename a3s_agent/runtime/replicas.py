@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ..base import errors
+from ..base import errors, telemetry
 from ..base.errors import AgentError, NotFound, Unavailable
 from ..core.loop.chunks import failure_entry
 from ..core.loop.repair import answer_interrupted_calls
@@ -98,7 +98,7 @@ class Replicas:
         The entries the body puts in the list it is given (a run's DONE chunk) are logged in the
         transaction that releases the lease, after the session's queued ones (the run's last
         events): nobody is told the run ended before it let go of the session."""
-        lease = await self._acquire(session_id, run_id)
+        lease = await self._acquire(session_id, run_id, telemetry.current_traceparent())
         self._held[session_id] = lease
         self._renewers[session_id] = asyncio.get_running_loop().create_task(self._renew(lease))
         closing: list[LogEntry] = []
@@ -120,10 +120,10 @@ class Replicas:
             if lost:  # however the run stopped: the replica that took it over ended its stream
                 raise LeaseLost(f"session {session_id!r}: another replica took the run over")
 
-    async def _acquire(self, session_id: str, run_id: str) -> Lease:
+    async def _acquire(self, session_id: str, run_id: str, trace: str) -> Lease:
         wait = POLL_S
         while True:
-            lease = await self._store.acquire_lease(session_id, self.id, run_id, self._ttl_ms)
+            lease = await self._store.acquire_lease(session_id, self.id, run_id, self._ttl_ms, trace)
             if lease is not None:
                 return lease
             await asyncio.sleep(wait)
@@ -239,31 +239,42 @@ class Replicas:
         """End the run of a replica that stopped renewing its lease: answer its open tool calls,
         end its stream for whoever resumes it, and report it. False when another replica was first."""
         session_id = stale.session_id
-        lease = await self._store.acquire_lease(session_id, self.id, stale.run_id, self._ttl_ms)
+        lease = await self._store.acquire_lease(session_id, self.id, stale.run_id, self._ttl_ms, stale.trace)
         if lease is None:
             return False
         self._held[session_id] = lease
+        # In the trace the run was started in, when it was traced (on whichever replica).
+        carrier = {"traceparent": stale.trace} if stale.trace else None
+        attributes = {
+            "gen_ai.conversation.id": session_id,
+            "a3s.run.id": stale.run_id,
+            "a3s.replica.id": self.id,
+            "a3s.replica.previous_owner": stale.owner,
+        }
         try:
-            await self._sessions.refresh(session_id)
-            reason = f"the replica running it ({stale.owner}) stopped"
-            try:
-                await answer_interrupted_calls(self._sessions, session_id)
-            except NotFound:
-                pass  # the session is gone: only its log is left to end
-            self._bus.submit(
-                failure_entry(session_id, stale.run_id, Unavailable(f"the generation ended: {reason}"))
-            )
-            self._bus.submit(
-                event_entry(
-                    EventType.ERROR, session_id, f"generation failed: {reason}", {"run_id": stale.run_id}
-                )
-            )
-            await self._bus.flush()
-            log.warning("took over session %s: its generation ended because %s", session_id, reason)
+            with telemetry.span("take_over_run", attributes, carrier=carrier):
+                await self._end_stale_run(stale)
         finally:
             self._held.pop(session_id, None)
             await self._store.release_lease(lease)
         return True
+
+    async def _end_stale_run(self, stale: Lease) -> None:
+        session_id = stale.session_id
+        await self._sessions.refresh(session_id)
+        reason = f"the replica running it ({stale.owner}) stopped"
+        try:
+            await answer_interrupted_calls(self._sessions, session_id)
+        except NotFound:
+            pass  # the session is gone: only its log is left to end
+        self._bus.submit(
+            failure_entry(session_id, stale.run_id, Unavailable(f"the generation ended: {reason}"))
+        )
+        self._bus.submit(
+            event_entry(EventType.ERROR, session_id, f"generation failed: {reason}", {"run_id": stale.run_id})
+        )
+        await self._bus.flush()
+        log.warning("took over session %s: its generation ended because %s", session_id, reason)
 
     async def _prune_loop(self) -> None:
         while True:

@@ -132,6 +132,8 @@ MIGRATIONS: list[str] = [
     LINK_MIGRATION,
     # Checkpoints of sessions' workspaces (core/store/checkpoints.py).
     CHECKPOINT_SCHEMA,
+    # The trace a run was started in, for the replica that takes it over (Lease.trace).
+    "ALTER TABLE run_leases ADD COLUMN trace TEXT NOT NULL DEFAULT ''",
 ]
 
 # The session row's usage columns: one per field of Usage, named as the field.

@@ -63,7 +63,7 @@ _SESSION_COLUMNS = """
     (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND NOT m.archived),
     {}, {}
 """.format(", ".join(f"s.{column}" for column in USAGE_COLUMNS), LINK_COLUMNS)
-_LEASE_COLUMNS = "session_id, owner, token, run_id, expires_at"
+_LEASE_COLUMNS = "session_id, owner, token, run_id, expires_at, trace"
 _LOCK_SESSION = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
 
 
@@ -420,16 +420,18 @@ class PostgresStore:
 
     # --- leases -----------------------------------------------------------------------------
 
-    async def acquire_lease(self, session_id: str, owner: str, run_id: str, ttl_ms: int) -> Lease | None:
+    async def acquire_lease(
+        self, session_id: str, owner: str, run_id: str, ttl_ms: int, trace: str = ""
+    ) -> Lease | None:
         async with self._transaction() as conn:
             # `excluded.expires_at - ttl` is the database's now: a row expired before it is taken over.
             cursor = await conn.execute(
                 f"INSERT INTO run_leases ({_LEASE_COLUMNS})"
-                f" SELECT %s, %s, nextval('run_lease_tokens'), %s, {NOW_MS} + %s"
+                f" SELECT %s, %s, nextval('run_lease_tokens'), %s, {NOW_MS} + %s, %s"
                 " ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, token = excluded.token,"
-                " run_id = excluded.run_id, expires_at = excluded.expires_at"
+                " run_id = excluded.run_id, expires_at = excluded.expires_at, trace = excluded.trace"
                 f" WHERE run_leases.expires_at < excluded.expires_at - %s RETURNING {_LEASE_COLUMNS}",
-                (session_id, owner, run_id, ttl_ms, ttl_ms),
+                (session_id, owner, run_id, ttl_ms, trace, ttl_ms),
             )
             row = await cursor.fetchone()
         return None if row is None else Lease(*row)

@@ -57,6 +57,9 @@ class Lease:
     token: int  # the fencing token: larger than every token handed out before, for any session
     run_id: str
     expires_at: int  # ms since the epoch, by the store's clock
+    trace: str = ""
+    """The W3C traceparent the run was started in ("" untraced): a replica that takes the run over
+    traces its takeover in the same trace."""
 
 
 EntriesHandler = Callable[[list[LogEntry]], None]
@@ -191,9 +194,12 @@ class Store(Protocol):
 
     # --- leases -----------------------------------------------------------------------------
 
-    async def acquire_lease(self, session_id: str, owner: str, run_id: str, ttl_ms: int) -> Lease | None:
+    async def acquire_lease(
+        self, session_id: str, owner: str, run_id: str, ttl_ms: int, trace: str = ""
+    ) -> Lease | None:
         """Make `owner` the owner of the session's run with a new token, unless another lease on
-        the session has not expired (then None). Taking over an expired lease is the same call."""
+        the session has not expired (then None). Taking over an expired lease is the same call.
+        `trace` is kept with it (Lease.trace)."""
 
     async def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease | None:
         """Extend a lease still held; None when it was lost (expired and taken, or released)."""

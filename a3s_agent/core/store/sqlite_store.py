@@ -13,7 +13,7 @@ import sqlite3
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import astuple, fields
+from dataclasses import astuple, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +116,8 @@ MIGRATIONS: list[str] = [
     LINK_MIGRATION,
     # Checkpoints of sessions' workspaces (core/store/checkpoints.py).
     CHECKPOINT_SCHEMA,
+    # The trace a run was started in, for the replica that takes it over (Lease.trace).
+    "ALTER TABLE run_leases ADD COLUMN trace TEXT NOT NULL DEFAULT ''",
 ]
 # The session row's usage columns: one per field of Usage, named as the field.
 _USAGE_COLUMNS = tuple(item.name for item in fields(Usage))
@@ -125,7 +127,7 @@ _SESSION_COLUMNS = "s.id, s.config, s.state, s.created_at, s.updated_at, s.extra
     ", ".join(f"s.{column}" for column in _USAGE_COLUMNS),
     LINK_COLUMNS,
 )
-_LEASE_COLUMNS = "session_id, owner, token, run_id, expires_at"
+_LEASE_COLUMNS = "session_id, owner, token, run_id, expires_at, trace"
 
 
 class SqliteStore:
@@ -406,7 +408,9 @@ class SqliteStore:
 
     # --- leases (the clock is this machine's: one process uses the file) ------------------------
 
-    async def acquire_lease(self, session_id: str, owner: str, run_id: str, ttl_ms: int) -> Lease | None:
+    async def acquire_lease(
+        self, session_id: str, owner: str, run_id: str, ttl_ms: int, trace: str = ""
+    ) -> Lease | None:
         def write(db: sqlite3.Connection) -> Lease | None:
             with transaction(db):
                 now = _now_ms()
@@ -416,9 +420,9 @@ class SqliteStore:
                 if held is not None and held[0] >= now:
                     return None
                 (token,) = db.execute("UPDATE lease_tokens SET last = last + 1 RETURNING last").fetchone()
-                lease = Lease(session_id, owner, token, run_id, now + ttl_ms)
+                lease = Lease(session_id, owner, token, run_id, now + ttl_ms, trace)
                 db.execute(
-                    f"INSERT OR REPLACE INTO run_leases ({_LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
+                    f"INSERT OR REPLACE INTO run_leases ({_LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
                     astuple(lease),
                 )
                 return lease
@@ -432,11 +436,7 @@ class SqliteStore:
                 "UPDATE run_leases SET expires_at = ? WHERE session_id = ? AND token = ?",
                 (expires, lease.session_id, lease.token),
             )
-            return (
-                Lease(lease.session_id, lease.owner, lease.token, lease.run_id, expires)
-                if cursor.rowcount
-                else None
-            )
+            return replace(lease, expires_at=expires) if cursor.rowcount else None
 
         return await self._db.run(write)
 
