@@ -42,13 +42,12 @@ from a3s_agent.testing.fake_llm import ToolCall as FakeCall
 from benchmarks.common import TASK_SOURCE, task_turns
 
 from .conftest import ServerProcess, eventually, run_fresh_server, user
-from .fault.conftest import LoggedServer
 from .fault.test_crash_repair import processes_with
 from .postgres import fresh_database
 from .security.test_listeners import TOKEN, GuardedServer
 from .test_acp import Editor, acp_agent
 from .test_mcp_server import stdio_command
-from .test_replicas import kill_leftovers
+from .test_replicas import kill_leftovers, replica_servers
 
 SECRET_PROMPT = "the prompt says swordfish-4711"
 TOOL_NAMES = ["read_file", "grep", "edit_file", "bash", "write_file"]
@@ -654,8 +653,15 @@ async def test_json_log_lines_name_their_trace_span_session_and_replica(
     session_id = await generate(server, SECRET_PROMPT, [("traceparent", header)])
     spans = await eventually(lambda: complete(receiver, trace_id, "a3s.code"), "the task's trace")
     (rpc,) = [s for s in spans if s.name.endswith("/StreamGenerate")]
+    async with grpc.aio.insecure_channel(server.address) as channel:  # a made-up id, as long as it likes
+        with pytest.raises(grpc.aio.AioRpcError):
+            await pb_grpc.CodeAgentServiceStub(channel).GetSession(
+                pb.GetSessionRequest(session_id="z" * 5000)
+            )
     assert await asyncio.to_thread(server.stop) == 0
     lines = log_lines(await asyncio.to_thread(server.output))
+    (made_up,) = [line for line in lines if line["message"].startswith("rpc GetSession ")]
+    assert made_up["session_id"] == "z" * 128
     assert all({"time", "level", "logger", "message"} <= line.keys() for line in lines)
     assert all(line["replica_id"] == "replica-7" for line in lines)
     (call,) = [line for line in lines if line["message"].startswith("rpc StreamGenerate ")]
@@ -725,16 +731,7 @@ async def test_a_run_taken_over_by_another_replica_stays_in_its_trace(
         "A3S_LLM_API_KEY": "sk-test",
     }
     with fresh_database(postgres_server, "telemetry_takeover") as url:
-        replicas = {
-            name: LoggedServer(
-                workspace,
-                tmp_path / f"data-{name}",
-                tmp_path / f"{name}.log",
-                ("--store", url, "--replica-id", name),
-                env,
-            )
-            for name in ("A", "B")
-        }
+        replicas = replica_servers(workspace, tmp_path, url, ("A", "B"), env)
         try:
             for replica in replicas.values():
                 await asyncio.to_thread(replica.start)

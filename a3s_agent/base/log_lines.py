@@ -21,12 +21,14 @@ LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _session: ContextVar[str] = ContextVar("a3s_log_session", default="")
+SESSION_ID_CHARS = 128
 
 
 def note_session(session_id: str) -> None:
     """The session the call running in this task is about: its lines, and those of the tasks it
-    starts (a generation's tool calls), name it. Each call runs in a task of its own (grpc's, aiohttp's)."""
-    _session.set(session_id)
+    starts (a generation's tool calls), name it. Each call runs in a task of its own (grpc's, aiohttp's).
+    A caller's made-up id is cut to SESSION_ID_CHARS, as the call's log line cuts it."""
+    _session.set(session_id[:SESSION_ID_CHARS])
 
 
 class JsonLines(logging.Formatter):
