@@ -254,6 +254,20 @@ async def run_task(stub: pb_grpc.CodeAgentServiceStub, prompt: str = "go") -> li
     return errors
 
 
+async def warmed_up(
+    stack: contextlib.AsyncExitStack, fake: FakeLLMProcess, agent: Process, name: str
+) -> pb_grpc.CodeAgentServiceStub:
+    """A client of `agent` once it is healthy, initialized with `fake` and warmed up by one task
+    (connections, first-use imports); `name` says which server failed."""
+    agent.wait_healthy()
+    channel = await stack.enter_async_context(grpc.aio.insecure_channel(agent.address))
+    stub = pb_grpc.CodeAgentServiceStub(channel)
+    await initialize(stub, fake.base_url)
+    if errors := await run_task(stub):
+        raise RuntimeError(f"the six-turn task failed on {name}: {errors}")
+    return stub
+
+
 def task_server(
     stack: contextlib.ExitStack | contextlib.AsyncExitStack,
     workspace: Path,

@@ -18,7 +18,16 @@ import grpc
 
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 
-from .common import TASK_SOURCE, FakeLLMProcess, agent_process, checkout_of, initialize, run_task, task_server
+from .common import (
+    TASK_SOURCE,
+    FakeLLMProcess,
+    agent_process,
+    checkout_of,
+    initialize,
+    run_task,
+    task_server,
+    warmed_up,
+)
 from .report import Row, Skipped
 
 CPU_BASELINE = "194aea5"
@@ -84,12 +93,7 @@ async def bench_task_cpu(seconds: float, workspace: Path) -> list[Row]:
             servers.append((name, fake, agent))
         channels = []
         for name, fake, agent in servers:
-            agent.wait_healthy()
-            channel = await stack.enter_async_context(grpc.aio.insecure_channel(agent.address))
-            stub = pb_grpc.CodeAgentServiceStub(channel)
-            await initialize(stub, fake.base_url)
-            if errors := await run_task(stub):  # warm-up: connections, first-use imports
-                raise RuntimeError(f"the six-turn task failed on {name}: {errors}")
+            stub = await warmed_up(stack, fake, agent, name)
             channels.append((name, stub, psutil.Process(agent.proc.pid)))
         for round_ in range(batches):
             for name, stub, server in channels if round_ % 2 == 0 else channels[::-1]:

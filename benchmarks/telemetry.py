@@ -15,15 +15,12 @@ import tempfile
 import threading
 from pathlib import Path
 
-import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
-from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
-
-from .common import checkout_of, initialize, run_task, task_server
+from .common import checkout_of, run_task, task_server, warmed_up
 from .cpu import cpu_ns, spread
 from .report import Row, Skipped
 
@@ -106,12 +103,7 @@ async def _measure(seconds: float, workspace: Path, receiver: _Receiver) -> list
                 source=source if baseline else None,
                 env=env,
             )
-            agent.wait_healthy()
-            channel = await stack.enter_async_context(grpc.aio.insecure_channel(agent.address))
-            stub = pb_grpc.CodeAgentServiceStub(channel)
-            await initialize(stub, fake.base_url)
-            if errors := await run_task(stub):  # warm-up: connections, first-use imports
-                raise RuntimeError(f"the six-turn task failed with telemetry {name}: {errors}")
+            stub = await warmed_up(stack, fake, agent, f"the server with telemetry {name}")
             stubs.append((name, stub, agent.proc.pid))
         for round_ in range(batches):
             for name, stub, pid in stubs if round_ % 2 == 0 else stubs[::-1]:

@@ -90,6 +90,22 @@ def replica_database(postgres_server: Any) -> Iterator[str]:
         yield url
 
 
+def replica_servers(
+    workspace: Path, root: Path, url: str, names: tuple[str, ...], env: dict[str, str]
+) -> dict[str, LoggedServer]:
+    """Replicas (not started) of the database at `url`, by name: their data and logs under `root`."""
+    return {
+        name: LoggedServer(
+            workspace,
+            root / f"data-{name}",
+            root / f"{name}.log",
+            ("--store", url, "--replica-id", name),
+            env,
+        )
+        for name in names
+    }
+
+
 @pytest.fixture(scope="module")
 def replica_cluster(tmp_path_factory: pytest.TempPathFactory, replica_database: str) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("replicas")
@@ -102,16 +118,7 @@ def replica_cluster(tmp_path_factory: pytest.TempPathFactory, replica_database: 
             "A3S_LLM_MODEL": "fake-model",
             "A3S_LLM_BASE_URL": fake.base_url,
         }
-        replicas = {
-            name: LoggedServer(
-                workspace,
-                root / f"data-{name}",
-                root / f"{name}.log",
-                ("--store", replica_database, "--replica-id", name),
-                env,
-            )
-            for name in NAMES
-        }
+        replicas = replica_servers(workspace, root, replica_database, NAMES, env)
         cluster = Cluster(replicas, replica_database, fake)
         try:
             cluster.ensure_up()
