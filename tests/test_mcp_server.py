@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import anyio
@@ -88,10 +89,11 @@ async def served(workspace: Path, tmp_path: Path, fake: FakeLLM) -> AsyncIterato
 
 
 @asynccontextmanager
-async def client_of(url: str, mode: str, token: str = TOKEN) -> AsyncIterator[Client]:
+async def client_of(url: str, mode: str, token: str = TOKEN, **options: Any) -> AsyncIterator[Client]:
+    """The SDK's client at `mode`; `options`: more of its settings (an elicitation_callback...)."""
     async with (
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
-        Client(streamable_http_client(url, http_client=http), mode=mode) as client,
+        Client(streamable_http_client(url, http_client=http), mode=mode, **options) as client,
     ):
         yield client
 
@@ -164,6 +166,25 @@ async def test_agent_task_runs_a_generation_with_tools_and_reports_progress(
         "model turn 2 finished (stop)",
     ]
     assert [step for step, _ in reported] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_agent_task_names_the_checkpoint_that_undoes_it(
+    served: McpServer, fake: FakeLLM, mode: str
+) -> None:
+    """Rewinding the session to the checkpoint the result names, as soon as it is answered, takes
+    back the files the task changed and its turn."""
+    fake.script(text("first"), tool_call("bash", {"command": "echo new > made.txt"}), text("made"))
+    async with client_of(served.url, mode) as client:
+        first = await client.call_tool("agent_task", {"task": "one"})
+        session_id = first.structured_content["session_id"]
+        made = await client.call_tool("agent_task", {"task": "make it", "session_id": session_id})
+    checkpoint = made.structured_content["checkpoint"]
+    assert checkpoint > first.structured_content["checkpoint"] > 0
+    assert (served.workspace / "made.txt").exists()
+    rewound = await served.app.checkpoints.rewind(session_id, checkpoint)
+    assert not (served.workspace / "made.txt").exists()
+    assert rewound.messages == 2  # the first task's question and answer
 
 
 async def test_agent_task_goes_on_in_the_session_it_is_given(served: McpServer, fake: FakeLLM) -> None:

@@ -68,6 +68,9 @@ class AgentTaskResult(BaseModel):
     agent: str = ""
     child_session_id: str = ""
     """The subagent's session, when an agent was named."""
+    checkpoint: int = 0
+    """The checkpoint taken before the task's first turn, in the session that ran it (the child's,
+    when an agent was named): rewinding to it undoes the task. 0: none was taken."""
 
 
 TOOL = types.Tool(
@@ -89,7 +92,9 @@ async def run_agent_task(app: Application, arguments: dict[str, Any], report: Re
     try:
         args = AgentTaskArguments.model_validate(arguments)
         session_id = args.session_id or await _new_session(app)
+        since = await _newest_checkpoint(app, session_id)
         generation, child = await _run(app, session_id, args, report)
+        checkpoint = await _first_checkpoint(app, child or session_id, 0 if child else since)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or '(arguments)'}: {e['msg']}" for e in exc.errors()
@@ -104,6 +109,7 @@ async def run_agent_task(app: Application, arguments: dict[str, Any], report: Re
         turns=generation.turns,
         agent=args.agent,
         child_session_id=child,
+        checkpoint=checkpoint,
     )
     return types.CallToolResult(
         content=[
@@ -117,6 +123,17 @@ async def run_agent_task(app: Application, arguments: dict[str, Any], report: Re
 async def _new_session(app: Application) -> str:
     view = await app.sessions.create(None, SessionConfig(name=NEW_SESSION_NAME), [], {})
     return view.session.id
+
+
+async def _newest_checkpoint(app: Application, session_id: str) -> int:
+    records = await app.checkpoints.of_session(session_id)
+    return records[-1].seq if records else 0
+
+
+async def _first_checkpoint(app: Application, session_id: str, since: int) -> int:
+    """The first turn checkpoint of the session after `since` (0: none)."""
+    records = await app.checkpoints.of_session(session_id)
+    return next((r.seq for r in records if r.seq > since and r.kind == "turn"), 0)
 
 
 async def _run(
@@ -164,23 +181,24 @@ async def _generate(
     """The run: the session's generation, or the named agent's as its subagent; its events, each
     with the session it is of, go to `events`."""
     try:
+        done: Generation | None = None
         if args.agent:
-            done: Generation | None = None
             async for item in app.subagents.delegate(session_id, args.agent, args.task):
                 if isinstance(item.event, DoneEvent):  # the last: the loop ends, the child's run too
                     done = item.event.generation
                 else:
                     events.put_nowait((item.session_id, item.event))
-            if done is not None:
-                return done
         else:
             messages = [Message(role="user", content=args.task)]
             async with aclosing(app.generation.stream(session_id, messages, GenerateOptions())) as own:
-                async for event in own:
+                async for event in own:  # to its end: the run over (the session free) once answered
                     if isinstance(event, DoneEvent):
-                        return event.generation
-                    events.put_nowait((session_id, event))
-        raise AssertionError("the agent loop ended without a result")
+                        done = event.generation
+                    else:
+                        events.put_nowait((session_id, event))
+        if done is None:
+            raise AssertionError("the agent loop ended without a result")
+        return done
     finally:
         events.put_nowait(None)
 
