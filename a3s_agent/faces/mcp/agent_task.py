@@ -32,7 +32,7 @@ from ...app.types import (
 )
 from ...base.errors import AgentError, InvalidArgument
 from ...base.models import Message, SessionConfig
-from .convert import error_result
+from .convert import error_result, problems
 from .tools import AGENT_TASK
 
 CANCEL_WAIT_S = 5.0
@@ -41,6 +41,8 @@ NEW_SESSION_NAME = "mcp agent_task"
 
 Report = Callable[[float, str], Awaitable[None]]
 """Sends one progress notification: the step number (rising) and what happened."""
+Watch = Callable[[str, AgentEvent], None]
+"""Sees each event of the run, with the session it is of (a subagent's: its child session's)."""
 
 
 class AgentTaskArguments(BaseModel):
@@ -88,18 +90,17 @@ TOOL = types.Tool(
 )
 
 
-async def run_agent_task(app: Application, arguments: dict[str, Any], report: Report) -> types.CallToolResult:
+async def run_agent_task(
+    app: Application, arguments: dict[str, Any], report: Report, watch: Watch | None = None
+) -> types.CallToolResult:
     try:
         args = AgentTaskArguments.model_validate(arguments)
         session_id = args.session_id or await _new_session(app)
         since = await _newest_checkpoint(app, session_id)
-        generation, child = await _run(app, session_id, args, report)
+        generation, child = await _run(app, session_id, args, report, watch)
         checkpoint = await _first_checkpoint(app, child or session_id, 0 if child else since)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or '(arguments)'}: {e['msg']}" for e in exc.errors()
-        )
-        return error_result(InvalidArgument(f"arguments for {AGENT_TASK}: {problems}"))
+        return error_result(InvalidArgument(f"arguments for {AGENT_TASK}: {problems(exc)}"))
     except AgentError as exc:
         return error_result(exc)
     result = AgentTaskResult(
@@ -137,7 +138,7 @@ async def _first_checkpoint(app: Application, session_id: str, since: int) -> in
 
 
 async def _run(
-    app: Application, session_id: str, args: AgentTaskArguments, report: Report
+    app: Application, session_id: str, args: AgentTaskArguments, report: Report, watch: Watch | None
 ) -> tuple[Generation, str]:
     """The run's result, and the session of the subagent that answered (empty: none did)."""
     events: asyncio.Queue[tuple[str, AgentEvent] | None] = asyncio.Queue()
@@ -147,6 +148,8 @@ async def _run(
         step = 0
         while (item := await events.get()) is not None:
             runner, event = item
+            if watch is not None:
+                watch(runner, event)
             note = _note(event)
             if note:
                 step += 1

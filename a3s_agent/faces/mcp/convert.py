@@ -4,6 +4,7 @@ CallToolResult, a domain error as a failed one (the caller's model reads it and 
 from __future__ import annotations
 
 from mcp import types
+from pydantic import ValidationError
 
 from ...app.types import Tool, ToolOutput
 from ..status import failure
@@ -35,3 +36,8 @@ def error_result(exc: BaseException) -> types.CallToolResult:
     """A call the app layer refused or that failed: `NOT_FOUND: session 'x' does not exist`."""
     status, message = failure(exc)
     return text_result(f"{status}: {message}", error=True)
+
+
+def problems(exc: ValidationError) -> str:
+    """What is wrong with a validated value, field by field: `task: Field required`."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or '(arguments)'}: {e['msg']}" for e in exc.errors())

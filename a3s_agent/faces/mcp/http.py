@@ -17,6 +17,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from ...app import Application
 from .asgi import serve_asgi
+from .runs import AgentRuns
 from .server import build_server
 from .tools import Offer
 
@@ -27,9 +28,10 @@ class McpHttp:
     """The SDK's session manager, started at the first request and stopped with the server."""
 
     def __init__(self, app: Application, allowed: Iterable[str]) -> None:
+        self._runs = AgentRuns(app)
         # The face's guard checks Host and Origin before the SDK sees a request: its own check off.
         self._manager = StreamableHTTPSessionManager(
-            build_server(app, Offer(app, allowed)), security_settings=None
+            build_server(app, Offer(app, allowed), self._runs), security_settings=None
         )
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
@@ -55,7 +57,8 @@ class McpHttp:
 
     async def stop(self) -> None:
         """End every MCP session; a tool call still running is cancelled (after the HTTP face's
-        grace, which POSTs in flight had)."""
+        grace, which POSTs in flight had), as are the agent_task runs kept for later requests."""
         self._stop.set()
         if self._task is not None:
             await self._task
+        await self._runs.close()

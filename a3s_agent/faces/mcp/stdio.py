@@ -12,11 +12,13 @@ import asyncio
 from collections.abc import Iterable
 from contextlib import suppress
 
+import anyio
 from mcp.server.stdio import stdio_server
 
 from ...app import Application
 from ...base import telemetry
 from .agent_task import CANCEL_WAIT_S
+from .runs import AgentRuns
 from .server import build_server
 from .tools import Offer
 
@@ -53,9 +55,12 @@ async def _serve_until(app: Application, allowed: Iterable[str], stop: asyncio.E
 
 async def _serve(app: Application, offer: Offer, served: asyncio.Event) -> None:
     """`served` is set once no call runs any more (the SDK's stdin reader may still be blocked)."""
-    server = build_server(app, offer)
+    runs = AgentRuns(app)
+    server = build_server(app, offer, runs)
     async with stdio_server() as (read, write):
         try:
             await server.run(read, write, server.create_initialization_options())
         finally:
+            with anyio.CancelScope(shield=True):
+                await runs.close()
             served.set()
