@@ -223,7 +223,10 @@ class ServerProcess:
         self.proc = subprocess.Popen(
             self.command(), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
-        wait_serving(self.address, timeout_s, self.proc)
+        token = self.env.get("A3S_AUTH_TOKEN", "")
+        wait_serving(
+            self.address, timeout_s, self.proc, [("authorization", f"Bearer {token}")] if token else []
+        )
         return self
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int:
@@ -239,8 +242,14 @@ class ServerProcess:
         return grpc.insecure_channel(self.address)
 
 
-def wait_serving(address: str, timeout_s: float, proc: subprocess.Popen[str] | None = None) -> None:
-    """Block until HealthCheck answers HEALTHY, failing early if the process died."""
+def wait_serving(
+    address: str,
+    timeout_s: float,
+    proc: subprocess.Popen[str] | None = None,
+    metadata: list[tuple[str, str]] | None = None,
+) -> None:
+    """Block until HealthCheck (with `metadata`: a server's token) answers HEALTHY, failing early
+    if the process died."""
     deadline = time.monotonic() + timeout_s
     with grpc.insecure_channel(address) as channel:
         stub = pb_grpc.CodeAgentServiceStub(channel)
@@ -248,7 +257,7 @@ def wait_serving(address: str, timeout_s: float, proc: subprocess.Popen[str] | N
             if proc is not None and proc.poll() is not None:
                 raise AssertionError(f"server exited early: {proc.stdout.read() if proc.stdout else ''}")
             try:
-                reply = stub.HealthCheck(pb.HealthCheckRequest(), timeout=0.5)
+                reply = stub.HealthCheck(pb.HealthCheckRequest(), timeout=0.5, metadata=metadata)
                 if reply.status == pb.HealthCheckResponse.STATUS_HEALTHY:
                     return
             except grpc.RpcError:
