@@ -145,6 +145,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     _mcp_tools_flag(serve)
     serve.add_argument(
+        "--prometheus-metrics",
+        action="store_true",
+        help="serve the server's metrics for Prometheus at /metrics on the HTTP listener, behind its"
+        f" token {env_note('A3S_PROMETHEUS_METRICS')}",
+    )
+    serve.add_argument(
         "--mcp-config",
         help="MCP servers whose tools the agent uses: a JSON or YAML file of the"
         ' {"mcpServers": {name: {command, args, env, cwd} | {url, headers}}} shape'
@@ -670,6 +676,7 @@ def main(argv: list[str] | None = None) -> int:
                 grace_seconds=args.grace_seconds,
                 mcp_tools=_names(args.mcp_tools),
                 mcp_http=args.mcp_http,
+                prometheus_metrics=args.prometheus_metrics,
                 mcp_config=args.mcp_config,
                 allow_api_mcp_commands=args.allow_api_mcp_commands,
                 lsp_servers=args.lsp_server,

@@ -180,6 +180,7 @@ class Settings:
     relay_dir: str = ""
     mcp_tools: list[str] = field(default_factory=list)  # what the MCP server face offers (empty: all)
     mcp_http: bool = False  # serve the MCP server face at /mcp on the HTTP listener
+    prometheus_metrics: bool = False  # serve /metrics (Prometheus) on the HTTP listener
     mcp_config: Path | None = None  # the operator's MCP servers (runtime/mcp.py), JSON or YAML
     allow_api_mcp_commands: bool = False  # MCP servers given over the API may be commands (stdio)
     lsp_servers: list[str] = field(default_factory=list)  # LANGUAGE[:.ext,...]=COMMAND (tools/lsp/catalog.py)
@@ -343,6 +344,7 @@ def settings_from(
     grace_seconds: float | None = None,
     mcp_tools: list[str] | None = None,
     mcp_http: bool = False,
+    prometheus_metrics: bool = False,
     mcp_config: str | None = None,
     allow_api_mcp_commands: bool = False,
     lsp_servers: list[str] | None = None,
@@ -430,6 +432,7 @@ def settings_from(
         relay_dir=env.get("A3S_RELAY_DIR", ""),
         mcp_tools=_list(mcp_tools, env, "A3S_MCP_TOOLS"),
         mcp_http=mcp_http or _flag(env, "A3S_MCP_HTTP"),
+        prometheus_metrics=prometheus_metrics or _flag(env, "A3S_PROMETHEUS_METRICS"),
         mcp_config=_path(mcp_config or env.get("A3S_MCP_CONFIG")),
         allow_api_mcp_commands=allow_api_mcp_commands or _flag(env, "A3S_ALLOW_API_MCP_COMMANDS"),
         lsp_servers=[
@@ -748,6 +751,11 @@ def check_serving(settings: Settings) -> None:
         check_address(settings.coven_gateway, "--coven-gateway (A3S_COVEN_GATEWAY)", listener=False)
     if settings.mcp_http and settings.http_listen == "off":
         raise ConfigError("--mcp-http (A3S_MCP_HTTP) serves /mcp on the HTTP listener: do not turn it off")
+    if settings.prometheus_metrics and settings.http_listen == "off":
+        raise ConfigError(
+            "--prometheus-metrics (A3S_PROMETHEUS_METRICS) serves /metrics on the HTTP listener:"
+            " do not turn it off"
+        )
     exposed = exposed_listeners(settings)
     if exposed and not settings.auth_token and not settings.allow_unauthenticated:
         raise ConfigError(

@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from .app import Application
-from .base import telemetry
+from .base import metrics, telemetry
 from .base.errors import Unavailable
 from .config import Settings, exposed_listeners
 from .faces.grpc.auth import BearerTokenInterceptor
@@ -36,7 +36,7 @@ from .faces.open_files import (
 from .faces.readiness import Readiness
 from .faces.refusals import RefusalLog
 from .proto import code_agent_pb2 as pb
-from .runtime import Runtime
+from .runtime import Runtime, gauges
 from .runtime.warmup import WarmUp
 from .tools.builtin import builtin_registry
 
@@ -169,6 +169,10 @@ async def run(settings: Settings) -> int:
     app = Application(runtime)
     if telemetry.configure(app.lifecycle.info.version):  # before the faces: they trace only then
         log.info("exporting traces over OTLP/HTTP (the OTEL_* variables configure it)")
+    if metrics.configure(app.lifecycle.info.version, settings.prometheus_metrics, settings.model_prices):
+        gauges.observe(runtime)
+        if metrics.wanted():
+            log.info("exporting metrics over OTLP/HTTP (the OTEL_* variables configure it)")
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # first: a stop during start-up is a graceful one too
         loop.add_signal_handler(sig, app.lifecycle.request_shutdown)
@@ -187,6 +191,7 @@ async def run(settings: Settings) -> int:
         return 1
     # Imported only now: aiohttp's import is a good part of the start-up time.
     from .faces.http import HttpBindError, HttpListener, start_http
+    from .faces.http.metrics_route import metrics_routes
     from .faces.http.spaces import spaces_routes
 
     mcp = _mcp_http(app) if settings.mcp_http else None
@@ -196,7 +201,11 @@ async def run(settings: Settings) -> int:
             http = await start_http(
                 app,
                 settings.http_listen,
-                extra_routes=[*spaces_routes(app), *(mcp.routes() if mcp else [])],
+                extra_routes=[
+                    *spaces_routes(app),
+                    *(mcp.routes() if mcp else []),
+                    *(metrics_routes() if settings.prometheus_metrics else []),
+                ],
                 refusals=refusals,
                 readiness=server.readiness,  # /health/ready says 503 until gRPC starts below
             )
@@ -231,6 +240,7 @@ async def run(settings: Settings) -> int:
         await mcp.stop()  # its sessions' calls had the grace as requests of the HTTP face
     await runtime.close()  # Agent Spaces runs still going are cancelled first
     await asyncio.to_thread(telemetry.shutdown)  # the last spans exported (the exporter's timeout)
+    await asyncio.to_thread(metrics.shutdown)  # the last metrics exported
     log.info("stopped")
     return 0
 

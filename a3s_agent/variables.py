@@ -134,6 +134,11 @@ SECTIONS: dict[str, tuple[Variable, ...]] = {
         Variable("A3S_COVEN_GATEWAY", "a coven gateway, HOST:PORT, to serve as an agent besides the server"),
         Variable("A3S_MCP_HTTP", "serve the MCP server face at `/mcp` on the HTTP listener", form="on"),
         Variable(
+            "A3S_PROMETHEUS_METRICS",
+            "serve the server's metrics in Prometheus' text format at `/metrics` on the HTTP listener",
+            form="on",
+        ),
+        Variable(
             "A3S_MCP_TOOLS",
             "the tools the MCP server face offers",
             "every tool the server has, and agent_task",

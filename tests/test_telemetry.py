@@ -26,6 +26,10 @@ from aiohttp import web
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.types import RequestParamsMeta
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -55,12 +59,14 @@ TOOL_NAMES = ["read_file", "grep", "edit_file", "bash", "write_file"]
 
 @dataclass
 class Receiver:
-    """An OTLP/HTTP trace receiver: every span it was sent, with its resource's attributes."""
+    """An OTLP/HTTP receiver: every span it was sent, with its resource's attributes, and every
+    metrics export (tests/test_metrics.py)."""
 
     port: int = 0
     spans: list[Span] = field(default_factory=list)
     resources: list[dict[str, Any]] = field(default_factory=list)
     bodies: list[bytes] = field(default_factory=list)
+    metrics: list[ExportMetricsServiceRequest] = field(default_factory=list)
 
     async def export(self, request: web.Request) -> web.Response:
         body = await request.read()
@@ -71,6 +77,11 @@ class Receiver:
             for scope_spans in resource_spans.scope_spans:
                 self.spans.extend(scope_spans.spans)
         reply = ExportTraceServiceResponse().SerializeToString()
+        return web.Response(body=reply, content_type="application/x-protobuf")
+
+    async def export_metrics(self, request: web.Request) -> web.Response:
+        self.metrics.append(ExportMetricsServiceRequest.FromString(await request.read()))
+        reply = ExportMetricsServiceResponse().SerializeToString()
         return web.Response(body=reply, content_type="application/x-protobuf")
 
     def trace(self, trace_id: bytes) -> list[Span]:
@@ -95,6 +106,7 @@ async def receiver() -> AsyncIterator[Receiver]:
     found = Receiver()
     app = web.Application()
     app.router.add_post("/v1/traces", found.export)
+    app.router.add_post("/v1/metrics", found.export_metrics)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, SpanKind, Tracer
 
@@ -52,22 +53,28 @@ def configure(service_version: str) -> bool:
         return _tracer is not None
     _content = os.environ.get(CONTENT_VARIABLE, "").strip().lower() == "true"
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    # The operator's OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES first; ours fill what they leave.
+    # The sampler is OTEL_TRACES_SAMPLER's (and _ARG's), the SDK's parentbased_always_on by default.
+    _provider = TracerProvider(resource=resource(service_version))
+    _provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    _tracer = _provider.get_tracer("a3s_agent", service_version)
+    return True
+
+
+def resource(service_version: str) -> Resource:
+    """The service's resource: the operator's OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
+    first, ours filling what they leave (traces' and metrics' alike)."""
+    from opentelemetry.sdk.resources import Resource
+
     detected = Resource.create()
     ours: dict[str, str] = {}
     if str(detected.attributes.get("service.name", "")).startswith("unknown_service"):
         ours["service.name"] = "a3s-agent"
     if "service.version" not in detected.attributes:
         ours["service.version"] = service_version
-    # The sampler is OTEL_TRACES_SAMPLER's (and _ARG's), the SDK's parentbased_always_on by default.
-    _provider = TracerProvider(resource=detected.merge(Resource(ours)))
-    _provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    _tracer = _provider.get_tracer("a3s_agent", service_version)
-    return True
+    return detected.merge(Resource(ours))
 
 
 def enabled() -> bool:

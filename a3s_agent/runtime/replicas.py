@@ -61,6 +61,11 @@ class Replicas:
         self._serving: set[asyncio.Task[Any]] = set()  # control messages being handled
         self.on_lost: Callable[[str], None] = lambda _: None  # told when a run's lease was lost
 
+    @property
+    def leases_held(self) -> int:
+        """Runs whose lease this replica holds now."""
+        return len(self._held)
+
     def fence_for(self, session_id: str) -> int | None:
         lease = self._held.get(session_id)
         return None if lease is None else lease.token

@@ -30,7 +30,7 @@ from ..sessions.manager import SessionManager
 from ..store.events import EventBus, EventType, event_entry
 from ..store.protocol import LogEntry
 from ..store.session import Session
-from . import span_content, spans
+from . import meters, span_content, spans
 from .accounting import spending_data
 from .budget import BudgetSpent, budget_spent
 from .context import Compaction, ContextManager
@@ -154,6 +154,11 @@ class Agent:
         self._max_generations = max_generations
         self._active = 0  # generations running or waiting for their session
 
+    @property
+    def active(self) -> int:
+        """Generations running or waiting for their session here."""
+        return self._active
+
     async def run(
         self,
         session_id: str,
@@ -180,10 +185,13 @@ class Agent:
         run.span = spans.agent_span(session, llm)
         ended: dict[str, str | int | list[str]] = {}
         error: str | None = None
+        started, finish_reason = time.perf_counter(), ""
         try:
             async for event in self._run_locked(session_id, llm, run, messages):
-                if isinstance(event, DoneEvent) and run.span is not None:
-                    ended = spans.outcome(event.generation.finish_reason, event.generation.usage)
+                if isinstance(event, DoneEvent):
+                    finish_reason = event.generation.finish_reason
+                    if run.span is not None:
+                        ended = spans.outcome(finish_reason, event.generation.usage)
                 yield event
         except BaseException as exc:
             error = type(exc).__qualname__
@@ -191,6 +199,7 @@ class Agent:
         finally:
             self._active -= 1
             telemetry.end(run.span, ended, error)
+            meters.generation_ended(llm, time.perf_counter() - started, finish_reason, error or "")
 
     async def _run_locked(
         self, session_id: str, llm: LLMConfig, run: _Run, messages: list[Message]
@@ -381,7 +390,7 @@ class _Run:
                     trace_headers=telemetry.headers(chat),
                 )
                 span_content.note_request(chat, conversation)
-                events = self.provider.stream(request)
+                events = meters.of(self.provider.stream(request), self.llm)
                 try:
                     async for event in events if chat is None else self._traced(chat, events):
                         if isinstance(event, TextDelta):

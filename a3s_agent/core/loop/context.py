@@ -30,6 +30,7 @@ from ...llm.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, TokenCounter
 from ..sessions.manager import SessionManager
 from ..store.events import EventBus, EventType, event_entry
 from ..store.session import Session
+from . import meters
 from .budget import budget_spent
 from .host import AgentHost
 
@@ -265,6 +266,7 @@ class ContextManager:
              "by": how, "summary": summary},
         )  # fmt: skip
         await self._sessions.replace_history(session_id, kept, [compacted])
+        meters.compaction(requested, overflowed, how)
         return Compaction(before, after, how, summary)
 
     async def _summarize(

@@ -16,7 +16,7 @@ from ..sessions.control import ControlPlane, HandlerMode, Lane, Outcome
 from ..store.events import EventBus, EventType, event_entry
 from ..store.protocol import LogEntry
 from ..store.session import Session
-from . import span_content, spans
+from . import meters, span_content, spans
 
 # A notice for the caller of a running generation (a METADATA chunk in streams).
 Notify = Callable[[dict[str, str]], None]
@@ -94,6 +94,9 @@ class ToolGate:
              "duration_ms": f"{(time.perf_counter() - started) * 1000:.1f}"},
         )  # fmt: skip
         (completed or self._events.submit)(entry)
+        meters.tool_call(
+            tool.name if tool is not None else None, result.success, time.perf_counter() - started
+        )
         return result
 
     async def _decide_and_run(

@@ -111,6 +111,15 @@ class ControlPlane:
             control = self._controls[session_id] = SessionControl()
         return control
 
+    def queue_depths(self) -> dict[str, int]:
+        """Per lane (by lowercase name), the operations waiting for its slot in every session here."""
+        controls = tuple(self._controls.values())  # a snapshot: metrics may read it from their thread
+        return {lane.name.lower(): sum(c.counts[lane].pending for c in controls) for lane in Lane}
+
+    def confirmations_waiting(self) -> int:
+        """Tool calls waiting for a confirmation in every session here."""
+        return sum(len(c.confirmations) for c in tuple(self._controls.values()))
+
     def forget(self, session_id: str) -> None:
         self._parents.pop(session_id, None)
         control = self._controls.pop(session_id, None)

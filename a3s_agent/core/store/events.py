@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from ...base import metrics
 from ...base.errors import FailedPrecondition, InvalidArgument
 from .protocol import LogEntry, Store
 
@@ -176,6 +177,11 @@ class Subscription:
             first = self._missed.get(entry.session_id, entry.seq)
             self._missed[entry.session_id] = min(first, entry.seq)
 
+    @property
+    def queued(self) -> int:
+        """Entries offered and not taken yet: how far the subscriber lags the log."""
+        return self._queue.qsize()
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
@@ -299,6 +305,10 @@ class EventBus:
         """Subscriptions open now: a client's subscription is in place once this counts it."""
         return sum(len(followers) for followers in self._subscriptions.values())
 
+    def subscriber_lag(self) -> int:
+        """The most entries any subscription has queued and not taken yet (0 with none)."""
+        return max((s.queued for s in tuple(self._all())), default=0)
+
     # --- writing ----------------------------------------------------------------------------
 
     def publish(
@@ -339,7 +349,9 @@ class EventBus:
                 waiters, self._waiters = self._waiters, []
                 try:
                     if batch:
+                        started = time.perf_counter()
                         await self.store.append_log(batch)
+                        _committed("events", started)
                 except Exception:
                     log.exception("could not append %d event(s) to the log", len(batch))
                     for entry in batch:
@@ -363,7 +375,9 @@ class EventBus:
             self._pending = [e for e in self._pending if e.session_id != session_id]
             carried = [*queued, *entries]
             try:
+                started = time.perf_counter()
                 result = await change(carried)
+                _committed("state", started)
             except BaseException:
                 self._pending[:0] = queued  # not written: they go with the next batch
                 raise
@@ -401,3 +415,9 @@ class EventBus:
             if subscription.filter.kind == EVENT:
                 subscription.offer(None)
                 self._forget(subscription)
+
+
+def _committed(kind: str, started: float) -> None:
+    """A commit's duration: of log entries alone (`events`) or of a state change carrying them (`state`)."""
+    if metrics.enabled():
+        metrics.record(metrics.STORE_COMMIT, time.perf_counter() - started, {"a3s.store.commit.kind": kind})

@@ -40,6 +40,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ...base import metrics
 from ...base.allow_list import AllowList
 from ...config import SandboxSettings, parse_sandbox_network, sandbox_settings
 from . import bwrap, landlock
@@ -339,7 +340,10 @@ class CallSandbox:
     def denial(self, output: str, cwd: Path) -> str:
         """Why the sandbox refused what a failed process (run in `cwd`) wrote it was refused (""
         when its output shows no refusal of the sandbox's): denial_hint."""
-        return denial_hint(output, self.mechanism, self.network, self.last_policy, str(cwd))
+        hint = denial_hint(output, self.mechanism, self.network, self.last_policy, str(cwd))
+        if hint:
+            metrics.add(metrics.SANDBOX_DENIALS, 1, {"a3s.tool.sandbox": self.mechanism})
+        return hint
 
     @property
     def memory_bytes(self) -> int | None:

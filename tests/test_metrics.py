@@ -1,0 +1,261 @@
+"""Metrics (base/metrics.py, docs/operations/telemetry.md#metrics): a real `a3s-agent serve` with
+`--prometheus-metrics` scraped over HTTP and read with prometheus_client's own text parser, the
+six-turn task moving its counters; the same metrics pushed over OTLP/HTTP to the receiver of
+tests/test_telemetry.py; /metrics behind the token; off, no route and no SDK."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from a3s_agent.base import metrics
+from a3s_agent.testing.fake_llm import FakeLLM, tool_call
+
+from . import test_telemetry
+from .conftest import ServerProcess, eventually, run_fresh_server
+from .test_telemetry import (
+    SECRET_PROMPT,
+    TOOL_NAMES,
+    Receiver,
+    attributes,
+    generate,
+    otel_env,
+    script_task,
+    traceparent,
+)
+
+# The fixtures of tests/test_telemetry.py: an OTLP receiver, servers against the fake model.
+receiver = test_telemetry.receiver
+served = test_telemetry.served
+
+TOKEN = "tok-metrics-test"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+PRICES = {"fake-model": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}
+DASHBOARD = Path(__file__).parent.parent / "docs" / "operations" / "grafana-dashboard.json"
+
+
+def prometheus_env(tmp_path: Path) -> dict[str, str]:
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps(PRICES))
+    return {"A3S_PROMETHEUS_METRICS": "1", "A3S_AUTH_TOKEN": TOKEN, "A3S_MODEL_PRICES": str(prices)}
+
+
+async def scrape(server: ServerProcess, headers: dict[str, str] = AUTH) -> tuple[int, str]:
+    async with (
+        aiohttp.ClientSession(f"http://127.0.0.1:{server.http_port}") as http,
+        http.get("/metrics", headers=headers) as reply,
+    ):
+        return reply.status, await reply.text()
+
+
+def samples(text: str) -> list[Sample]:
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def value(found: Iterable[Sample], name: str, **labels: str) -> float:
+    """The sum of the samples named `name` whose labels include `labels` (0 with none)."""
+    return sum(s.value for s in found if s.name == name and labels.items() <= s.labels.items())
+
+
+async def http_task(server: ServerProcess) -> str:
+    """The six-turn task over the REST face, with the token; the session's id."""
+    async with aiohttp.ClientSession(f"http://127.0.0.1:{server.http_port}", headers=AUTH) as http:
+        async with http.post("/sessions", json={}) as reply:
+            assert reply.status == 201
+            session_id: str = (await reply.json())["session_id"]
+        body = {"messages": [{"role": "ROLE_USER", "content": SECRET_PROMPT}]}
+        async with http.post(f"/sessions/{session_id}/generate", json=body) as reply:
+            assert reply.status == 200, await reply.text()
+    return session_id
+
+
+async def test_prometheus_metrics_count_a_task(tmp_path: Path, served: Any, fake: FakeLLM) -> None:
+    server = await served(prometheus_env(tmp_path))
+    status, before = await scrape(server)
+    assert status == 200
+    assert value(samples(before), "gen_ai_client_token_usage_count") == 0
+    script_task(fake)
+    await http_task(server)
+    status, text = await scrape(server)
+    assert status == 200
+    found = samples(text)
+    usages = fake.usages[-6:]
+    model = {"gen_ai_request_model": "fake-model", "gen_ai_provider_name": "openai"}
+    # The GenAI conventions' client metrics: one token record of each type per model request.
+    for kind, field in (("input", "prompt_tokens"), ("output", "completion_tokens")):
+        assert value(found, "gen_ai_client_token_usage_count", gen_ai_token_type=kind, **model) == 6
+        assert value(found, "gen_ai_client_token_usage_sum", gen_ai_token_type=kind, **model) == sum(
+            u[field] for u in usages
+        )
+    duration = "gen_ai_client_operation_duration_seconds_count"
+    assert value(found, duration, gen_ai_operation_name="chat", **model) == 6
+    assert value(found, duration, gen_ai_operation_name="invoke_agent", **model) == 1
+    # Cost at the operator's prices, per model.
+    spent = sum(u["prompt_tokens"] * 3.0 + u["completion_tokens"] * 15.0 for u in usages) / 1e6
+    assert value(found, "a3s_gen_ai_client_cost_usd_total", **model) == pytest.approx(spent)
+    # The server's own: each tool call by tool and outcome, the generation by finish reason.
+    for name in TOOL_NAMES:
+        got = value(
+            found, "a3s_tool_duration_seconds_count", gen_ai_tool_name=name, a3s_tool_outcome="success"
+        )
+        assert got == 1, name
+    assert value(found, "a3s_generations_total", gen_ai_response_finish_reason="stop") == 1
+    assert value(found, "a3s_store_commit_duration_seconds_count") > 0
+    assert value(found, "a3s_sessions_active") == 1
+    assert value(found, "a3s_runs_active") == 0  # the run is over
+    assert {s.labels["a3s_lane"] for s in found if s.name == "a3s_lane_queue_depth"} == {
+        "control", "query", "execute", "generate"
+    }  # fmt: skip
+    assert "swordfish" not in text  # no content in labels
+
+
+async def test_a_tool_the_model_made_up_is_one_label(tmp_path: Path, served: Any, fake: FakeLLM) -> None:
+    server = await served(prometheus_env(tmp_path))
+    fake.script(*(tool_call(f"made_up_{n}", {}, id=f"c{n}") for n in range(3)), "Done.")
+    await http_task(server)
+    status, text = await scrape(server)
+    assert status == 200 and "made_up" not in text
+    assert value(samples(text), "a3s_tool_duration_seconds_count", gen_ai_tool_name="_OTHER") == 3
+
+
+async def test_metrics_need_the_token(tmp_path: Path, served: Any) -> None:
+    server = await served(prometheus_env(tmp_path))
+    assert (await scrape(server, {}))[0] == 401
+    status, text = await scrape(server, {"Authorization": "Bearer not-the-token"})
+    assert status == 401 and "gen_ai" not in text
+    assert (await scrape(server))[0] == 200
+
+
+@pytest.mark.parametrize("enabled", [False, True], ids=["off", "on"])
+async def test_the_metrics_route_is_there_only_when_enabled(served: Any, enabled: bool) -> None:
+    server = await served({"A3S_AUTH_TOKEN": TOKEN, "A3S_PROMETHEUS_METRICS": "1" if enabled else "0"})
+    assert (await scrape(server))[0] == (200 if enabled else 404)
+
+
+async def test_metrics_are_pushed_over_otlp(receiver: Receiver, served: Any, fake: FakeLLM) -> None:
+    server = await served({**otel_env(receiver), "OTEL_METRIC_EXPORT_INTERVAL": "100"})
+    script_task(fake)
+    header, _, _ = traceparent()
+    await generate(server, "go", [("traceparent", header)])
+    usages = fake.usages[-6:]
+    expected = sum(u["prompt_tokens"] for u in usages)
+
+    def tokens_in() -> Metric | None:
+        """The latest export's token usage, once it counts the whole task (cumulative)."""
+        for export in reversed(receiver.metrics):
+            for resource in export.resource_metrics:
+                for scope in resource.scope_metrics:
+                    for metric in scope.metrics:
+                        if metric.name == "gen_ai.client.token.usage":
+                            inputs = [
+                                p for p in metric.histogram.data_points
+                                if attributes(p)["gen_ai.token.type"] == "input"
+                            ]  # fmt: skip
+                            return metric if inputs and inputs[0].sum == expected else None
+        return None
+
+    metric = await eventually(tokens_in, "the task's token usage over OTLP")
+    assert metric.unit == "{token}"
+    (point,) = [p for p in metric.histogram.data_points if attributes(p)["gen_ai.token.type"] == "input"]
+    assert point.count == 6
+    assert attributes(point)["gen_ai.request.model"] == "fake-model"
+    assert list(point.explicit_bounds)[:3] == [1, 4, 16]  # the conventions' advised buckets
+    names = {
+        m.name
+        for e in receiver.metrics
+        for r in e.resource_metrics
+        for s in r.scope_metrics
+        for m in s.metrics
+    }
+    assert {"gen_ai.client.operation.duration", "a3s.tool.duration", "a3s.generations"} <= names
+    resource = attributes(receiver.metrics[-1].resource_metrics[0].resource)
+    assert resource["service.name"] == "agent-under-test"
+
+
+def test_metrics_without_the_http_listener_refuse_to_start(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "a3s_agent", "serve", "--prometheus-metrics", "--http-listen", "off"]
+    command += ["--workspace", str(tmp_path), "--data-dir", str(tmp_path / "data")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "--prometheus-metrics (A3S_PROMETHEUS_METRICS) serves /metrics on the HTTP listener" in done.stderr
+
+
+_MODULES_CHILD = """
+import json, os, signal, sys
+
+from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
+
+
+async def main() -> None:
+    settings = Settings(
+        listen="127.0.0.1:{port}", http_listen="127.0.0.1:{http_port}",
+        workspace=Path({workspace!r}), data_dir=Path({data!r}), prometheus_metrics={prometheus},
+    )
+    serving = asyncio.create_task(server.run(settings))
+    async with grpc.aio.insecure_channel("127.0.0.1:{port}") as channel:
+        await until_serving(pb_grpc.CodeAgentServiceStub(channel))
+        loaded = [m for m in ("opentelemetry.sdk", "prometheus_client") if m in sys.modules]
+    os.kill(os.getpid(), signal.SIGTERM)
+    code = await serving
+    print(json.dumps({{"loaded": loaded, "code": code}}))
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("prometheus", [False, True], ids=["off", "on"])
+def test_off_no_metrics_sdk_is_loaded(tmp_path: Path, prometheus: bool) -> None:
+    # "on" shows what the check would see if off were not off.
+    report, _ = run_fresh_server(_MODULES_CHILD, tmp_path, {}, 120, prometheus=prometheus)
+    assert report["code"] == 0
+    assert report["loaded"] == (["opentelemetry.sdk", "prometheus_client"] if prometheus else [])
+
+
+def dashboard_metrics() -> set[str]:
+    """The metric names the dashboard's queries read (the Prometheus names, suffixes and all):
+    what is left of each expression without its label matchers and `by (...)` lists."""
+    board = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for panel in board["panels"] for t in panel["targets"]]
+    assert exprs
+    bare = [re.sub(r"\{[^}]*\}|\bby \([^)]*\)", "", expr) for expr in exprs]
+    return {name for expr in bare for name in re.findall(r"\b(?:gen_ai|a3s)_[a-z_]+\b", expr)}
+
+
+def declared_metrics() -> set[str]:
+    """The Prometheus names of every instrument the server declares, one value recorded of each
+    (a counter the task does not move, e.g. compactions, is not in a scrape until it moves)."""
+    assert metrics.configure("test", prometheus=True, prices={})
+    try:
+        for instrument in metrics.INSTRUMENTS:
+            if instrument.kind == "counter":
+                metrics.add(instrument, 1, {})
+            else:
+                metrics.record(instrument, 1, {})
+        return {s.name for s in samples((metrics.prometheus_text() or b"").decode())}
+    finally:
+        metrics.shutdown()
+
+
+async def test_the_dashboard_reads_only_metrics_the_server_exports(
+    tmp_path: Path, served: Any, fake: FakeLLM
+) -> None:
+    server = await served(prometheus_env(tmp_path))
+    script_task(fake)
+    await http_task(server)
+    _, text = await scrape(server)  # the gauges, which only a running server has
+    exported = {s.name for s in samples(text)} | declared_metrics()
+    read = dashboard_metrics()
+    assert "a3s_lane_queue_depth" in read and "gen_ai_client_token_usage_sum" in read
+    assert read <= exported, read - exported
