@@ -14,16 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from a3s_agent.base import metrics
+from a3s_agent.proto import code_agent_pb2 as pb
+from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.testing.fake_llm import FakeLLM, tool_call
 
 from . import test_telemetry
-from .conftest import ServerProcess, eventually, run_fresh_server
+from .conftest import ServerProcess, eventually, run_fresh_server, user
 from .test_telemetry import (
     SECRET_PROMPT,
     TOOL_NAMES,
@@ -41,6 +44,7 @@ served = test_telemetry.served
 
 TOKEN = "tok-metrics-test"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+GRPC_AUTH = [("authorization", f"Bearer {TOKEN}")]
 PRICES = {"fake-model": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}
 DASHBOARD = Path(__file__).parent.parent / "docs" / "operations" / "grafana-dashboard.json"
 
@@ -118,6 +122,57 @@ async def test_prometheus_metrics_count_a_task(tmp_path: Path, served: Any, fake
         "control", "query", "execute", "generate"
     }  # fmt: skip
     assert "swordfish" not in text  # no content in labels
+
+
+async def test_gauges_show_a_call_waiting_for_its_confirmation(
+    tmp_path: Path, served: Any, fake: FakeLLM
+) -> None:
+    server = await served(prometheus_env(tmp_path))
+    fake.script(tool_call("write_file", {"path": "c.txt", "content": "x"}, id="w1"), "ok")
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = pb_grpc.CodeAgentServiceStub(channel)
+        session_id = (await stub.CreateSession(pb.CreateSessionRequest(), metadata=GRPC_AUTH)).session_id
+        policy = pb.ConfirmationPolicy(
+            enabled=True, require_confirm_tools=["write_file"], default_timeout_ms=60_000
+        )
+        ask = pb.SetConfirmationPolicyRequest(session_id=session_id, policy=policy)
+        await stub.SetConfirmationPolicy(ask, metadata=GRPC_AUTH)
+        go = pb.GenerateRequest(session_id=session_id, messages=[user("write")])
+        stream = stub.StreamGenerate(go, metadata=GRPC_AUTH)
+        async for chunk in stream:
+            if chunk.metadata.get("type") == "confirmation_required":
+                break
+        waiting = samples((await scrape(server))[1])
+        assert value(waiting, "a3s_confirmations_waiting") == 1
+        assert value(waiting, "a3s_runs_active") == 1
+        assert value(waiting, "a3s_sessions_active") == 1
+        answer = pb.ConfirmToolExecutionRequest(session_id=session_id, tool_id="w1", approved=False)
+        await stub.ConfirmToolExecution(answer, metadata=GRPC_AUTH)
+        [c async for c in stream]
+    after = samples((await scrape(server))[1])
+    assert value(after, "a3s_confirmations_waiting") == 0 and value(after, "a3s_runs_active") == 0
+    rejected = value(
+        after, "a3s_tool_duration_seconds_count", gen_ai_tool_name="write_file", a3s_tool_outcome="error"
+    )
+    assert rejected == 1
+
+
+async def test_a_compaction_is_counted_by_its_trigger(tmp_path: Path, served: Any, fake: FakeLLM) -> None:
+    server = await served(prometheus_env(tmp_path))
+    fake.fallback = "Goal: the parser. Done so far: nothing."  # each summary, and the answer
+    words = [" ".join(f"m{i}w{n}" for n in range(600)) for i in range(40)]
+    roles = [pb.Message.ROLE_ASSISTANT if i % 2 else pb.Message.ROLE_USER for i in range(40)]
+    history = [pb.Message(role=role, content=text) for role, text in zip(roles, words, strict=True)]
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = pb_grpc.CodeAgentServiceStub(channel)
+        config = pb.SessionConfig(auto_compact=True, max_context_length=32_000)
+        create = pb.CreateSessionRequest(config=config, initial_context=history)
+        created = await stub.CreateSession(create, metadata=GRPC_AUTH)
+        go = pb.GenerateRequest(session_id=created.session_id, messages=[user("go on")])
+        [c async for c in stub.StreamGenerate(go, metadata=GRPC_AUTH)]
+    found = samples((await scrape(server))[1])
+    assert value(found, "a3s_compactions_total", a3s_compaction_trigger="threshold") == 1
+    assert value(found, "a3s_compactions_total", a3s_compaction_trigger="overflow") == 0
 
 
 async def test_a_tool_the_model_made_up_is_one_label(tmp_path: Path, served: Any, fake: FakeLLM) -> None:
