@@ -189,6 +189,9 @@ async def test_metrics_need_the_token(tmp_path: Path, served: Any) -> None:
     assert (await scrape(server, {}))[0] == 401
     status, text = await scrape(server, {"Authorization": "Bearer not-the-token"})
     assert status == 401 and "gen_ai" not in text
+    # A page of another name rebound to this address is refused, the token notwithstanding.
+    status, text = await scrape(server, {**AUTH, "Host": "rebound.example"})
+    assert status == 421 and "gen_ai" not in text
     assert (await scrape(server))[0] == 200
 
 
