@@ -5,6 +5,7 @@ tests/test_telemetry.py; /metrics behind the token; off, no route and no SDK."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -27,6 +28,7 @@ from a3s_agent.testing.fake_llm import FakeLLM, tool_call
 
 from . import test_telemetry
 from .conftest import ServerProcess, eventually, run_fresh_server, user
+from .security.sandboxes import MECHANISMS
 from .test_telemetry import (
     SECRET_PROMPT,
     TOOL_NAMES,
@@ -35,6 +37,7 @@ from .test_telemetry import (
     generate,
     otel_env,
     script_task,
+    task_workspace,
     traceparent,
 )
 
@@ -173,6 +176,42 @@ async def test_a_compaction_is_counted_by_its_trigger(tmp_path: Path, served: An
     found = samples((await scrape(server))[1])
     assert value(found, "a3s_compactions_total", a3s_compaction_trigger="threshold") == 1
     assert value(found, "a3s_compactions_total", a3s_compaction_trigger="overflow") == 0
+
+
+class Sandboxed(ServerProcess):
+    """The server with `--sandbox <mechanism>`."""
+
+    mechanism = ""
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--sandbox", self.mechanism]
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_a_write_the_sandbox_refuses_is_a_denial(tmp_path: Path, fake: FakeLLM, mechanism: str) -> None:
+    probe = Path("/usr/a3s-metrics-probe")  # outside the workspace: only the sandbox stops it
+    fake.script(tool_call("bash", {"command": f"touch {probe}"}, id="b1"), "understood")
+    llm = {"A3S_LLM_MODEL": "fake-model", "A3S_LLM_BASE_URL": fake.base_url, "A3S_LLM_API_KEY": "sk-test"}
+    server = Sandboxed(
+        task_workspace(tmp_path / "workspace"), tmp_path / "data", {**llm, **prometheus_env(tmp_path)}
+    )
+    server.mechanism = mechanism
+    await asyncio.to_thread(server.start)
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = pb_grpc.CodeAgentServiceStub(channel)
+            session_id = (await stub.CreateSession(pb.CreateSessionRequest(), metadata=GRPC_AUTH)).session_id
+            go = pb.GenerateRequest(session_id=session_id, messages=[user("touch it")])
+            [c async for c in stub.StreamGenerate(go, metadata=GRPC_AUTH)]
+        found = samples((await scrape(server))[1])
+    finally:
+        await asyncio.to_thread(server.stop)
+        await asyncio.to_thread(probe.unlink, missing_ok=True)
+    assert value(found, "a3s_sandbox_denials_total", a3s_tool_sandbox=mechanism) == 1
+    assert (
+        value(found, "a3s_tool_duration_seconds_count", gen_ai_tool_name="bash", a3s_tool_outcome="error")
+        == 1
+    )
 
 
 async def test_a_tool_the_model_made_up_is_one_label(tmp_path: Path, served: Any, fake: FakeLLM) -> None:
