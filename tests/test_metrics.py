@@ -10,7 +10,7 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,20 @@ async def scrape(server: ServerProcess, headers: dict[str, str] = AUTH) -> tuple
         return reply.status, await reply.text()
 
 
+async def scrape_until(
+    server: ServerProcess, ready: Callable[[list[Sample]], bool], what: str
+) -> list[Sample]:
+    """The samples of a scrape once `ready` says they show `what` (a run's end is recorded after
+    its client got the last chunk)."""
+
+    async def scraped() -> list[Sample] | None:
+        status, text = await scrape(server)
+        found = samples(text) if status == 200 else []
+        return found if ready(found) else None
+
+    return await eventually(scraped, what)
+
+
 def samples(text: str) -> list[Sample]:
     return [s for family in text_string_to_metric_families(text) for s in family.samples]
 
@@ -94,9 +108,7 @@ async def test_prometheus_metrics_count_a_task(tmp_path: Path, served: Any, fake
     assert value(samples(before), "gen_ai_client_token_usage_count") == 0
     script_task(fake)
     await http_task(server)
-    status, text = await scrape(server)
-    assert status == 200
-    found = samples(text)
+    found = await scrape_until(server, lambda f: value(f, "a3s_generations_total") == 1, "the end")
     usages = fake.usages[-6:]
     model = {"gen_ai_request_model": "fake-model", "gen_ai_provider_name": "openai"}
     # The GenAI conventions' client metrics: one token record of each type per model request.
@@ -124,7 +136,7 @@ async def test_prometheus_metrics_count_a_task(tmp_path: Path, served: Any, fake
     assert {s.labels["a3s_lane"] for s in found if s.name == "a3s_lane_queue_depth"} == {
         "control", "query", "execute", "generate"
     }  # fmt: skip
-    assert "swordfish" not in text  # no content in labels
+    assert all("swordfish" not in str(s.labels) for s in found)  # no content in labels
 
 
 async def test_gauges_show_a_call_waiting_for_its_confirmation(
@@ -152,7 +164,7 @@ async def test_gauges_show_a_call_waiting_for_its_confirmation(
         answer = pb.ConfirmToolExecutionRequest(session_id=session_id, tool_id="w1", approved=False)
         await stub.ConfirmToolExecution(answer, metadata=GRPC_AUTH)
         [c async for c in stream]
-    after = samples((await scrape(server))[1])
+    after = await scrape_until(server, lambda f: value(f, "a3s_runs_active") == 0, "the run's end")
     assert value(after, "a3s_confirmations_waiting") == 0 and value(after, "a3s_runs_active") == 0
     rejected = value(
         after, "a3s_tool_duration_seconds_count", gen_ai_tool_name="write_file", a3s_tool_outcome="error"
@@ -268,14 +280,15 @@ async def test_metrics_are_pushed_over_otlp(receiver: Receiver, served: Any, fak
     assert point.count == 6
     assert attributes(point)["gen_ai.request.model"] == "fake-model"
     assert list(point.explicit_bounds)[:3] == [1, 4, 16]  # the conventions' advised buckets
-    names = {
-        m.name
-        for e in receiver.metrics
-        for r in e.resource_metrics
-        for s in r.scope_metrics
-        for m in s.metrics
-    }
-    assert {"gen_ai.client.operation.duration", "a3s.tool.duration", "a3s.generations"} <= names
+    wanted = {"gen_ai.client.operation.duration", "a3s.tool.duration", "a3s.generations"}
+
+    def all_in() -> bool:  # the generation's end is recorded after the client's last chunk
+        sent = receiver.metrics
+        return wanted <= {
+            m.name for e in sent for r in e.resource_metrics for s in r.scope_metrics for m in s.metrics
+        }
+
+    await eventually(all_in, "the generation's and the tool calls' metrics")
     resource = attributes(receiver.metrics[-1].resource_metrics[0].resource)
     assert resource["service.name"] == "agent-under-test"
 
