@@ -17,11 +17,13 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
+from acp import text_block
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from a3s_agent.base import metrics
+from a3s_agent.faces.acp.content import PromptBlock
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.testing.fake_llm import FakeLLM, tool_call
@@ -29,6 +31,7 @@ from a3s_agent.testing.fake_llm import FakeLLM, tool_call
 from . import test_telemetry
 from .conftest import ServerProcess, eventually, run_fresh_server, user
 from .security.sandboxes import MECHANISMS
+from .test_acp import Editor, acp_agent
 from .test_telemetry import (
     SECRET_PROMPT,
     TOOL_NAMES,
@@ -252,6 +255,21 @@ async def test_the_metrics_route_is_there_only_when_enabled(served: Any, enabled
     assert (await scrape(server))[0] == (200 if enabled else 404)
 
 
+def input_tokens(receiver: Receiver, expected: int) -> Metric | None:
+    """The latest export's gen_ai.client.token.usage, once its input tokens are `expected`
+    (cumulative: the whole task)."""
+    for export in reversed(receiver.metrics):
+        for resource in export.resource_metrics:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.name == "gen_ai.client.token.usage":
+                        inputs = [
+                            p for p in metric.histogram.data_points if attributes(p)["gen_ai.token.type"] == "input"
+                        ]  # fmt: skip
+                        return metric if inputs and inputs[0].sum == expected else None
+    return None
+
+
 async def test_metrics_are_pushed_over_otlp(receiver: Receiver, served: Any, fake: FakeLLM) -> None:
     server = await served({**otel_env(receiver), "OTEL_METRIC_EXPORT_INTERVAL": "100"})
     script_task(fake)
@@ -261,18 +279,7 @@ async def test_metrics_are_pushed_over_otlp(receiver: Receiver, served: Any, fak
     expected = sum(u["prompt_tokens"] for u in usages)
 
     def tokens_in() -> Metric | None:
-        """The latest export's token usage, once it counts the whole task (cumulative)."""
-        for export in reversed(receiver.metrics):
-            for resource in export.resource_metrics:
-                for scope in resource.scope_metrics:
-                    for metric in scope.metrics:
-                        if metric.name == "gen_ai.client.token.usage":
-                            inputs = [
-                                p for p in metric.histogram.data_points
-                                if attributes(p)["gen_ai.token.type"] == "input"
-                            ]  # fmt: skip
-                            return metric if inputs and inputs[0].sum == expected else None
-        return None
+        return input_tokens(receiver, expected)
 
     metric = await eventually(tokens_in, "the task's token usage over OTLP")
     assert metric.unit == "{token}"
@@ -291,6 +298,22 @@ async def test_metrics_are_pushed_over_otlp(receiver: Receiver, served: Any, fak
     await eventually(all_in, "the generation's and the tool calls' metrics")
     resource = attributes(receiver.metrics[-1].resource_metrics[0].resource)
     assert resource["service.name"] == "agent-under-test"
+
+
+async def test_an_acp_agent_pushes_its_metrics_over_otlp(
+    receiver: Receiver, tmp_path: Path, fake: FakeLLM
+) -> None:
+    workspace = task_workspace(tmp_path / "editor")
+    fake.script(tool_call("read_file", {"path": "task.py"}, id="r1"), "It greets.")
+    env = {**otel_env(receiver), "A3S_SANDBOX": "off"}  # pushed every 60 s, and at the stop
+    async with acp_agent(Editor(), workspace, fake, tmp_path / "data", env=env) as conn:
+        session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+        prompt: list[PromptBlock] = [text_block("what does it do?")]
+        assert (await conn.prompt(session_id=session.session_id, prompt=prompt)).stop_reason == "end_turn"
+    expected = sum(u["prompt_tokens"] for u in fake.usages[-2:])
+    metric = await eventually(lambda: input_tokens(receiver, expected), "the agent's metrics at its stop")
+    (point,) = [p for p in metric.histogram.data_points if attributes(p)["gen_ai.token.type"] == "input"]
+    assert point.count == 2
 
 
 def test_metrics_without_the_http_listener_refuse_to_start(tmp_path: Path) -> None:

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from ..base import metrics
 from ..config import Settings
-from ..runtime import Runtime
+from ..runtime import Runtime, gauges
 from ..runtime.providers import ProviderFactory
 from ..spaces.policies import DEFAULT_PRESET, PolicySpec
 from ..spaces.service import RunResult
@@ -23,15 +25,21 @@ async def standalone(
     settings: Settings, *, relay: ProviderFactory | None = None, registry: ToolRegistry | None = None
 ) -> AsyncIterator[Application]:
     """The application over a runtime of its own with the built-in tools (or `registry`'s), started
-    for the block and closed after it. `relay` replaces the relay provider (see ProviderCache)."""
+    for the block and closed after it, its metrics pushed over OTLP when the environment asks.
+    `relay` replaces the relay provider (see ProviderCache)."""
     runtime = Runtime(
         settings, registry=registry if registry is not None else builtin_registry(), relay=relay
     )
+    app = Application(runtime)
+    # Metrics over OTLP when the OTEL_* variables name an endpoint (no /metrics: no HTTP face here).
+    if metrics.configure(app.lifecycle.info.version, False, settings.model_prices):
+        gauges.observe(runtime)
     await runtime.start()
     try:
-        yield Application(runtime)
+        yield app
     finally:
         await runtime.close()
+        await asyncio.to_thread(metrics.shutdown)  # the last metrics exported
 
 
 async def run_operations_file(path: Path, workspace: Path, policy: PolicySpec = DEFAULT_PRESET) -> RunResult:
