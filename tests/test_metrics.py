@@ -300,6 +300,29 @@ async def test_metrics_are_pushed_over_otlp(receiver: Receiver, served: Any, fak
     assert resource["service.name"] == "agent-under-test"
 
 
+async def test_otel_metrics_exporter_none_sends_traces_alone(
+    receiver: Receiver, served: Any, fake: FakeLLM
+) -> None:
+    server = await served({**otel_env(receiver), "OTEL_METRICS_EXPORTER": "none"})
+    fake.script(tool_call("read_file", {"path": "task.py"}, id="r1"), "It greets.")
+    header, trace_id, _ = traceparent()
+    await generate(server, "what does it do?", [("traceparent", header)])
+    assert await asyncio.to_thread(server.stop) == 0  # an exporter, were there one, pushes at the stop
+    assert receiver.trace(trace_id) and receiver.metrics == []
+
+
+async def test_a_metrics_endpoint_alone_sends_metrics_alone(
+    receiver: Receiver, served: Any, fake: FakeLLM
+) -> None:
+    endpoint = {"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"http://127.0.0.1:{receiver.port}/v1/metrics"}
+    server = await served(endpoint)
+    fake.script(tool_call("read_file", {"path": "task.py"}, id="r1"), "It greets.")
+    await generate(server, "what does it do?", [])
+    assert await asyncio.to_thread(server.stop) == 0
+    assert input_tokens(receiver, sum(u["prompt_tokens"] for u in fake.usages[-2:])) is not None
+    assert receiver.spans == []
+
+
 async def test_an_acp_agent_pushes_its_metrics_over_otlp(
     receiver: Receiver, tmp_path: Path, fake: FakeLLM
 ) -> None:
