@@ -146,7 +146,7 @@ async def test_gauges_show_a_call_waiting_for_its_confirmation(
     tmp_path: Path, served: Any, fake: FakeLLM
 ) -> None:
     server = await served(prometheus_env(tmp_path))
-    fake.script(tool_call("write_file", {"path": "c.txt", "content": "x"}, id="w1"), "ok")
+    fake.script(tool_call("write_file", {"path": "c.txt", "content": "x"}, id="w1"), "ok", "second")
     async with grpc.aio.insecure_channel(server.address) as channel:
         stub = pb_grpc.CodeAgentServiceStub(channel)
         session_id = (await stub.CreateSession(pb.CreateSessionRequest(), metadata=GRPC_AUTH)).session_id
@@ -164,11 +164,21 @@ async def test_gauges_show_a_call_waiting_for_its_confirmation(
         assert value(waiting, "a3s_confirmations_waiting") == 1
         assert value(waiting, "a3s_runs_active") == 1
         assert value(waiting, "a3s_sessions_active") == 1
+        assert value(waiting, "a3s_replica_leases") == 1  # the run's
+        assert value(waiting, "a3s_lane_queue_depth") == 0  # it holds its lane: nothing waits for one
+        # A second generation of the session waits for the first's generate lane.
+        second = stub.StreamGenerate(go, metadata=GRPC_AUTH)
+        queued = await scrape_until(
+            server, lambda f: value(f, "a3s_lane_queue_depth", a3s_lane="generate") == 1, "the queued one"
+        )
+        assert value(queued, "a3s_lane_queue_depth", a3s_lane="execute") == 0
         answer = pb.ConfirmToolExecutionRequest(session_id=session_id, tool_id="w1", approved=False)
         await stub.ConfirmToolExecution(answer, metadata=GRPC_AUTH)
         [c async for c in stream]
+        [c async for c in second]
     after = await scrape_until(server, lambda f: value(f, "a3s_runs_active") == 0, "the run's end")
     assert value(after, "a3s_confirmations_waiting") == 0 and value(after, "a3s_runs_active") == 0
+    assert value(after, "a3s_replica_leases") == 0
     rejected = value(
         after, "a3s_tool_duration_seconds_count", gen_ai_tool_name="write_file", a3s_tool_outcome="error"
     )
