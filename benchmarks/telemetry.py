@@ -26,9 +26,6 @@ from .report import Row, Skipped
 
 TELEMETRY_BASELINE = "7cb859f"
 """The commit before OpenTelemetry: its server runs beside today's with telemetry off."""
-METRICS_ENV: dict[str, str] = {}
-"""The variables that turn OpenTelemetry metrics on (beside the traces' endpoint), once the server
-exports metrics: set here, the section measures a `traces and metrics` server too."""
 BATCH = 10
 """Tasks per batch: the CPU of ten tasks is well above schedstat's resolution."""
 
@@ -85,9 +82,8 @@ async def _measure(seconds: float, workspace: Path, receiver: _Receiver) -> list
         "off": ({}, False),
         TELEMETRY_BASELINE: ({}, True),
         "traces": ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{endpoint}/v1/traces"}, False),
+        "traces and metrics": ({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}, False),  # both, as the SDK reads it
     }
-    if METRICS_ENV:
-        modes["traces and metrics"] = ({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, **METRICS_ENV}, False)
     batches = max(6, int(seconds * 4))
     per_task: dict[str, list[float]] = {name: [] for name in modes}
     async with contextlib.AsyncExitStack() as stack:
