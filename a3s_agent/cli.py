@@ -151,6 +151,12 @@ def _parser() -> argparse.ArgumentParser:
         f" token {env_note('A3S_PROMETHEUS_METRICS')}",
     )
     serve.add_argument(
+        "--a2a",
+        action="store_true",
+        help="also serve the A2A face (agent card, JSON-RPC at /a2a) on the HTTP listener, behind its"
+        f" token {env_note('A3S_A2A')}",
+    )
+    serve.add_argument(
         "--mcp-config",
         help="MCP servers whose tools the agent uses: a JSON or YAML file of the"
         ' {"mcpServers": {name: {command, args, env, cwd} | {url, headers}}} shape'
@@ -677,6 +683,7 @@ def main(argv: list[str] | None = None) -> int:
                 mcp_tools=_names(args.mcp_tools),
                 mcp_http=args.mcp_http,
                 prometheus_metrics=args.prometheus_metrics,
+                a2a=args.a2a,
                 mcp_config=args.mcp_config,
                 allow_api_mcp_commands=args.allow_api_mcp_commands,
                 lsp_servers=args.lsp_server,

@@ -181,6 +181,7 @@ class Settings:
     mcp_tools: list[str] = field(default_factory=list)  # what the MCP server face offers (empty: all)
     mcp_http: bool = False  # serve the MCP server face at /mcp on the HTTP listener
     prometheus_metrics: bool = False  # serve /metrics (Prometheus) on the HTTP listener
+    a2a: bool = False  # serve the A2A face (agent card, /a2a) on the HTTP listener
     mcp_config: Path | None = None  # the operator's MCP servers (runtime/mcp.py), JSON or YAML
     allow_api_mcp_commands: bool = False  # MCP servers given over the API may be commands (stdio)
     lsp_servers: list[str] = field(default_factory=list)  # LANGUAGE[:.ext,...]=COMMAND (tools/lsp/catalog.py)
@@ -345,6 +346,7 @@ def settings_from(
     mcp_tools: list[str] | None = None,
     mcp_http: bool = False,
     prometheus_metrics: bool = False,
+    a2a: bool = False,
     mcp_config: str | None = None,
     allow_api_mcp_commands: bool = False,
     lsp_servers: list[str] | None = None,
@@ -433,6 +435,7 @@ def settings_from(
         mcp_tools=_list(mcp_tools, env, "A3S_MCP_TOOLS"),
         mcp_http=mcp_http or _flag(env, "A3S_MCP_HTTP"),
         prometheus_metrics=prometheus_metrics or _flag(env, "A3S_PROMETHEUS_METRICS"),
+        a2a=a2a or _flag(env, "A3S_A2A"),
         mcp_config=_path(mcp_config or env.get("A3S_MCP_CONFIG")),
         allow_api_mcp_commands=allow_api_mcp_commands or _flag(env, "A3S_ALLOW_API_MCP_COMMANDS"),
         lsp_servers=[
@@ -756,6 +759,8 @@ def check_serving(settings: Settings) -> None:
             "--prometheus-metrics (A3S_PROMETHEUS_METRICS) serves /metrics on the HTTP listener:"
             " do not turn it off"
         )
+    if settings.a2a and settings.http_listen == "off":
+        raise ConfigError("--a2a (A3S_A2A) serves A2A on the HTTP listener: do not turn it off")
     exposed = exposed_listeners(settings)
     if exposed and not settings.auth_token and not settings.allow_unauthenticated:
         raise ConfigError(

@@ -41,6 +41,7 @@ from .runtime.warmup import WarmUp
 from .tools.builtin import builtin_registry
 
 if TYPE_CHECKING:
+    from .faces.a2a import A2aHttp
     from .faces.mcp import McpHttp
 
 log = logging.getLogger(__name__)
@@ -195,6 +196,7 @@ async def run(settings: Settings) -> int:
     from .faces.http.spaces import spaces_routes
 
     mcp = _mcp_http(app) if settings.mcp_http else None
+    a2a = _a2a(app) if settings.a2a else None
     http: HttpListener | None = None
     if settings.http_listen != "off":
         try:
@@ -205,6 +207,7 @@ async def run(settings: Settings) -> int:
                     *spaces_routes(app),
                     *(mcp.routes() if mcp else []),
                     *(metrics_routes() if settings.prometheus_metrics else []),
+                    *(a2a.routes() if a2a else []),
                 ],
                 refusals=refusals,
                 readiness=server.readiness,  # /health/ready says 503 until gRPC starts below
@@ -230,6 +233,8 @@ async def run(settings: Settings) -> int:
         )
         if mcp is not None:
             log.info("MCP server (Streamable HTTP) at /mcp on the HTTP listener")
+        if a2a is not None:
+            log.info("A2A at /a2a on the HTTP listener (card at /.well-known/agent-card.json)")
     await app.lifecycle.shutdown_requested()
     log.info("shutting down (grace %gs)", settings.grace_seconds)
     await warm_up.stop()
@@ -238,6 +243,8 @@ async def run(settings: Settings) -> int:
         await http.stop()  # after the drain: /health/ready answered 503 all through it
     if mcp is not None:
         await mcp.stop()  # its sessions' calls had the grace as requests of the HTTP face
+    if a2a is not None:
+        await a2a.stop()
     await runtime.close()  # Agent Spaces runs still going are cancelled first
     await asyncio.to_thread(telemetry.shutdown)  # the last spans exported (the exporter's timeout)
     await asyncio.to_thread(metrics.shutdown)  # the last metrics exported
@@ -249,6 +256,12 @@ def _mcp_http(app: Application) -> McpHttp:
     from .faces.mcp import McpHttp  # imported only when asked for: the mcp SDK is slow to import
 
     return McpHttp(app, app.lifecycle.settings.mcp_tools)
+
+
+def _a2a(app: Application) -> A2aHttp:
+    from .faces.a2a import A2aHttp  # imported only when asked for: the a2a SDK is slow to import
+
+    return A2aHttp(app)
 
 
 class _Coven:

@@ -139,6 +139,9 @@ SECTIONS: dict[str, tuple[Variable, ...]] = {
             form="on",
         ),
         Variable(
+            "A3S_A2A", "serve the A2A face (agent card, JSON-RPC at `/a2a`) on the HTTP listener", form="on"
+        ),
+        Variable(
             "A3S_MCP_TOOLS",
             "the tools the MCP server face offers",
             "every tool the server has, and agent_task",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..runtime import Runtime
 from .agentic import Agentic
+from .asking import Asking
 from .checkpoints import Checkpoints
 from .context import Context
 from .control import Control
@@ -56,6 +57,7 @@ class Application:
         self.subagents = Subagents(runtime)
         self.agentic = Agentic(runtime, self.generation, self.planning, self.subagents)
         self.checkpoints = Checkpoints(runtime)
+        self.asking = Asking(runtime, self.generation, self.control)
         self._runtime = runtime
 
     @property

@@ -9,8 +9,9 @@ from aiohttp import web
 from ..auth import MISSING, token_matches, why_refused
 from ..refusals import RefusalLog
 
-# Probes must work without a token: container health checks and service discovery.
-HTTP_OPEN_PATHS = frozenset({"/healthz", "/health/live", "/health/ready"})
+# Probes must work without a token: container health checks and service discovery; so must the A2A
+# agent card (served with --a2a), which tells a client that it needs the token.
+HTTP_OPEN_PATHS = frozenset({"/healthz", "/health/live", "/health/ready", "/.well-known/agent-card.json"})
 
 
 def http_middleware(token: str, refusals: RefusalLog) -> Callable[..., Awaitable[web.StreamResponse]]:

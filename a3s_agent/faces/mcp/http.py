@@ -16,7 +16,7 @@ from aiohttp import web
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from ...app import Application
-from .asgi import serve_asgi
+from ..asgi import serve_asgi
 from .runs import AgentRuns
 from .server import build_server
 from .tools import Offer

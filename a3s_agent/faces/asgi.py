@@ -1,7 +1,8 @@
-"""One aiohttp request served by an ASGI application: the mcp SDK's Streamable HTTP transport is
-ASGI, the HTTP face is aiohttp. Driving the SDK's transport from an aiohttp handler keeps /mcp
-on the HTTP face's own listener, behind its connection cap, TLS, request guard, token check and
-readiness gate, instead of a second listener with a copy of each.
+"""One aiohttp request served by an ASGI application: the mcp SDK's Streamable HTTP transport and
+the a2a SDK's JSON-RPC routes are ASGI, the HTTP face is aiohttp. Driving the SDK's application
+from an aiohttp handler keeps /mcp and /a2a on the HTTP face's own listener, behind its connection
+cap, TLS, request guard, token check and readiness gate, instead of a second listener with a copy
+of each.
 
 The application runs in a task of its own, as under an ASGI server: when aiohttp cancels the
 handler (the client went away, or the server's stop ended the request), `receive` answers
@@ -23,12 +24,18 @@ AsgiApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
 
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding"})
 """aiohttp frames the response itself."""
+MAX_BODY_BYTES = 16 * 1024 * 1024
+"""The largest request body, as on the HTTP face's other routes (aiohttp's `client_max_size`, which
+a body read as a stream here does not get)."""
 ENDING_S = 10.0
 """After a disconnect: how long the application may take to end the exchange before it is cancelled
 (longer than an agent_task takes to stop its run)."""
 
 
 async def serve_asgi(request: web.Request, app: AsgiApp) -> web.StreamResponse:
+    """The application's response; 413 for a body over MAX_BODY_BYTES (read no further)."""
+    if (request.content_length or 0) > MAX_BODY_BYTES:
+        raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, request.content_length or 0)
     exchange = _Exchange(request)
     call = asyncio.ensure_future(app(_scope(request), exchange.receive, exchange.send))
     try:
@@ -38,6 +45,8 @@ async def serve_asgi(request: web.Request, app: AsgiApp) -> web.StreamResponse:
         await asyncio.wait({call}, timeout=ENDING_S)
         call.cancel()
         raise
+    if exchange.too_large:
+        raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, exchange.received)
     if exchange.response is None:
         raise RuntimeError(f"the ASGI application sent no response to {request.method} {request.path}")
     return exchange.response
@@ -67,6 +76,8 @@ class _Exchange:
     def __init__(self, request: web.Request) -> None:
         self._request = request
         self._body_read = False
+        self.received = 0
+        self.too_large = False
         self.disconnected = asyncio.Event()
         self.response: web.StreamResponse | None = None
 
@@ -75,10 +86,18 @@ class _Exchange:
             await self.disconnected.wait()
             return {"type": "http.disconnect"}
         chunk = await self._request.content.readany()
+        self.received += len(chunk)
+        if self.received > MAX_BODY_BYTES:  # a chunked body: no Content-Length to refuse it by
+            self.too_large = True
+            self._body_read = True
+            self.disconnected.set()
+            return {"type": "http.disconnect"}
         self._body_read = not chunk or self._request.content.at_eof()
         return {"type": "http.request", "body": chunk, "more_body": not self._body_read}
 
     async def send(self, message: Message) -> None:
+        if self.too_large:
+            return  # the application's answer to a body cut short: serve_asgi answers 413
         if message["type"] == "http.response.start":
             headers = [
                 (name.decode("latin-1"), value.decode("latin-1"))

@@ -1,0 +1,96 @@
+"""The A2A routes of the HTTP face (server.py passes them in, as /mcp's): the agent card at the
+well-known path, open as the probes are so that a client learns the token it needs, and JSON-RPC
+at /a2a, behind the face's token, guard and readiness gate, served by the SDK's dispatcher driven
+from aiohttp (faces/asgi.py).
+
+A message to a task that is working steers it: it is injected into the run as context for its
+next model call (app.control.inject) and answered with the task as it is."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+
+from a2a.helpers.proto_helpers import get_message_text
+from a2a.server.context import ServerCallContext
+from a2a.server.events.event_queue import Event
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore
+from a2a.types.a2a_pb2 import AgentCard, Message, SendMessageRequest, Task, TaskState
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+from aiohttp import web
+from starlette.applications import Starlette
+
+from ...app import Application
+from ...base.models import Message as Said
+from ..asgi import serve_asgi
+from .card import RPC_PATH, agent_card
+from .executor import Executor
+
+CARD_PATH = AGENT_CARD_WELL_KNOWN_PATH
+
+
+class A2aHttp:
+    def __init__(self, app: Application) -> None:
+        self._app = app
+        self._handler: Steering | None = None
+        self._rpc: Starlette | None = None
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.get(CARD_PATH, self._card), web.post(RPC_PATH, self._call)]
+
+    async def _card_for(self, request: web.Request) -> AgentCard:
+        with_token = bool(self._app.lifecycle.settings.auth_token)
+        return await agent_card(self._app, f"{request.scheme}://{request.host}", with_token)
+
+    async def _card(self, request: web.Request) -> web.Response:
+        return web.json_response(agent_card_to_dict(await self._card_for(request)))
+
+    async def _call(self, request: web.Request) -> web.StreamResponse:
+        if self._rpc is None:
+            self._handler = Steering(self._app, await self._card_for(request))
+            self._rpc = Starlette(routes=create_jsonrpc_routes(self._handler, RPC_PATH))
+        return await serve_asgi(request, self._rpc)
+
+    async def stop(self) -> None:
+        """End the tasks' turns still going (their runs are stopped with the server's)."""
+        if self._handler is not None:
+            await self._handler.aclose()
+
+
+class Steering(DefaultRequestHandler):
+    """The SDK's handler over our executor, with a message to a working task taken as a steer."""
+
+    def __init__(self, app: Application, card: AgentCard) -> None:
+        self._tasks = InMemoryTaskStore()
+        super().__init__(Executor(app), self._tasks, card)
+        self._app = app
+
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Message | Task:
+        steered = await self._steer(params, context)
+        return steered if steered is not None else await super().on_message_send(params, context)
+
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event]:
+        steered = await self._steer(params, context)
+        if steered is not None:
+            yield steered
+            return
+        async for event in super().on_message_send_stream(params, context):
+            yield event
+
+    async def _steer(self, params: SendMessageRequest, context: ServerCallContext) -> Task | None:
+        """The task, when the message names one that is working and its run took the message in."""
+        if not params.message.task_id:
+            return None
+        task = await self._tasks.get(params.message.task_id, context)
+        if task is None or task.status.state != TaskState.TASK_STATE_WORKING:
+            return None
+        text = get_message_text(params.message)
+        if not text.strip():
+            return None
+        if not await self._app.control.inject(task.context_id, [Said(role="user", content=text)]):
+            return None
+        return task
