@@ -46,11 +46,7 @@ TOKEN = "a2a-test-token"
 def served(tmp_path: Path, fake: FakeLLM) -> Iterator[ServerProcess]:
     workspace = tmp_path / "workspace"
     workspace.mkdir()
-    (workspace / "README.md").write_text("a project\n")
-    git = ["git", "-C", str(workspace), "-c", "user.name=t", "-c", "user.email=t@example.com"]
-    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
-    subprocess.run([*git, "add", "."], check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "start"], check=True)
+    (workspace / "README.md").write_text("a project, not a git work tree\n")
     env = {
         "A3S_LLM_BASE_URL": fake.base_url,
         "A3S_LLM_MODEL": "fake-model",

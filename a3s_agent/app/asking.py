@@ -1,6 +1,6 @@
 """A generation followed together with the questions it waits on, for faces whose client answers a
 tool confirmation or an `ask_user` question with its next message (A2A's input-required), and the
-files a run changed.
+files a run changed (from the session's checkpoints).
 
 The run outlives its follower (runtime/runs.py): a follower that stops at a question leaves the
 run waiting (for as long as the session's confirmation or external-task timeout allows), and the
@@ -14,7 +14,6 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from ..base.errors import InvalidArgument, NotFound
@@ -24,7 +23,7 @@ from ..core.sessions.manager import SESSION_ID_PATTERN
 from ..core.store.events import EVENT, EventType, Filter, entry_event
 from ..runtime import Runtime
 from ..runtime.runs import Chunk
-from ..tools.git_trees import TreeUnavailable, capture_tree, tree_patch
+from ..tools.shadow_repo import ShadowUnavailable
 from .control import Control
 from .generation import Generation
 
@@ -47,7 +46,7 @@ class Question:
 @dataclass(frozen=True)
 class Changes:
     files: list[str]
-    patch: bytes
+    patch: str
 
 
 class Asking:
@@ -68,11 +67,12 @@ class Asking:
         except NotFound:
             await self._rt.sessions.create(session_id, SessionConfig(), [])
 
-    async def start(self, session_id: str, prompt: str) -> AsyncIterator[Chunk | Question]:
-        """A new generation of `prompt`: its chunks and the questions it asks, until it ends (with
-        a DoneEvent, or what the run raised) or the caller stops at a question."""
+    async def start(self, session_id: str, prompt: str) -> tuple[int, AsyncIterator[Chunk | Question]]:
+        """A new generation of `prompt`: the session's last seq before it (for `changes`), and its
+        chunks and the questions it asks, until it ends (with a DoneEvent, or what the run raised)
+        or the caller stops at a question."""
         _, after = await self._rt.store.log_bounds(session_id)
-        return self._follow(session_id, after, [Message(role="user", content=prompt)])
+        return after, self._follow(session_id, after, [Message(role="user", content=prompt)])
 
     async def answer(
         self, session_id: str, question: Question, reply: str, after_seq: int
@@ -151,26 +151,22 @@ class Asking:
 
     # --- the files a run changed ---------------------------------------------------------------
 
-    def _workspace(self, session_id: str) -> Path:
-        return Path(self._rt.sessions.get(session_id).config.workspace or self._rt.workspace)
-
-    async def tree(self, session_id: str) -> str | None:
-        """The workspace's tree now (None: not a git work tree), to compare a run's end with."""
-        try:
-            return await capture_tree(self._workspace(session_id))
-        except TreeUnavailable:
+    async def changes(self, session_id: str, after_seq: int) -> Changes | None:
+        """What the session's last generation changed: the files and the patch from the first
+        checkpoint of a generation taken after `after_seq` (the one before the run started) to the
+        tree the run left; None without one (checkpoints are off, or the workspace could not be
+        read)."""
+        checkpoints = self._rt.checkpoints
+        first = next(
+            (c for c in await checkpoints.of_session(session_id) if c.seq > after_seq and c.kind == "turn"),
+            None,
+        )
+        if first is None:
             return None
-
-    async def changes(self, session_id: str, base: str) -> Changes | None:
-        """The files changed since the tree `base` and the patch (None: no tree to compare)."""
-        workspace = self._workspace(session_id)
         try:
-            patch = await tree_patch(workspace, base, await capture_tree(workspace))
-        except TreeUnavailable:
+            diff = await checkpoints.run_changes(session_id, first.seq)
+        except ShadowUnavailable:
             return None
-        files = [
-            line.split(" b/", 1)[1]
-            for line in patch.decode(errors="replace").splitlines()
-            if line.startswith("diff --git a/") and " b/" in line
-        ]
-        return Changes(files, patch)
+        if diff is None:
+            return None
+        return Changes([change.path for change in diff.changes], diff.patch)

@@ -314,6 +314,18 @@ class Checkpoints:
             changes = [c for c in changes if c.path in wanted]
         return Diff(changes, await repo.unified_diff(old, new, paths))
 
+    async def run_changes(self, session_id: str, from_seq: int) -> Diff | None:
+        """From checkpoint `from_seq` to the tree the session's last generation left (noted at
+        its end, so the workspace is not read again): what that run changed. None when no tree
+        is noted."""
+        repo = self._repo(self._sessions.get(session_id))
+        left = _left_tree(repo, session_id)
+        if not left:
+            return None
+        old = (await self._record(session_id, from_seq)).tree
+        changes = await repo.changes(old, left)
+        return Diff(changes, await repo.unified_diff(old, left, []) if changes else "")
+
     # --- going back --------------------------------------------------------------------------
 
     async def _refuse_running(self, session_id: str) -> None:

@@ -2,8 +2,8 @@
 session, a question the run waits on ends the turn in input-required, and the next message to the
 task answers it and follows the run on from the last chunk the task had.
 
-What the task needs between turns (the last chunk's seq, the workspace tree the run started
-from, the question waiting) is in its metadata under `a3s`, which the SDK's task store keeps."""
+What the task needs between turns (the last chunk's seq, the session's last seq before the
+run, the question waiting) is in its metadata under `a3s`, which the SDK's task store keeps."""
 
 from __future__ import annotations
 
@@ -53,9 +53,8 @@ class Executor(AgentExecutor):
                 raise InvalidParamsError(message=str(exc)) from None
             if task is None and context.message is not None:
                 await event_queue.enqueue_event(new_task_from_user_message(context.message))
-            tree = await self._app.asking.tree(session_id)
-            kept = {"cursor": 0, "base": tree or ""}
-            items = await self._app.asking.start(session_id, reply)
+            start, items = await self._app.asking.start(session_id, reply)
+            kept = {"cursor": 0, "start": start}
         await updater.start_work()
         answered = any(a.artifact_id == RESPONSE for a in task.artifacts) if task is not None else False
         await self._turn(session_id, updater, items, kept, answered)
@@ -104,14 +103,10 @@ class Executor(AgentExecutor):
 
     async def _changes(self, session_id: str, updater: TaskUpdater, kept: dict[str, Any]) -> None:
         """The files the run changed, as an artifact: their names and the patch."""
-        if not kept.get("base"):
-            return
-        changes = await self._app.asking.changes(session_id, str(kept["base"]))
+        changes = await self._app.asking.changes(session_id, int(kept.get("start", 0)))
         if changes is None or not changes.files:
             return
-        patch = Part(
-            text=changes.patch.decode(errors="replace"), media_type="text/x-diff", filename="changes.patch"
-        )
+        patch = Part(text=changes.patch, media_type="text/x-diff", filename="changes.patch")
         await updater.add_artifact([patch], CHANGES, CHANGES, metadata={"files": changes.files})
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
