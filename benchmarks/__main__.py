@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from . import (
+    a2a,
     checkpoints,
     cpu,
     cron,
@@ -53,6 +54,7 @@ SECTIONS: dict[str, Callable[[float, Path], Awaitable[list[Row]]]] = {
     "first": startup.bench_first,
     "checkpoints": checkpoints.bench_checkpoints,
     "telemetry": telemetry.bench_telemetry,
+    "a2a": a2a.bench_a2a,
 }
 PEER_SECTION = "opencode"
 """The performance page's section of `--peer opencode`, after the others."""

@@ -276,14 +276,15 @@ def task_server(
     source: Path | None = None,
     extra: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
+    http_port: int | None = None,
 ) -> tuple[FakeLLMProcess, Process]:
     """A server (not yet healthy) for the six-turn task in `workspace`/`name`, with task.py written
-    (`env` added to its environment), and its fake model scripted with the task `repeats` times;
-    both stopped when `stack` closes."""
+    (`env` added to its environment; its HTTP face on `http_port`, or a free port), and its fake
+    model scripted with the task `repeats` times; both stopped when `stack` closes."""
     root = workspace / name
     root.mkdir()
     (root / "task.py").write_text(TASK_SOURCE)
     script = workspace / f"task_turns_{name}.json"
     script.write_text(json.dumps(task_turns() * repeats))
     fake = stack.enter_context(FakeLLMProcess(0, turns_file=script))
-    return fake, stack.enter_context(agent_process(root, source=source, extra=extra, env=env))
+    return fake, stack.enter_context(agent_process(root, http_port, source=source, extra=extra, env=env))
