@@ -184,6 +184,59 @@ async def test_a_question_waits_for_input_and_the_next_message_answers_it(
     assert [m["content"] for m in tool_results] == ["Bob"]
 
 
+@pytest.mark.parametrize(("reply", "written"), [("yes", True), ("No, not that file.", False)])
+async def test_a_tool_confirmation_waits_for_input_and_the_reply_approves_or_rejects(
+    served: ServerProcess, fake: FakeLLM, reply: str, written: bool
+) -> None:
+    fake.script(tool_call("write_file", {"path": "out.txt", "content": "x\n"}), text("Finished."))
+    base = await ready(served)
+    authorized = {"Authorization": f"Bearer {TOKEN}"}
+    async with aiohttp.ClientSession(base_url=base, headers=authorized) as http:
+        async with http.post("/sessions", json={"session_id": "ctx-confirm"}) as response:
+            assert response.status == 201, await response.text()
+        policy = {"enabled": True, "require_confirm_tools": ["write_file"]}
+        body = {"session_id": "ctx-confirm", "policy": policy}
+        async with http.post("/rpc/SetConfirmationPolicy", json=body) as response:
+            assert response.status == 200, await response.text()
+    async with a2a_client(base, streaming=True) as client:
+        task, _ = await final_task(client, ask("Write out.txt", context_id="ctx-confirm"))
+        assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        assert get_message_text(task.status.message).startswith("May I run write_file with")
+        answered, _ = await final_task(client, ask(reply, context_id="ctx-confirm", task_id=task.id))
+        assert answered.status.state == TaskState.TASK_STATE_COMPLETED
+    assert (served.workspace / "out.txt").exists() is written
+    result = next(m for m in fake.requests[-1].messages if m["role"] == "tool")
+    assert ("rejected by user: No, not that file." in result["content"]) is not written, result
+
+
+async def test_a_reply_after_the_confirmation_timed_out_finds_the_run_gone_on(
+    served: ServerProcess, fake: FakeLLM
+) -> None:
+    fake.script(tool_call("write_file", {"path": "late.txt", "content": "x\n"}), text("Gave up on it."))
+    base = await ready(served)
+    authorized = {"Authorization": f"Bearer {TOKEN}"}
+    async with aiohttp.ClientSession(base_url=base, headers=authorized) as http:
+        async with http.post("/sessions", json={"session_id": "ctx-late"}) as response:
+            assert response.status == 201, await response.text()
+        policy = {"enabled": True, "default_timeout_ms": 300}
+        async with http.post("/rpc/SetConfirmationPolicy", json={"session_id": "ctx-late", "policy": policy}):
+            pass
+        async with a2a_client(base, streaming=True) as client:
+            task, _ = await final_task(client, ask("Write late.txt", context_id="ctx-late"))
+            assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+
+            async def timed_out() -> bool:
+                async with http.get("/sessions/ctx-late/events", params={"after_seq": "0"}) as response:
+                    page = await response.json()
+                return any("CONFIRMATION_TIMEOUT" in str(e) for e in page["events"])
+
+            await eventually(timed_out, "the confirmation timed out")
+            answered, _ = await final_task(client, ask("yes", context_id="ctx-late", task_id=task.id))
+    assert answered.status.state == TaskState.TASK_STATE_COMPLETED
+    assert get_message_text(answered.status.message) == "Gave up on it."
+    assert not (served.workspace / "late.txt").exists()
+
+
 async def test_a_message_to_a_working_task_steers_its_next_model_call(
     served: ServerProcess, fake: FakeLLM
 ) -> None:

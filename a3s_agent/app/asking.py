@@ -78,12 +78,17 @@ class Asking:
         self, session_id: str, question: Question, reply: str, after_seq: int
     ) -> AsyncIterator[Chunk | Question]:
         """Answer `question` with `reply` and follow the run on from its chunk `after_seq` (the
-        last one the caller had)."""
-        if question.kind == "confirmation":
-            approved = reply.strip().lower().rstrip(".!") in YES
-            await self._control.confirm(session_id, question.id, approved, "" if approved else reply)
-        else:
-            await self._control.complete_external(session_id, question.id, True, reply, "")
+        last one the caller had). A question no longer waiting (its timeout's action was taken, or
+        the run was stopped) takes no answer: the run is followed on as it went."""
+        try:
+            if question.kind == "confirmation":
+                approved = reply.strip().lower().rstrip(".!") in YES
+                await self._control.confirm(session_id, question.id, approved, "" if approved else reply)
+            else:
+                await self._control.complete_external(session_id, question.id, True, reply, "")
+        except NotFound:
+            await self._rt.sessions.refresh(session_id)
+            self._rt.sessions.get(session_id)  # NotFound still: the session is gone
         return self._follow(session_id, after_seq, None)
 
     async def _follow(

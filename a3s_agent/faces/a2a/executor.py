@@ -21,7 +21,7 @@ from google.protobuf.json_format import MessageToDict
 from ...app import Application
 from ...app.asking import Question
 from ...app.types import DoneEvent, TextEvent
-from ...base.errors import Cancelled, InvalidArgument
+from ...base.errors import AgentError, Cancelled, InvalidArgument
 
 STATE = "a3s"
 """The task's metadata key of what a3s-agent keeps of it between turns."""
@@ -43,9 +43,13 @@ class Executor(AgentExecutor):
         updater = TaskUpdater(event_queue, task_id, session_id)
         question = kept.get("question")
         if task is not None and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED and question:
-            items = await self._app.asking.answer(
-                session_id, Question(**question), reply, int(kept["cursor"])
-            )
+            try:
+                items = await self._app.asking.answer(
+                    session_id, Question(**question), reply, int(kept["cursor"])
+                )
+            except AgentError as exc:  # the session is gone
+                await updater.failed(updater.new_agent_message([Part(text=str(exc))]))
+                return
         else:
             try:
                 await self._app.asking.open_session(session_id)
