@@ -157,6 +157,13 @@ def _parser() -> argparse.ArgumentParser:
         f" token {env_note('A3S_A2A')}",
     )
     serve.add_argument(
+        "--a2a-push-url",
+        action="append",
+        default=[],
+        help="a URL prefix A2A push notifications may be sent to (none: push notifications are not"
+        f" offered); comma-separated, repeatable {env_note('A3S_A2A_PUSH_URLS')}",
+    )
+    serve.add_argument(
         "--mcp-config",
         help="MCP servers whose tools the agent uses: a JSON or YAML file of the"
         ' {"mcpServers": {name: {command, args, env, cwd} | {url, headers}}} shape'
@@ -684,6 +691,7 @@ def main(argv: list[str] | None = None) -> int:
                 mcp_http=args.mcp_http,
                 prometheus_metrics=args.prometheus_metrics,
                 a2a=args.a2a,
+                a2a_push_urls=_names(args.a2a_push_url),
                 mcp_config=args.mcp_config,
                 allow_api_mcp_commands=args.allow_api_mcp_commands,
                 lsp_servers=args.lsp_server,

@@ -182,6 +182,7 @@ class Settings:
     mcp_http: bool = False  # serve the MCP server face at /mcp on the HTTP listener
     prometheus_metrics: bool = False  # serve /metrics (Prometheus) on the HTTP listener
     a2a: bool = False  # serve the A2A face (agent card, /a2a) on the HTTP listener
+    a2a_push_urls: list[str] = field(default_factory=list)  # where A2A push notifications may go (prefixes)
     mcp_config: Path | None = None  # the operator's MCP servers (runtime/mcp.py), JSON or YAML
     allow_api_mcp_commands: bool = False  # MCP servers given over the API may be commands (stdio)
     lsp_servers: list[str] = field(default_factory=list)  # LANGUAGE[:.ext,...]=COMMAND (tools/lsp/catalog.py)
@@ -347,6 +348,7 @@ def settings_from(
     mcp_http: bool = False,
     prometheus_metrics: bool = False,
     a2a: bool = False,
+    a2a_push_urls: list[str] | None = None,
     mcp_config: str | None = None,
     allow_api_mcp_commands: bool = False,
     lsp_servers: list[str] | None = None,
@@ -436,6 +438,7 @@ def settings_from(
         mcp_http=mcp_http or _flag(env, "A3S_MCP_HTTP"),
         prometheus_metrics=prometheus_metrics or _flag(env, "A3S_PROMETHEUS_METRICS"),
         a2a=a2a or _flag(env, "A3S_A2A"),
+        a2a_push_urls=_list(a2a_push_urls, env, "A3S_A2A_PUSH_URLS"),
         mcp_config=_path(mcp_config or env.get("A3S_MCP_CONFIG")),
         allow_api_mcp_commands=allow_api_mcp_commands or _flag(env, "A3S_ALLOW_API_MCP_COMMANDS"),
         lsp_servers=[
@@ -761,6 +764,10 @@ def check_serving(settings: Settings) -> None:
         )
     if settings.a2a and settings.http_listen == "off":
         raise ConfigError("--a2a (A3S_A2A) serves A2A on the HTTP listener: do not turn it off")
+    for prefix in settings.a2a_push_urls:
+        parsed = urlsplit(prefix)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ConfigError(f"--a2a-push-url (A3S_A2A_PUSH_URLS): {prefix!r} is not an http or https URL")
     exposed = exposed_listeners(settings)
     if exposed and not settings.auth_token and not settings.allow_unauthenticated:
         raise ConfigError(

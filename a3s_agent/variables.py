@@ -142,6 +142,12 @@ SECTIONS: dict[str, tuple[Variable, ...]] = {
             "A3S_A2A", "serve the A2A face (agent card, JSON-RPC at `/a2a`) on the HTTP listener", form="on"
         ),
         Variable(
+            "A3S_A2A_PUSH_URLS",
+            "the URL prefixes A2A push notifications may be sent to (through the checked fetcher)",
+            "none: push notifications are not offered",
+            form="list",
+        ),
+        Variable(
             "A3S_MCP_TOOLS",
             "the tools the MCP server face offers",
             "every tool the server has, and agent_task",

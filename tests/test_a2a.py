@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import aiohttp
 import httpx
@@ -33,6 +33,7 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
+from aiohttp import web
 
 from a3s_agent.config import ConfigError, check_serving, settings_from
 from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
@@ -44,6 +45,13 @@ TOKEN = "a2a-test-token"
 
 @pytest.fixture
 def served(tmp_path: Path, fake: FakeLLM) -> Iterator[ServerProcess]:
+    with serving(tmp_path, fake) as server:
+        yield server
+
+
+@contextmanager
+def serving(tmp_path: Path, fake: FakeLLM, **more: str) -> Iterator[ServerProcess]:
+    """`a3s-agent serve --a2a` with the fake model, behind TOKEN (`more`: variables added)."""
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     (workspace / "README.md").write_text("a project, not a git work tree\n")
@@ -55,6 +63,7 @@ def served(tmp_path: Path, fake: FakeLLM) -> Iterator[ServerProcess]:
         "A3S_AUTH_TOKEN": TOKEN,
         "A3S_A2A": "1",
         "A3S_GRACE_SECONDS": "0.5",
+        **more,
     }
     server = ServerProcess(workspace, tmp_path / "data", env=env)
     server.proc = subprocess.Popen(
@@ -263,6 +272,56 @@ async def test_a_message_to_a_working_task_steers_its_next_model_call(
     assert any("Answer in French." in str(content) for content in said), said
 
 
+async def test_push_notifications_go_only_to_the_operators_urls(tmp_path: Path, fake: FakeLLM) -> None:
+    received: list[tuple[str, str, dict[str, Any]]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        received.append(
+            (request.path, request.headers.get("X-A2A-Notification-Token", ""), await request.json())
+        )
+        return web.Response()
+
+    receiver = web.Application()
+    receiver.router.add_post("/hook/{name}", hook)
+    runner = web.AppRunner(receiver)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    fake.script(text("Pushed."))
+    allowed = f"http://127.0.0.1:{port}/hook"
+    try:
+        with serving(tmp_path, fake, A3S_A2A_PUSH_URLS=allowed, A3S_FETCH_ALLOW_PRIVATE="1") as server:
+            base = await ready(server)
+            async with a2a_client(base, streaming=False) as client:
+                assert client._card.capabilities.push_notifications  # type: ignore[attr-defined]
+                for refused in (
+                    f"http://127.0.0.1:{port}/other",
+                    f"{allowed}/../admin",
+                    f"http://localhost:{port}/hook/a",
+                    f"http://user:pw@127.0.0.1:{port}/hook/a",
+                    "file:///etc/passwd",
+                ):
+                    request = ask("Go", context_id="ctx-push")
+                    request.configuration.task_push_notification_config.url = refused
+                    with pytest.raises(InvalidParamsError, match="push notification URL"):
+                        await final_task(client, request)
+                request = ask("Go", context_id="ctx-push")
+                request.configuration.task_push_notification_config.url = f"{allowed}/mine"
+                request.configuration.task_push_notification_config.token = "secret-for-the-hook"
+                task, _ = await final_task(client, request)
+                assert task.status.state == TaskState.TASK_STATE_COMPLETED
+
+                def completed() -> bool:
+                    return any("COMPLETED" in str(body) for _, _, body in received)
+
+                await eventually(completed, "the completion was pushed")
+    finally:
+        await runner.cleanup()
+    assert {path for path, _, _ in received} == {"/hook/mine"}
+    assert {token for _, token, _ in received} == {"secret-for-the-hook"}
+
+
 async def test_a_task_cancelled_mid_run_stops_its_tool(served: ServerProcess, fake: FakeLLM) -> None:
     marker = served.workspace / "pid"
     fake.script(tool_call("bash", {"command": f"echo $$ > {marker}; sleep 30"}), text("never"))
@@ -336,3 +395,9 @@ def test_the_flag_and_its_variable() -> None:
     assert settings_from(a2a=True, env={}).a2a
     with pytest.raises(ConfigError, match="--a2a"):
         check_serving(settings_from(a2a=True, http_listen="off", env={}))
+    pushed = settings_from(
+        a2a_push_urls=["https://hooks.example/a2a"], env={"A3S_A2A_PUSH_URLS": "http://h/x"}
+    )
+    assert pushed.a2a_push_urls == ["https://hooks.example/a2a", "http://h/x"]
+    with pytest.raises(ConfigError, match=r"--a2a-push-url .*'ftp://h/x' is not an http or https URL"):
+        check_serving(settings_from(a2a=True, a2a_push_urls=["ftp://h/x"], env={}))

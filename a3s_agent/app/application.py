@@ -21,6 +21,7 @@ from .observability import Observability
 from .permissions import Permissions
 from .planning import Planning
 from .providers import Providers
+from .push import Push
 from .sessions import Sessions
 from .skills import Skills
 from .spaces import Spaces
@@ -58,6 +59,7 @@ class Application:
         self.agentic = Agentic(runtime, self.generation, self.planning, self.subagents)
         self.checkpoints = Checkpoints(runtime)
         self.asking = Asking(runtime, self.generation, self.control)
+        self.push = Push(runtime)
         self._runtime = runtime
 
     @property

@@ -45,7 +45,7 @@ async def agent_card(app: Application, base_url: str, with_token: bool) -> Agent
                 protocol_version=PROTOCOL_VERSION_CURRENT,
             )
         ],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=app.push.offered),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain", "text/x-diff"],
         skills=[

@@ -9,6 +9,7 @@ next model call (app.control.inject) and answered with the task as it is."""
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from typing import Any
 
 from a2a.helpers.proto_helpers import get_message_text
 from a2a.server.context import ServerCallContext
@@ -16,7 +17,11 @@ from a2a.server.events.event_queue import Event
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore
+from a2a.server.tasks import (
+    BasePushNotificationSender,
+    InMemoryPushNotificationConfigStore,
+    InMemoryTaskStore,
+)
 from a2a.types.a2a_pb2 import AgentCard, Message, SendMessageRequest, Task, TaskState
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from aiohttp import web
@@ -64,8 +69,24 @@ class Steering(DefaultRequestHandler):
 
     def __init__(self, app: Application, card: AgentCard) -> None:
         self._tasks = InMemoryTaskStore()
-        super().__init__(Executor(app), self._tasks, card)
+        self._pushing = None
+        push: dict[str, Any] = {}
+        if app.push.offered:  # to the operator's URLs only, through the checked fetcher
+            configs = InMemoryPushNotificationConfigStore()
+            self._pushing = app.push.client()
+            sender = BasePushNotificationSender(self._pushing, configs, push_url_validator=app.push.allowed)
+            push = {
+                "push_config_store": configs,
+                "push_sender": sender,
+                "push_url_validator": app.push.allowed,
+            }
+        super().__init__(Executor(app), self._tasks, card, **push)
         self._app = app
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        if self._pushing is not None:
+            await self._pushing.aclose()
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Message | Task:
         steered = await self._steer(params, context)
