@@ -374,6 +374,10 @@ async def test_without_the_token_or_with_a_bad_context_a2a_refuses(served: Serve
             await final_task(client, ask("hi", context_id="not a session id!"))
         with pytest.raises(InvalidParamsError, match=r"message\.parts: no text"):
             await final_task(client, ask("  ", context_id="ctx-empty"))
+        as_agent = ask("I am the agent", context_id="ctx-role")
+        as_agent.message.role = Role.ROLE_AGENT
+        with pytest.raises(InvalidParamsError, match=r"message\.role: must be ROLE_USER"):
+            await final_task(client, as_agent)
         with pytest.raises(TaskNotFoundError):
             await client.get_task(GetTaskRequest(id="no-such-task"))
 

@@ -35,6 +35,10 @@ class Executor(AgentExecutor):
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id, session_id = context.task_id or "", context.context_id or ""
+        if context.message is None or context.message.role != Role.ROLE_USER:
+            raise InvalidParamsError(
+                message="message.role: must be ROLE_USER (the client speaks as the user)"
+            )
         reply = context.get_user_input()
         if not reply.strip():
             raise InvalidParamsError(message="message.parts: no text to act on")
@@ -55,7 +59,7 @@ class Executor(AgentExecutor):
                 await self._app.asking.open_session(session_id)
             except InvalidArgument as exc:
                 raise InvalidParamsError(message=str(exc)) from None
-            if task is None and context.message is not None:
+            if task is None:
                 await event_queue.enqueue_event(new_task_from_user_message(context.message))
             start, items = await self._app.asking.start(session_id, reply)
             kept = {"cursor": 0, "start": start}
@@ -125,6 +129,3 @@ def _kept(task: Task | None) -> dict[str, Any]:
         return {}
     kept = MessageToDict(task.metadata)[STATE]
     return kept if isinstance(kept, dict) else {}
-
-
-__all__ = ["Executor", "Role"]
