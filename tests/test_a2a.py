@@ -18,6 +18,7 @@ from a2a.client.client import Client
 from a2a.helpers.proto_helpers import get_artifact_text, get_message_text, new_text_message
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
+    GetExtendedAgentCardRequest,
     GetTaskRequest,
     Role,
     SendMessageRequest,
@@ -140,7 +141,11 @@ async def test_the_card_is_open_and_names_the_token_and_the_agents(served: Serve
     assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
     assert card["supportedInterfaces"][0]["url"] == f"{base}/a2a"
     assert card["capabilities"]["streaming"] is True
-    names = {skill["id"] for skill in card["skills"]}
+    assert [skill["id"] for skill in card["skills"]] == ["coding"]  # the workspace's are for the token
+    assert card["capabilities"]["extendedAgentCard"] is True
+    async with a2a_client(base, streaming=False) as client:
+        extended = await client.get_extended_agent_card(GetExtendedAgentCardRequest())
+    names = {skill.id for skill in extended.skills}
     assert "coding" in names and any(name.startswith("agent:") for name in names), names
 
 

@@ -1,5 +1,9 @@
 """The agent card: who we are, where JSON-RPC is served, the bearer token the HTTP face wants, and
-a skill per agent and skill the server offers."""
+a skill per agent and skill the server offers.
+
+Behind a token, the open card at the well-known path names only the general skill: which agents
+and skills the workspace has is for clients with the token, in the extended card
+(GetExtendedAgentCard)."""
 
 from __future__ import annotations
 
@@ -28,10 +32,13 @@ GENERAL = AgentSkill(
 )
 
 
-async def agent_card(app: Application, base_url: str, with_token: bool) -> AgentCard:
+async def agent_card(app: Application, base_url: str, *, extended: bool = False) -> AgentCard:
+    """The open card (`extended`: the one for clients with the token, or without one)."""
     info = app.lifecycle.info
-    agents = await app.subagents.agents()
-    skills = await app.skills.listing(None)
+    with_token = bool(app.lifecycle.settings.auth_token)
+    listed = extended or not with_token
+    agents = (await app.subagents.agents()).agents if listed else []
+    skills = await app.skills.listing(None) if listed else []
     card = AgentCard(
         name=info.name,
         description=info.description,
@@ -45,14 +52,16 @@ async def agent_card(app: Application, base_url: str, with_token: bool) -> Agent
                 protocol_version=PROTOCOL_VERSION_CURRENT,
             )
         ],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=app.push.offered),
+        capabilities=AgentCapabilities(
+            streaming=True, push_notifications=app.push.offered, extended_agent_card=with_token
+        ),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain", "text/x-diff"],
         skills=[
             GENERAL,
             *(
                 AgentSkill(id=f"agent:{a.name}", name=a.name, description=a.description, tags=["agent"])
-                for a in agents.agents
+                for a in agents
             ),
             *(
                 AgentSkill(

@@ -45,16 +45,14 @@ class A2aHttp:
     def routes(self) -> list[web.RouteDef]:
         return [web.get(CARD_PATH, self._card), web.post(RPC_PATH, self._call)]
 
-    async def _card_for(self, request: web.Request) -> AgentCard:
-        with_token = bool(self._app.lifecycle.settings.auth_token)
-        return await agent_card(self._app, f"{request.scheme}://{request.host}", with_token)
-
     async def _card(self, request: web.Request) -> web.Response:
-        return web.json_response(agent_card_to_dict(await self._card_for(request)))
+        card = await agent_card(self._app, f"{request.scheme}://{request.host}")
+        return web.json_response(agent_card_to_dict(card))
 
     async def _call(self, request: web.Request) -> web.StreamResponse:
         if self._rpc is None:
-            self._handler = Steering(self._app, await self._card_for(request))
+            card = await agent_card(self._app, f"{request.scheme}://{request.host}", extended=True)
+            self._handler = Steering(self._app, card)
             self._rpc = Starlette(routes=create_jsonrpc_routes(self._handler, RPC_PATH))
         return await serve_asgi(request, self._rpc)
 
@@ -80,8 +78,20 @@ class Steering(DefaultRequestHandler):
                 "push_sender": sender,
                 "push_url_validator": app.push.allowed,
             }
-        super().__init__(Executor(app), self._tasks, card, **push)
+        super().__init__(
+            Executor(app),
+            self._tasks,
+            card,
+            extended_agent_card=card,
+            extended_card_modifier=self._extended,
+            **push,
+        )
         self._app = app
+
+    async def _extended(self, card: AgentCard, context: ServerCallContext) -> AgentCard:
+        """The card for a client with the token, as the server's agents and skills are now."""
+        base = card.supported_interfaces[0].url.removesuffix(RPC_PATH)
+        return await agent_card(self._app, base, extended=True)
 
     async def aclose(self) -> None:
         await super().aclose()
