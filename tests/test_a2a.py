@@ -198,20 +198,27 @@ async def test_a_question_waits_for_input_and_the_next_message_answers_it(
     assert [m["content"] for m in tool_results] == ["Bob"]
 
 
+def over_rest(base: str) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"})
+
+
+async def confirming(http: aiohttp.ClientSession, session_id: str, policy: dict[str, Any]) -> None:
+    """The session `session_id`, made over REST with the confirmation `policy`."""
+    async with http.post("/sessions", json={"session_id": session_id}) as response:
+        assert response.status == 201, await response.text()
+    body = {"session_id": session_id, "policy": policy}
+    async with http.post("/rpc/SetConfirmationPolicy", json=body) as response:
+        assert response.status == 200, await response.text()
+
+
 @pytest.mark.parametrize(("reply", "written"), [("yes", True), ("No, not that file.", False)])
 async def test_a_tool_confirmation_waits_for_input_and_the_reply_approves_or_rejects(
     served: ServerProcess, fake: FakeLLM, reply: str, written: bool
 ) -> None:
     fake.script(tool_call("write_file", {"path": "out.txt", "content": "x\n"}), text("Finished."))
     base = await ready(served)
-    authorized = {"Authorization": f"Bearer {TOKEN}"}
-    async with aiohttp.ClientSession(base_url=base, headers=authorized) as http:
-        async with http.post("/sessions", json={"session_id": "ctx-confirm"}) as response:
-            assert response.status == 201, await response.text()
-        policy = {"enabled": True, "require_confirm_tools": ["write_file"]}
-        body = {"session_id": "ctx-confirm", "policy": policy}
-        async with http.post("/rpc/SetConfirmationPolicy", json=body) as response:
-            assert response.status == 200, await response.text()
+    async with over_rest(base) as http:
+        await confirming(http, "ctx-confirm", {"enabled": True, "require_confirm_tools": ["write_file"]})
     async with a2a_client(base, streaming=True) as client:
         task, _ = await final_task(client, ask("Write out.txt", context_id="ctx-confirm"))
         assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
@@ -228,13 +235,8 @@ async def test_a_reply_after_the_confirmation_timed_out_finds_the_run_gone_on(
 ) -> None:
     fake.script(tool_call("write_file", {"path": "late.txt", "content": "x\n"}), text("Gave up on it."))
     base = await ready(served)
-    authorized = {"Authorization": f"Bearer {TOKEN}"}
-    async with aiohttp.ClientSession(base_url=base, headers=authorized) as http:
-        async with http.post("/sessions", json={"session_id": "ctx-late"}) as response:
-            assert response.status == 201, await response.text()
-        policy = {"enabled": True, "default_timeout_ms": 300}
-        async with http.post("/rpc/SetConfirmationPolicy", json={"session_id": "ctx-late", "policy": policy}):
-            pass
+    async with over_rest(base) as http:
+        await confirming(http, "ctx-late", {"enabled": True, "default_timeout_ms": 300})
         async with a2a_client(base, streaming=True) as client:
             task, _ = await final_task(client, ask("Write late.txt", context_id="ctx-late"))
             assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
