@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -67,7 +67,7 @@ class Asking:
         except NotFound:
             await self._rt.sessions.create(session_id, SessionConfig(), [])
 
-    async def start(self, session_id: str, prompt: str) -> tuple[int, AsyncIterator[Chunk | Question]]:
+    async def start(self, session_id: str, prompt: str) -> tuple[int, AsyncGenerator[Chunk | Question, None]]:
         """A new generation of `prompt`: the session's last seq before it (for `changes`), and its
         chunks and the questions it asks, until it ends (with a DoneEvent, or what the run raised)
         or the caller stops at a question."""
@@ -76,7 +76,7 @@ class Asking:
 
     async def answer(
         self, session_id: str, question: Question, reply: str, after_seq: int
-    ) -> AsyncIterator[Chunk | Question]:
+    ) -> AsyncGenerator[Chunk | Question, None]:
         """Answer `question` with `reply` and follow the run on from its chunk `after_seq` (the
         last one the caller had). A question no longer waiting (its timeout's action was taken, or
         the run was stopped) takes no answer: the run is followed on as it went."""
@@ -93,7 +93,7 @@ class Asking:
 
     async def _follow(
         self, session_id: str, after: int, messages: list[Message] | None
-    ) -> AsyncIterator[Chunk | Question]:
+    ) -> AsyncGenerator[Chunk | Question, None]:
         subscription = await self._rt.events.subscribe(Filter(session_id, EVENT, ASKED), after_seq=after)
         queue: asyncio.Queue[Chunk | Question | BaseException | None] = asyncio.Queue()
 

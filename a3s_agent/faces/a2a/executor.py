@@ -7,7 +7,8 @@ run, the question waiting) is in its metadata under `a3s`, which the SDK's task 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any
 
 from a2a.helpers.proto_helpers import new_task_from_user_message
@@ -71,31 +72,38 @@ class Executor(AgentExecutor):
         self,
         session_id: str,
         updater: TaskUpdater,
-        items: AsyncIterator[Any],
+        items: AsyncGenerator[Any, None],
         kept: dict[str, Any],
         answered: bool,
     ) -> None:
         final = ""
         try:
-            async for item in items:
-                if isinstance(item, Question):
-                    ask = updater.new_agent_message([Part(text=item.text)], metadata={"question": item.kind})
-                    question = {"kind": item.kind, "id": item.id, "text": item.text}
-                    await updater.update_status(
-                        TaskState.TASK_STATE_INPUT_REQUIRED,
-                        ask,
-                        metadata={STATE: {**kept, "question": question}},
-                    )
-                    return
-                event, seq = item
-                kept["cursor"] = seq
-                if isinstance(event, TextEvent) and event.text:
-                    await updater.add_artifact(
-                        [Part(text=event.text)], RESPONSE, RESPONSE, metadata={"seq": seq}, append=answered
-                    )
-                    answered = True
-                elif isinstance(event, DoneEvent):
-                    final = event.generation.message.content
+            async with aclosing(items):  # stopping at a question ends the following at once
+                async for item in items:
+                    if isinstance(item, Question):
+                        ask = updater.new_agent_message(
+                            [Part(text=item.text)], metadata={"question": item.kind}
+                        )
+                        question = {"kind": item.kind, "id": item.id, "text": item.text}
+                        await updater.update_status(
+                            TaskState.TASK_STATE_INPUT_REQUIRED,
+                            ask,
+                            metadata={STATE: {**kept, "question": question}},
+                        )
+                        return
+                    event, seq = item
+                    kept["cursor"] = seq
+                    if isinstance(event, TextEvent) and event.text:
+                        await updater.add_artifact(
+                            [Part(text=event.text)],
+                            RESPONSE,
+                            RESPONSE,
+                            metadata={"seq": seq},
+                            append=answered,
+                        )
+                        answered = True
+                    elif isinstance(event, DoneEvent):
+                        final = event.generation.message.content
         except Cancelled:
             await updater.cancel()
             return
