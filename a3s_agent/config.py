@@ -41,6 +41,7 @@ DEFAULT_COMPACT_THRESHOLD = 0.8  # share of the window past which auto-compactio
 DEFAULT_COMPACT_TARGET = 0.5  # share of the window the whole prompt fits in after compaction
 DEFAULT_GRACE_SECONDS = 10.0
 DEFAULT_LLM_TIMEOUT_S = 120.0
+DEFAULT_A2A_MAX_TASKS = 10_000  # A2A tasks kept in memory; the oldest ended ones go first
 DEFAULT_LLM_RETRIES = 3
 DEFAULT_MAX_HTTP_CONNECTIONS = 512
 DEFAULT_MAX_GRPC_CONNECTIONS = 256  # with the HTTP cap and the reserve (faces/open_files.py): 1,024 files
@@ -183,6 +184,7 @@ class Settings:
     prometheus_metrics: bool = False  # serve /metrics (Prometheus) on the HTTP listener
     a2a: bool = False  # serve the A2A face (agent card, /a2a) on the HTTP listener
     a2a_push_urls: list[str] = field(default_factory=list)  # where A2A push notifications may go (prefixes)
+    a2a_max_tasks: int = DEFAULT_A2A_MAX_TASKS
     mcp_config: Path | None = None  # the operator's MCP servers (runtime/mcp.py), JSON or YAML
     allow_api_mcp_commands: bool = False  # MCP servers given over the API may be commands (stdio)
     lsp_servers: list[str] = field(default_factory=list)  # LANGUAGE[:.ext,...]=COMMAND (tools/lsp/catalog.py)
@@ -439,6 +441,7 @@ def settings_from(
         prometheus_metrics=prometheus_metrics or _flag(env, "A3S_PROMETHEUS_METRICS"),
         a2a=a2a or _flag(env, "A3S_A2A"),
         a2a_push_urls=_list(a2a_push_urls, env, "A3S_A2A_PUSH_URLS"),
+        a2a_max_tasks=int(_number(env, "A3S_A2A_MAX_TASKS", DEFAULT_A2A_MAX_TASKS)),
         mcp_config=_path(mcp_config or env.get("A3S_MCP_CONFIG")),
         allow_api_mcp_commands=allow_api_mcp_commands or _flag(env, "A3S_ALLOW_API_MCP_COMMANDS"),
         lsp_servers=[

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .config import (
+    DEFAULT_A2A_MAX_TASKS,
     DEFAULT_CHECKPOINT_KEEP,
     DEFAULT_CHECKPOINT_MAX_AGE_HOURS,
     DEFAULT_CHECKPOINT_MAX_FILE_BYTES,
@@ -146,6 +147,12 @@ SECTIONS: dict[str, tuple[Variable, ...]] = {
             "the URL prefixes A2A push notifications may be sent to (through the checked fetcher)",
             "none: push notifications are not offered",
             form="list",
+        ),
+        Variable(
+            "A3S_A2A_MAX_TASKS",
+            "how many A2A tasks the server keeps (in memory); past it the oldest ended ones are"
+            " forgotten (GetTask: task not found)",
+            _number(DEFAULT_A2A_MAX_TASKS),
         ),
         Variable(
             "A3S_MCP_TOOLS",

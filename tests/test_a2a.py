@@ -329,6 +329,20 @@ async def test_push_notifications_go_only_to_the_operators_urls(tmp_path: Path, 
     assert {token for _, token, _ in received} == {"secret-for-the-hook"}
 
 
+async def test_the_server_keeps_a_bounded_number_of_tasks_forgetting_the_oldest_ended(
+    tmp_path: Path, fake: FakeLLM
+) -> None:
+    fake.script(text("one"), text("two"), text("three"))
+    with serving(tmp_path, fake, A3S_A2A_MAX_TASKS="2") as server:
+        base = await ready(server)
+        async with a2a_client(base, streaming=False) as client:
+            tasks = [(await final_task(client, ask(n, context_id="ctx-kept")))[0] for n in ("1", "2", "3")]
+            with pytest.raises(TaskNotFoundError):
+                await client.get_task(GetTaskRequest(id=tasks[0].id))
+            kept = [await client.get_task(GetTaskRequest(id=task.id)) for task in tasks[1:]]
+    assert [get_message_text(task.status.message) for task in kept] == ["two", "three"]
+
+
 async def test_a_task_cancelled_mid_run_stops_its_tool(served: ServerProcess, fake: FakeLLM) -> None:
     marker = served.workspace / "pid"
     fake.script(tool_call("bash", {"command": f"echo $$ > {marker}; sleep 30"}), text("never"))

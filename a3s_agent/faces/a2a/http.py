@@ -20,7 +20,6 @@ from a2a.server.routes import create_jsonrpc_routes
 from a2a.server.tasks import (
     BasePushNotificationSender,
     InMemoryPushNotificationConfigStore,
-    InMemoryTaskStore,
 )
 from a2a.types.a2a_pb2 import AgentCard, Message, SendMessageRequest, Task, TaskState
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
@@ -32,6 +31,7 @@ from ...base.models import Message as Said
 from ..asgi import serve_asgi
 from .card import RPC_PATH, agent_card
 from .executor import Executor
+from .tasks import BoundedTaskStore
 
 CARD_PATH = AGENT_CARD_WELL_KNOWN_PATH
 
@@ -66,7 +66,7 @@ class Steering(DefaultRequestHandler):
     """The SDK's handler over our executor, with a message to a working task taken as a steer."""
 
     def __init__(self, app: Application, card: AgentCard) -> None:
-        self._tasks = InMemoryTaskStore()
+        self._tasks = BoundedTaskStore(app.lifecycle.settings.a2a_max_tasks)
         self._pushing = None
         push: dict[str, Any] = {}
         if app.push.offered:  # to the operator's URLs only, through the checked fetcher
