@@ -8,18 +8,21 @@ subscriber loses nothing; a generation goes on when its client goes away."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
+import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import grpc
 import pytest
 
 from a3s_agent.core.store.events import EventType
+from a3s_agent.faces.http import stalled
 from a3s_agent.proto import code_agent_pb2 as pb
 from a3s_agent.proto import code_agent_pb2_grpc as pb_grpc
 from a3s_agent.testing.fake_llm import Reply, call, text
@@ -601,3 +604,103 @@ async def test_a_cursor_on_a_session_that_never_was_is_not_found_but_a_destroyed
     reply = await http.client.get(f"/sessions/{session_id}/events")
     kinds = [e["type"] for e in (await reply.json())["events"]]
     assert kinds == ["EVENT_TYPE_SESSION_CREATED", "EVENT_TYPE_SESSION_DESTROYED"]
+
+
+async def test_a_client_that_reads_nothing_is_closed_and_resumes_with_nothing_lost(
+    scripted_agent: LiveServer,
+    scripted: ScriptedProvider,
+    http: Http,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An SSE client that stops reading holds the frame being written (and the log reader behind
+    it) only so long: the server closes its connection, says why in its log, and the client comes
+    back after the last event it got, with every chunk once."""
+    monkeypatch.setattr(stalled, "STALLED_WRITE_S", 0.5)
+    scripted.text_chunk = 64 * 1024
+    answer = "".join(f"{i:07d} " for i in range(750_000))  # 6 MB: more than the sockets buffer
+    scripted.script(Reply(content=answer))
+    session_id = await new_session(scripted_agent)
+    body = json.dumps({"messages": [{"role": "ROLE_USER", "content": "go"}]}).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+    sock.connect(("127.0.0.1", http.port))
+    reader, writer = await asyncio.open_connection(sock=sock, limit=1024)
+    writer.write(
+        f"POST /sessions/{session_id}/generate/stream HTTP/1.1\r\nHost: 127.0.0.1:{http.port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    await writer.drain()
+    transport = cast(asyncio.Transport, writer.transport)
+    transport.pause_reading()  # reads nothing from here on
+
+    await eventually(
+        lambda: any("closed the event stream of POST" in r.getMessage() for r in caplog.records),
+        "the server closing the stalled stream",
+    )
+    transport.resume_reading()
+    got = b""
+    with contextlib.suppress(ConnectionError):
+        while chunk := await asyncio.wait_for(reader.read(1 << 20), WITHIN_S):
+            got += chunk
+    writer.close()
+    seen = [seen_json(data) for data in whole_frames(got.split(b"\r\n\r\n", 1)[1])]
+    assert seen and len(got) < len(answer)  # part of the answer came before the stall, not all
+    rest = await http.client.get(
+        f"/sessions/{session_id}/generate/stream",
+        params={"content": "go"},
+        headers={"Last-Event-ID": str(seen[-1].seq)},
+    )
+    assert rest.status == 200
+    seen += [seen_json(data) for data in whole_frames(await rest.read()) if data]  # {} is `done`
+    texts = [s.content for s in seen if s.type == "CHUNK_TYPE_CONTENT"]
+    assert "".join(texts) == answer and seen[-1].type == "CHUNK_TYPE_DONE"
+    assert [s.seq for s in seen] == sorted({s.seq for s in seen})
+    assert len(scripted.requests) == 1
+
+
+def whole_frames(raw: bytes) -> list[dict[str, Any]]:
+    """The data of each whole server-sent event in `raw` (a cut last one left out), read without a
+    client's line limit: the done chunk of a long answer holds all of it."""
+    frames = raw.split(b"\n\n")[:-1]
+    return [
+        json.loads(line[6:]) for frame in frames for line in frame.split(b"\n") if line.startswith(b"data: ")
+    ]
+
+
+async def test_a_websocket_that_reads_nothing_is_closed_and_resumes_with_nothing_lost(
+    scripted_agent: LiveServer,
+    scripted: ScriptedProvider,
+    http: Http,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(stalled, "STALLED_WRITE_S", 0.5)
+    scripted.text_chunk = 64 * 1024
+    answer = "".join(f"{i:07d} " for i in range(750_000))
+    scripted.script(Reply(content=answer))
+    session_id = await new_session(scripted_agent)
+    params = {"session_id": session_id, "messages": [{"role": "ROLE_USER", "content": "go"}]}
+    seen: list[Seen] = []
+    async with http.client.ws_connect("/ws", max_msg_size=0) as ws:
+        await ws.send_json({"method": "stream_generate", "params": params, "id": 1})
+        await eventually(  # the client reads nothing: aiohttp stops reading its socket once it holds 64 KiB
+            lambda: any("closed a WebSocket" in r.getMessage() for r in caplog.records),
+            "the server closing the stalled socket",
+        )
+        async for frame in ws:
+            if frame.type is not aiohttp.WSMsgType.TEXT:
+                break
+            seen.append(seen_json(json.loads(frame.data)["result"]))
+    assert seen and seen[-1].type != "CHUNK_TYPE_DONE"
+    async with http.client.ws_connect("/ws", max_msg_size=0) as ws:
+        await ws.send_json(
+            {"method": "stream_generate", "params": params, "id": 2, "after_seq": seen[-1].seq}
+        )
+        while "done" not in (reply := await ws.receive_json(timeout=WITHIN_S)):
+            seen.append(seen_json(reply["result"]))
+    texts = [s.content for s in seen if s.type == "CHUNK_TYPE_CONTENT"]
+    assert "".join(texts) == answer and seen[-1].type == "CHUNK_TYPE_DONE"
+    assert [s.seq for s in seen] == sorted({s.seq for s in seen})
+    assert len(scripted.requests) == 1

@@ -76,6 +76,7 @@ from .guard import RequestGuard
 from .harness import HarnessApi, harness_errors
 from .methods import CallMetadata, Cursor, Method, find_method, parse
 from .probes import Probes
+from .stalled import StalledClient, written
 from .tracing import traced
 from .ws import WebSocketFace
 
@@ -176,8 +177,9 @@ def _stream_metadata(request: web.Request) -> CallMetadata:
 class _EventStream:
     """Server-sent events on a prepared response, with a keep-alive comment every KEEPALIVE_S."""
 
-    def __init__(self, response: web.StreamResponse) -> None:
+    def __init__(self, response: web.StreamResponse, request: web.Request) -> None:
         self._response = response
+        self._transport = request.transport
         self._lock = asyncio.Lock()
         self._keepalive = asyncio.create_task(self._beat())
 
@@ -187,7 +189,7 @@ class _EventStream:
 
     async def _write(self, frame: bytes) -> None:
         async with self._lock:
-            await self._response.write(frame)
+            await written(self._response.write(frame), self._transport)
 
     async def _beat(self) -> None:
         while True:
@@ -218,7 +220,7 @@ async def _sse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
     await response.prepare(request)
-    events = _EventStream(response)
+    events = _EventStream(response, request)
     try:
         if first is not None:
             await events.send(first, seq=seq(first))
@@ -228,6 +230,8 @@ async def _sse(
     except CallError as exc:
         with suppress(ConnectionError):
             await events.send({"error": exc.to_json()}, "error")
+    except StalledClient as exc:
+        log.warning("closed the event stream of %s %s: %s", request.method, request.path, exc)
     except ConnectionError:
         pass  # the client went away; closing the stream below stops the call
     except asyncio.CancelledError:

@@ -32,6 +32,7 @@ from ..call_metadata import AFTER_SEQ_KEY, seq_number
 from .body import json_text, load_json
 from .errors import CallError, connection_closed
 from .methods import CallMetadata, Method, find_method, parse
+from .stalled import StalledClient, written
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,11 @@ class _Connection:
     """One socket: reads requests, runs each as a task once the one before it has started,
     writes replies as they come."""
 
-    def __init__(self, socket: web.WebSocketResponse, app: Application) -> None:
+    def __init__(
+        self, socket: web.WebSocketResponse, app: Application, transport: asyncio.Transport | None
+    ) -> None:
         self._socket = socket
+        self._transport = transport
         self._app = app
         self._calls: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -136,7 +140,13 @@ class _Connection:
             pass
 
     async def _send(self, payload: dict[str, Any]) -> None:
-        await self._socket.send_str(json_text(payload))
+        try:
+            await written(self._socket.send_str(json_text(payload)), self._transport)
+        except StalledClient as exc:
+            if not self._closed:
+                log.warning("closed a WebSocket: %s", exc)
+            self._closed = True
+            raise
 
 
 def _metadata(method: Method, after_seq: object) -> CallMetadata:
@@ -167,7 +177,7 @@ class WebSocketFace:
         await socket.prepare(request)
         self._sockets.add(socket)
         try:
-            await _Connection(socket, self._app).serve()
+            await _Connection(socket, self._app, request.transport).serve()
         finally:
             self._sockets.discard(socket)
         return socket
