@@ -344,7 +344,7 @@ def alive(pid: int) -> bool:
     """True while the process exists and is not a zombie."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between it and the read
         return False
     return state != "Z"
 
