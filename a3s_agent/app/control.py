@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ..base.errors import NotFound
+from ..base.errors import FailedPrecondition, InvalidArgument, NotFound
 from ..base.models import Message
 from ..core.sessions.control import ConfirmationPolicy, Lane, LaneHandler, PendingTask
 from ..runtime import Runtime
@@ -31,6 +31,20 @@ class Control:
         """Context for the running generation's next model call; False when none runs."""
         wire = [{"role": m.role, "content": m.content, "data": m.to_json()} for m in messages]
         return bool(await self._route(session_id, "inject", {"messages": wire}))
+
+    async def steer(self, session_id: str, content: str) -> str:
+        """Send the user's `content` to the session's running generation, which takes it in at its
+        next safe point and answers it (core/loop/steering.py); the steer's id. FailedPrecondition
+        when no generation runs, or the running one has given its answer: send it as a new prompt."""
+        if not content.strip():
+            raise InvalidArgument("content: a steer needs the text to send the running generation")
+        wire = {"role": "user", "content": content, "data": {}}
+        steer_id = str(await self._route(session_id, "steer", {"message": wire}))
+        if not steer_id:
+            raise FailedPrecondition(
+                f"no generation is running in session {session_id!r} to steer; send the message as a new prompt"
+            )
+        return steer_id
 
     # For faces whose generation runs in their own task (Generation.stream: coven, ACP, MCP), so
     # it is this replica's: no routing, and no waiting.

@@ -247,3 +247,13 @@ def event_time(event: Event) -> tuple[int, dict[str, str]]:
     """AgentEvent's `timestamp` and `data`: Unix seconds, as A3S means it, and the data with the
     milliseconds the log keeps in `timestamp_ms`."""
     return event.timestamp // 1000, {**event.data, "timestamp_ms": str(event.timestamp)}
+
+
+def steer_text(messages: Sequence[Message]) -> str:
+    """The text of the one user message that steers a running generation (Generate with
+    `a3s-steer`); InvalidArgument when the request holds anything else."""
+    if len(messages) != 1 or messages[0].role != "user" or messages[0].attachments:
+        raise InvalidArgument(
+            "messages: a steer (a3s-steer: true) takes exactly one user message of text, no attachments"
+        )
+    return messages[0].content

@@ -27,6 +27,11 @@ that session at that checkpoint instead of making an empty one: the fork takes t
 config (the request's `config` is not read, but for `workspace` with `a3s-fork-copy: true`: where
 the copy of the files goes), and `initial_context` must be empty.
 
+Generate with `a3s-steer: true` starts nothing: its one user message steers the session's running
+generation (app/control.py `steer`: taken in at the run's next safe point, answered before the
+run ends). It answers at once, the steer's id in the reply's `metadata["steer_id"]` and the
+trailing `a3s-steer-id`; FAILED_PRECONDITION when no generation runs in the session.
+
 StreamGenerate and SubscribeEvents resume from a cursor, `a3s-after-seq`: the seq of the last
 chunk or event received (every chunk's `metadata["seq"]`, every event's `data["seq"]`). A
 StreamGenerate with it starts nothing: it follows the run that wrote that chunk from the next one
@@ -72,6 +77,8 @@ FORK_FROM_KEY = "a3s-fork-from"
 FORK_COPY_KEY = "a3s-fork-copy"
 UNDO_CHECKPOINT_KEY = "a3s-undo-checkpoint"
 FILES_RESTORED_KEY = "a3s-files-restored"
+STEER_KEY = "a3s-steer"
+STEER_ID_KEY = "a3s-steer-id"
 SEQ = "seq"
 """Where a chunk (its `metadata`) and an event (its `data`) carry their seq."""
 _MAX_SEQ = 2**63 - 1  # what the stores' integers hold
@@ -90,6 +97,7 @@ REQUEST_KEYS = (
     FORCE_KEY,
     FORK_FROM_KEY,
     FORK_COPY_KEY,
+    STEER_KEY,
 )
 """Every name a caller may send (as gRPC metadata or HTTP request headers)."""
 _SHARE_KEYS = {COMPACT_THRESHOLD_KEY: "threshold", COMPACT_TARGET_KEY: "target"}
@@ -279,6 +287,11 @@ def fork_request(metadata: Metadata) -> ForkRequest | None:
     if not session_id:
         raise InvalidArgument(f"{FORK_FROM_KEY} must be <session id>:<checkpoint>, not {text[:100]!r}")
     return ForkRequest(session_id, seq_number(seq, FORK_FROM_KEY), _switch(metadata, FORK_COPY_KEY))
+
+
+def steer_requested(metadata: Metadata) -> bool:
+    """Whether Generate's `a3s-steer` asks it to steer the running generation."""
+    return _switch(metadata, STEER_KEY)
 
 
 def _switch(metadata: Metadata, key: str) -> bool:

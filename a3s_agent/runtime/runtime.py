@@ -506,6 +506,7 @@ class Runtime:
         actions: dict[str, Callable[[str, dict[str, Any]], Any]] = {
             "cancel": lambda sid, a: control.cancel(sid, a.get("operation_id") or None),
             "inject": lambda sid, a: control.inject(sid, [Message.from_json(**m) for m in a["messages"]]),
+            "steer": lambda sid, a: control.steer(sid, Message.from_json(**a["message"])),
             "confirm": lambda sid, a: control.confirm(sid, a["tool_id"], a["approved"], a["reason"]),
             "complete_external": lambda sid, a: control.complete_external(
                 sid, a["task_id"], a["success"], a["result"], a["error"]

@@ -36,6 +36,7 @@ from .budget import BudgetSpent, budget_spent
 from .context import Compaction, ContextManager
 from .host import AgentHost
 from .repair import answer_interrupted_calls
+from .steering import steer_applied, steer_notice
 from .tool_gate import ToolGate, called
 from .tool_runner import new_call_id, tool_message
 
@@ -254,7 +255,9 @@ class Agent:
                 self._events.publish(EventType.ERROR, session_id, f"generation failed: {exc}", run.spending())
                 raise
             finally:
-                leftover = self._control.take_injected(session_id)  # came after the last model call
+                # Came after the last model call (a steer only when the run failed or was stopped).
+                steers = self._control.take_steers(session_id)
+                leftover = [*self._control.take_injected(session_id), *(s.message for s in steers)]
                 self._control.end_run(session_id)
                 if leftover:
                     await self._sessions.append_messages(session_id, leftover)
@@ -365,6 +368,8 @@ class _Run:
             if injected:
                 await self._store(*injected)
                 conversation.extend(to_openai(m) for m in injected)
+            async for applied in self._take_steers(conversation):
+                yield applied
             compacted = await self._compact_if_needed()
             if compacted is not None:
                 conversation = await self._rebuilt(conversation[0])
@@ -441,7 +446,7 @@ class _Run:
                 await self.agent._sessions.append_messages(above.id, [], usage=turn_usage)
             yield ended
             conversation.append(to_openai(assistant))
-            if not requested:
+            if not requested and self.agent._control.may_end(self.session.id):
                 yield DoneEvent(self._generation(assistant, _final_reason(finish_reason), turn))
                 return
             self.intermediate.append(assistant)
@@ -452,6 +457,18 @@ class _Run:
                 final = Message(role="assistant", content=(assistant.content + "\n\n" + note).strip())
                 yield DoneEvent(self._generation(final, "tool_calls", turn))
                 return
+
+    async def _take_steers(self, conversation: list[dict[str, Any]]) -> AsyncIterator[AgentEvent]:
+        """Take in the messages that steer the run (core/loop/steering.py), each with its event."""
+        steers = self.agent._control.take_steers(self.session.id)
+        if not steers:
+            return
+        messages = [steer.message for steer in steers]
+        log = [steer_applied(self.session.id, steer) for steer in steers]
+        await self.agent._sessions.append_messages(self.session.id, messages, log=log)
+        conversation.extend(to_openai(m) for m in messages)
+        for steer in steers:
+            yield NoticeEvent(steer_notice(steer))
 
     @staticmethod
     async def _traced(chat: Span, events: AsyncIterator[ProviderEvent]) -> AsyncIterator[ProviderEvent]:

@@ -68,6 +68,14 @@ class PendingTask:
     remaining_ms: int
 
 
+@dataclass(frozen=True)
+class Steer:
+    """A message for the running generation, taken in at its next safe point (loop/steering.py)."""
+
+    steer_id: str
+    message: Message
+
+
 @dataclass
 class Outcome:
     """How a wait for a person or a host ended."""
@@ -90,6 +98,8 @@ class SessionControl:
         self.external: dict[str, ExternalTask] = {}
         self.lanes = {lane: asyncio.Semaphore(limit) for lane, limit in LANE_LIMITS.items()}
         self.injected: list[Message] = []  # context for the running run's next model call
+        self.steers: list[Steer] = []  # user messages for the running run's next model call
+        self.ending = False  # the running run has given its answer: it takes no more steers
         self.counts = LaneCounts(Lane)  # how busy each lane is here (GetQueueStats)
 
 
@@ -171,6 +181,7 @@ class ControlPlane:
         if control is not None:
             control.run_task = None
             control.cancel_requested = False
+            control.ending = False
             control.cancelled_tools.clear()
 
     def cancel(self, session_id: str, operation_id: str | None) -> bool:
@@ -214,6 +225,29 @@ class ControlPlane:
         control = self.of(session_id)
         taken, control.injected = control.injected, []
         return taken
+
+    def steer(self, session_id: str, message: Message) -> str:
+        """Queue `message` for the running generation's next model call, which it then answers
+        too; the steer's id, "" when no generation runs or the running one has given its answer."""
+        control = self.of(session_id)
+        with control.counts.running(Lane.CONTROL):
+            if control.run_task is None or control.run_task.done() or control.ending:
+                return ""
+            steer = Steer(f"steer_{uuid.uuid4().hex[:20]}", message)
+            control.steers.append(steer)
+            return steer.steer_id
+
+    def take_steers(self, session_id: str) -> list[Steer]:
+        control = self.of(session_id)
+        taken, control.steers = control.steers, []
+        return taken
+
+    def may_end(self, session_id: str) -> bool:
+        """Whether the running generation may end with the answer it has: no steer waits for it.
+        When it may, it takes no more steers from now on (`steer` answers "")."""
+        control = self.of(session_id)
+        control.ending = not control.steers
+        return control.ending
 
     async def pause(self, session_id: str) -> None:
         """Hold the session's run, and its subagents', at their next step."""

@@ -28,6 +28,7 @@ from ..agent_service import (
     health_message,
     lane,
     sandbox_details,
+    steer_text,
     structured_metadata,
 )
 from . import convert, later_convert, metadata
@@ -259,6 +260,10 @@ class CodeAgentService(pb_grpc.CodeAgentServiceServicer):
     async def Generate(self, request: pb.GenerateRequest, context: Any) -> pb.GenerateResponse:
         options = convert.options_from_pb(request)
         messages = await self._messages(request.messages, "messages")
+        if call_metadata.steer_requested(metadata.given(context)):
+            steer_id = await self.app.control.steer(request.session_id, steer_text(messages))
+            metadata.hand_out(context, [(call_metadata.STEER_ID_KEY, steer_id)])
+            return pb.GenerateResponse(session_id=request.session_id, metadata={"steer_id": steer_id})
         generation = await self.app.generation.generate(request.session_id, messages, options)
         return convert.generate_response(request.session_id, generation, options.return_intermediate_steps)
 

@@ -23,6 +23,7 @@ of the table in methods.py, a conversion and one call into the application layer
     POST   /sessions/{id}/pause, …/resume    Pause, Resume (body: none)
     POST   /sessions/{id}/confirmations/{tool_id}
                                              ConfirmToolExecution (body: {"approved", "reason"})
+    POST   /sessions/{id}/steer              a message for the running generation (steering.py)
     POST   /rpc/{method}                     any RPC by name (body: its request); streaming ones as SSE
     GET    /sessions/{id}/checkpoints, POST …/rewind, …/restore, …/fork, GET …/diff: checkpoints
                                              (checkpoints.py)
@@ -77,6 +78,7 @@ from .harness import HarnessApi, harness_errors
 from .methods import CallMetadata, Cursor, Method, find_method, parse
 from .probes import Probes
 from .stalled import StalledClient, written
+from .steering import SteerRoutes
 from .tracing import traced
 from .ws import WebSocketFace
 
@@ -427,6 +429,7 @@ def build_app(
     web_app.add_routes([*RestApi(app, readiness).routes(), *probes.routes(), web.get("/ws", sockets.handle)])
     web_app.add_routes(HarnessApi(app.harness).routes())  # the A3S harness protocol (harness.py)
     web_app.add_routes(CheckpointRoutes(app).routes())  # checkpoints, rewind, fork (checkpoints.py)
+    web_app.add_routes(SteerRoutes(app).routes())  # steering a running generation (steering.py)
     web_app.add_routes(extra_routes)
     web_app.on_shutdown.append(sockets.close_all)
     return web_app

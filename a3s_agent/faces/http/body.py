@@ -9,6 +9,7 @@ JSON, or a CallError INVALID_ARGUMENT (400) naming what and the fault.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
@@ -43,3 +44,20 @@ async def json_body(request: web.Request) -> Any:
     """The request's body as JSON; an empty (or blank) body is `{}`."""
     raw = await request.read()
     return load_json(raw, "the request body") if raw.strip() else {}
+
+
+def closed_object(body: object, types: Mapping[str, type]) -> dict[str, Any]:
+    """The body as a closed object of these fields and types; InvalidArgument naming the fault."""
+    if not isinstance(body, dict):
+        raise InvalidArgument("the request body must be a JSON object")
+    unknown = sorted(set(body) - set(types))
+    if unknown:
+        raise InvalidArgument(f"unknown field(s) {', '.join(unknown)} (known: {', '.join(types)})")
+    for name, value in body.items():
+        kind = types[name]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise InvalidArgument(f"{name} must be {_TYPE_NAMES[kind]}, not {json_text(value)[:50]}")
+    return body
+
+
+_TYPE_NAMES = {int: "a whole number", bool: "true or false", str: "a string"}

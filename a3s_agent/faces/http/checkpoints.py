@@ -29,7 +29,7 @@ from aiohttp import web
 from ...app import Application
 from ...app.checkpoints import CheckpointRecord, Restored
 from ...base.errors import InvalidArgument
-from .body import json_body, json_text
+from .body import closed_object, json_body, json_text
 from .errors import unary_call
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
@@ -65,7 +65,7 @@ class CheckpointRoutes:
         return _json({"checkpoints": [_checkpoint(r) for r in records]})
 
     async def rewind(self, request: web.Request, session_id: str) -> web.Response:
-        body = _fields(
+        body = closed_object(
             await json_body(request), {"checkpoint": int, "conversation_only": bool, "force": bool}
         )
         done = await self._app.checkpoints.rewind(
@@ -77,7 +77,7 @@ class CheckpointRoutes:
         return _json({**_restored(body["checkpoint"], done.restored), "messages": done.messages})
 
     async def restore(self, request: web.Request, session_id: str) -> web.Response:
-        body = _fields(await json_body(request), {"checkpoint": int, "force": bool})
+        body = closed_object(await json_body(request), {"checkpoint": int, "force": bool})
         done = await self._app.checkpoints.restore_files(
             session_id, _required(body, "checkpoint"), force=body.get("force", False)
         )
@@ -97,7 +97,7 @@ class CheckpointRoutes:
         )
 
     async def fork(self, request: web.Request, session_id: str) -> web.Response:
-        body = _fields(
+        body = closed_object(
             await json_body(request), {"checkpoint": int, "copy_workspace": bool, "workspace": str}
         )
         view = await self._app.checkpoints.fork(
@@ -118,23 +118,6 @@ class CheckpointRoutes:
 
 def _json(value: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response(value, status=status, headers=headers, dumps=json_text)
-
-
-def _fields(body: object, types: Mapping[str, type]) -> dict[str, Any]:
-    """The body as a closed object of these fields and types; InvalidArgument naming the fault."""
-    if not isinstance(body, dict):
-        raise InvalidArgument("the request body must be a JSON object")
-    unknown = sorted(set(body) - set(types))
-    if unknown:
-        raise InvalidArgument(f"unknown field(s) {', '.join(unknown)} (known: {', '.join(types)})")
-    for name, value in body.items():
-        kind = types[name]
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise InvalidArgument(f"{name} must be {_TYPE_NAMES[kind]}, not {json_text(value)[:50]}")
-    return body
-
-
-_TYPE_NAMES = {int: "a whole number", bool: "true or false", str: "a string"}
 
 
 def _required(body: Mapping[str, Any], name: str) -> int:

@@ -10,6 +10,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+from aiohttp import web
+
 from ...app.types import Resync
 from ...base.log_lines import note_session
 from ..status import DISCONNECTED, MAX_MESSAGE_CHARS, call_log, failure, log_call, shortened
@@ -93,7 +95,8 @@ async def unary_call(method: str, session_id: str, call: Awaitable[T]) -> T:
         return await call
     except BaseException as exc:
         code = _code_of(exc)
-        if isinstance(exc, CallError) or not isinstance(exc, Exception):
+        # aiohttp's own refusals (a body over the size limit: 413) keep their status (app.py _errors).
+        if isinstance(exc, CallError | web.HTTPException) or not isinstance(exc, Exception):
             raise
         raise _ended(exc, method) from exc
     finally:
