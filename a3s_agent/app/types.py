@@ -25,6 +25,7 @@ from ..core.loop.agent import (
 from ..core.loop.budget import parse_budget
 from ..core.loop.chunks import entry_chunk
 from ..core.loop.context import ContextUsage
+from ..core.loop.steering import STEER_APPLIED
 from ..core.loop.structured import StructuredDone
 from ..core.loop.tool_runner import tool_message
 from ..core.policy.permissions import PermissionPolicy
@@ -39,6 +40,7 @@ __all__ = [
     "A3S_DIALECTS",
     "DEFAULT_MAX_TOOL_CALLS",
     "SESSION_ID_PATTERN",
+    "STEER_APPLIED",
     "AgentEvent",
     "ConfirmationPolicy",
     "ContextUsage",

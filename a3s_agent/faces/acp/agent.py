@@ -192,7 +192,7 @@ class EditorAgent:
             checkpoint, copy_workspace = _fork_options(kwargs.get("a3s"))
             servers = servers_given(mcp_servers, "session/fork")
             source = (await self._app.sessions.get(session_id)).session
-            moved = bool(cwd) and not _same_directory(cwd, Path(source.config.workspace))
+            moved = bool(cwd) and not same_directory(cwd, Path(source.config.workspace))
             view = await self._app.checkpoints.fork(
                 session_id,
                 checkpoint,
@@ -232,7 +232,7 @@ class EditorAgent:
         made its own MCP servers; NotFound for no session."""
         session = (await self._app.sessions.get(session_id)).session
         workspace = Path(session.config.workspace)
-        moved = bool(cwd) and not _same_directory(cwd, workspace)
+        moved = bool(cwd) and not same_directory(cwd, workspace)
         if moved or servers is not None:
             config = SessionConfig(workspace=cwd if moved else "")
             view = await self._app.sessions.configure(
@@ -303,7 +303,7 @@ class EditorAgent:
         return self._outbox
 
 
-def _same_directory(path: str, directory: Path) -> bool:
+def same_directory(path: str, directory: Path) -> bool:
     return Path(path).resolve() == directory
 
 

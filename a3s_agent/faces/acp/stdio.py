@@ -118,6 +118,27 @@ class StdioTransport:
                 parts, size = [], 0
 
 
+class Peeked:
+    """The transport with a message already received in front of it again (for the SDK, once the
+    first message has chosen the protocol)."""
+
+    def __init__(self, first: dict[str, Any] | None, transport: StdioTransport) -> None:
+        self._first = first
+        self._transport = transport
+
+    async def receive(self) -> dict[str, Any] | None:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        return await self._transport.receive()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self._transport.send(message)
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+
 def _message(line: bytes) -> dict[str, Any] | None:
     line = line.strip()
     if not line:
