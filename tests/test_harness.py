@@ -783,3 +783,48 @@ def test_an_oversized_payload_is_bounded() -> None:
         "id": "call_2",
         "turn": 3,
     }
+
+
+def steer(words: str, request_id: str = "req-0005", **who: str) -> dict[str, Any]:
+    return {
+        "action": "steer",
+        "request": {
+            "schema": "a3s.code.agent-run-steer.v1",
+            "request_id": request_id,
+            "identity": identity(**who),
+            "input": words,
+        },
+    }
+
+
+async def test_a_steer_reaches_the_running_turn_and_is_in_its_events(harness: Http, fake: FakeLLM) -> None:
+    git_dir = harness.server.workspace / ".git"  # where a command may write, not the work tree
+    started, go = git_dir / "started", git_dir / "go"
+    held = f"touch {started}; for i in $(seq 600); do [ -f {go} ] && break; sleep 0.05; done"
+    fake.script(
+        tool_call("bash", {"command": held}), lambda body: text(f"heard: {body['messages'][-1]['content']}")
+    )
+    unknown = await command(harness, steer("too early"), 404)
+    assert unknown["error"]["code"].endswith("session_not_found")
+    await command(harness, start())
+    await eventually(started.exists, "the tool runs")
+
+    receipt = await command(harness, steer("use tabs, not spaces"))
+    assert receipt["action"] == "steer" and receipt["state"] == "executing" and receipt["replayed"] is False
+    assert (await command(harness, steer("x" * 70_000), 400)) == INVALID_FIELD  # over the prompt bound
+    other = await command(harness, steer("not yours", run_id="run-42-9"), 404)
+    assert other["error"]["code"].endswith("run_not_found")
+    go.touch()
+    done = await finished(harness)
+    assert done["state"] == "completed"
+
+    events = await all_events(harness)
+    applied = [e["event"]["payload"] for e in events if e["event"]["type"] == "run_control_applied"]
+    assert applied == [
+        {"request_id": "req-0005", "operation": "steer", "turn_id": None, "turn_revision": 0,
+         "input": "use tabs, not spaces"}
+    ]  # fmt: skip
+    assert events[-1]["event"]["payload"]["text"] == "heard: use tabs, not spaces"
+    assert fake.requests[1].messages[-1] == {"role": "user", "content": "use tabs, not spaces"}
+    late = await command(harness, steer("after the end", request_id="req-0006"), 409)
+    assert late["error"]["code"].endswith("run_unavailable")

@@ -1,5 +1,5 @@
-"""The A3S headless harness protocol's operations: runs started, cancelled and recovered by a
-caller-chosen run id, their events as pages, and each run's git change set (trees of the
+"""The A3S headless harness protocol's operations: runs started, cancelled, recovered and steered
+by a caller-chosen run id, their events as pages, and each run's git change set (trees of the
 workspace's shadow repository, which checkpoints use too: the user's `.git` is never written).
 
 A harness run is an ordinary generation of an ordinary session (runtime/runs.py, as Generate's):
@@ -81,6 +81,8 @@ class Harness:
         self.check_release(command.identity)
         if command.action == "cancel":
             return await self._cancel(command.identity)
+        if command.action == "steer":
+            return await self._steer(command)
         prompt = command.argument
         if command.action == "recover":
             if command.argument == command.identity.run_id:
@@ -209,6 +211,18 @@ class Harness:
         run.touch("cancelled")
         await self._save(run)
         self._rt.control.cancel(run.session_id, None)
+        return Receipt(run.state, len(run.items), run.observed(), False)
+
+    async def _steer(self, command: Command) -> Receipt:
+        """The run's generation takes `input` in at its next safe point (core/loop/steering.py),
+        named by the command's request_id in the run's `run_control_applied` event; run_unavailable
+        when the run is not going here, or is ending."""
+        run = await self._run(command.identity)
+        message = Message(role="user", content=command.argument)
+        if not run.live or run.state in TERMINAL:
+            raise HarnessRefusal("run_unavailable")
+        if not self._rt.control.steer(run.session_id, message, command.request_id):
+            raise HarnessRefusal("run_unavailable")
         return Receipt(run.state, len(run.items), run.observed(), False)
 
     async def _run(self, identity: Identity) -> RunRecord:

@@ -31,6 +31,7 @@ from ..core.loop.agent import (
     ToolResultEvent,
     TurnEvent,
 )
+from ..core.loop.steering import STEER_APPLIED
 
 SUBAGENT_END = "subagent_end"
 MAX_PAYLOAD_BYTES = 64 * 1024 - 1024  # the record's 64 KiB, less its envelope and metadata
@@ -173,6 +174,9 @@ def _notice(
         return kind, {**about, "agent": notice.get("agent", ""),
                       "output": _output(result["output"]) if result else notice.get("error", ""),
                       "success": notice.get("success") == "true", "finished_ms": at_ms}  # fmt: skip
+    if kind == STEER_APPLIED:
+        return "run_control_applied", {"request_id": notice.get("steer_id", ""), "operation": "steer",
+                                       "turn_id": None, "turn_revision": 0, "input": notice.get("content", "")}  # fmt: skip
     return "notice", dict(notice)
 
 

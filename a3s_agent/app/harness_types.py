@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Action = Literal["start", "cancel", "recover"]
+Action = Literal["start", "cancel", "recover", "steer"]
 
 
 class HarnessRefusal(Exception):
@@ -30,7 +30,7 @@ class Command:
     action: Action
     request_id: str
     identity: Identity
-    argument: str  # start: the prompt; cancel: the reason; recover: the checkpoint run id
+    argument: str  # start: the prompt; cancel: the reason; recover: the checkpoint run id; steer: the input
 
 
 @dataclass(frozen=True)

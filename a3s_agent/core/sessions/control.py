@@ -226,14 +226,15 @@ class ControlPlane:
         taken, control.injected = control.injected, []
         return taken
 
-    def steer(self, session_id: str, message: Message) -> str:
+    def steer(self, session_id: str, message: Message, steer_id: str = "") -> str:
         """Queue `message` for the running generation's next model call, which it then answers
-        too; the steer's id, "" when no generation runs or the running one has given its answer."""
+        too; the steer's id (`steer_id`, or a new one), "" when no generation runs or the running
+        one has given its answer."""
         control = self.of(session_id)
         with control.counts.running(Lane.CONTROL):
             if control.run_task is None or control.run_task.done() or control.ending:
                 return ""
-            steer = Steer(f"steer_{uuid.uuid4().hex[:20]}", message)
+            steer = Steer(steer_id or f"steer_{uuid.uuid4().hex[:20]}", message)
             control.steers.append(steer)
             return steer.steer_id
 

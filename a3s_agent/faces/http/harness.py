@@ -1,6 +1,6 @@
 """The A3S headless harness protocol on the HTTP face (a3s.code.agent.v1; the spec's sections 1-9):
 
-    POST /v1/agent/commands      start | cancel | recover → 200 command receipt
+    POST /v1/agent/commands      start | cancel | recover | steer (ours) → 200 command receipt
     POST /v1/agent/events:page   a page of a run's events → 200 event page
     POST /v1/agent/changes       the run's git_unified_diff_v1 change set (425 pending, 422 none)
 

@@ -25,6 +25,7 @@ IDENTITY_SCHEMA = "a3s.code.agent-run-identity.v1"
 START_SCHEMA = "a3s.code.agent-run-start.v1"
 CANCEL_SCHEMA = "a3s.code.agent-run-cancel.v1"
 RECOVER_SCHEMA = "a3s.code.agent-run-recover.v1"
+STEER_SCHEMA = "a3s.code.agent-run-steer.v1"  # ours: A3S's command union has no steer
 PAGE_REQUEST_SCHEMA = "a3s.code.agent-event-page-request.v1"
 CHANGE_SET_REQUEST_SCHEMA = "a3s.code.agent-change-set-request.v1"
 
@@ -33,6 +34,7 @@ ACTIONS = {
     "start": (START_SCHEMA, "prompt"),
     "cancel": (CANCEL_SCHEMA, "reason"),
     "recover": (RECOVER_SCHEMA, "checkpoint_run_id"),
+    "steer": (STEER_SCHEMA, "input"),
 }
 IDENTITY_KEYS = ("schema", "protocol", "agent_release_identity", "session_id", "run_id")
 
@@ -119,7 +121,7 @@ def command(body: Any) -> Command:
     _schema(texts["schema"], schema)
     request_id = check_id(texts["request_id"])
     identity = _identity(identity_fields)
-    if own == "prompt":
+    if own in ("prompt", "input"):
         argument = _bounded_text(texts[own], MAX_PROMPT_BYTES, lines=True)
     elif own == "reason":
         argument = _bounded_text(texts[own], MAX_REASON_BYTES, lines=False)
