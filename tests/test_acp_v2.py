@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
@@ -238,3 +240,40 @@ async def test_a_v1_client_still_gets_v1(workspace: Path, tmp_path: Path) -> Non
         client.v2 = False
         init = await client.call("initialize", {"protocolVersion": 1})
         assert init["result"]["protocolVersion"] == 1 and "agentCapabilities" in init["result"]
+
+
+SDK_CLIENT = Path(__file__).with_name("acp_v2_client.mjs")
+SDK = ("@agentclientprotocol/sdk@2.4.0", "zod@4")
+
+
+@pytest.mark.slow  # installs the ACP TypeScript SDK from npm
+async def test_the_typescript_sdks_v2_client_steers_a_turn(workspace: Path, tmp_path: Path) -> None:
+    if shutil.which("npm") is None or shutil.which("node") is None:
+        pytest.skip("node and npm are not installed")
+    client_dir = tmp_path / "client"
+    client_dir.mkdir()
+    (client_dir / "package.json").write_text('{"name": "acp-v2-client", "private": true, "type": "module"}')
+    installed = subprocess.run(
+        ["npm", "install", "--no-audit", "--no-fund", *SDK],
+        cwd=client_dir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert installed.returncode == 0, installed.stderr
+    shutil.copy(SDK_CLIENT, client_dir)
+    script = (tool_call("write_file", {"path": "a.txt", "content": "x"}), heard)
+    async with FakeLLM(*script) as fake:
+        node = await asyncio.create_subprocess_exec(
+            "node", str(client_dir / SDK_CLIENT.name), sys.executable, str(workspace),
+            cwd=client_dir, env=agent_env(fake, tmp_path / "data"),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(node.communicate(), 120)
+    assert node.returncode == 0, err.decode()[-3000:]
+    seen = json.loads(out.decode().strip().splitlines()[-1])
+    assert seen["protocolVersion"] == 2 and seen["asked"] == "write_file"
+    first, second = seen["receipts"]
+    assert seen["users"] == [[first, "write a.txt"], [second, "use tabs, not spaces"]]
+    assert seen["answer"] == "heard: use tabs, not spaces" and seen["stopReason"] == "end_turn"
+    assert seen["states"] == ["running", "requires_action", "running", "idle"]
