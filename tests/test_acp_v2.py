@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from a3s_agent.testing.fake_llm import FakeLLM, hang, text, tool_call
+from a3s_agent.testing.fake_llm import FakeLLM, error, hang, text, tool_call
 
 from .conftest import eventually
 from .test_acp import agent_env
@@ -200,6 +200,16 @@ async def test_cancel_is_confirmed_by_idle_and_resume_replays_from_the_start(
             "state": "idle",
             "stopReason": "cancelled",
         }
+
+
+async def test_a_failed_turn_ends_idle_with_the_error(workspace: Path, tmp_path: Path) -> None:
+    failing = error(500, "the model's server broke", should_retry=False)
+    async with FakeLLM(failing) as fake, v2_agent(workspace, fake, tmp_path / "data") as client:
+        session_id = await started(client, workspace)
+        await client.result("session/prompt", prompt(session_id, "hello"))
+        await client.until(lambda: client.states()[-1:] == ["idle"] or None, "the turn's end")
+        idle = client.of("state_update")[-1]
+        assert idle["stopReason"] == "error" and "the model's server broke" in idle["error"]["message"], idle
 
 
 @pytest.mark.parametrize(

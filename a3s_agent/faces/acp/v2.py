@@ -37,14 +37,14 @@ from ...app.types import (
     ToolResultEvent,
     TurnEvent,
 )
-from ...base.errors import Cancelled, FailedPrecondition, InvalidArgument, NotFound
+from ...base.errors import AgentError, Cancelled, FailedPrecondition, NotFound
 from ...base.models import Message, SessionConfig
 from ..agent_service import check_message_size
 from .agent import same_directory
 from .content import PromptBlock, user_message
 from .permissions import ALLOW_ONCE, CONFIRMATION_TIMEOUT_MS, REJECT, editor_confirmation, editor_policy
 from .turn import STOP_REASONS
-from .v2_wire import INVALID_PARAMS, Connection, RpcError
+from .v2_wire import INVALID_PARAMS, Connection, RpcError, domain_error
 
 log = logging.getLogger(__name__)
 
@@ -204,19 +204,19 @@ class V2Agent:
         """Run the queued prompts one turn after another, `running` to `idle`."""
         await self._update(session_id, {"sessionUpdate": "state_update", "state": "running"})
         stop = "end_turn"
+        idle: dict[str, Any] = {"sessionUpdate": "state_update", "state": "idle"}
         try:
             while foreground.queued and stop != "cancelled":
                 message_id, message = foreground.queued.popleft()
                 await self._update(session_id, _user_message(message_id, message.content))
                 stop = await self._turn(session_id, message)
-        except Exception as exc:  # the run failed: idle, saying so
+        except AgentError as exc:  # the run failed (the model's provider, a limit): idle, saying why
             log.warning("ACP v2 turn of %s failed: %s", session_id, exc)
-            stop = "refusal" if isinstance(exc, InvalidArgument) else "end_turn"
+            stop, idle["error"] = "error", domain_error(exc)
         finally:
             foreground.queued.clear()
             foreground.stop_reason = stop
-            idle = {"sessionUpdate": "state_update", "state": "idle", "stopReason": stop}
-            await asyncio.shield(self._update(session_id, idle))
+            await asyncio.shield(self._update(session_id, {**idle, "stopReason": stop}))
 
     async def _turn(self, session_id: str, message: Message) -> str:
         turn = _TurnIds()

@@ -106,8 +106,7 @@ class Connection:
         except ValidationError as exc:
             reply = {"error": _error(INVALID_PARAMS, _invalid(exc), {"status": "INVALID_ARGUMENT"})}
         except AgentError as exc:
-            name = status_name(exc)
-            reply = {"error": _error(CODES.get(name, INTERNAL), str(exc), {"status": name})}
+            reply = {"error": domain_error(exc)}
         except Exception:
             log.exception("ACP v2 %s failed", method)
             reply = {"error": _error(INTERNAL, "internal error")}
@@ -119,6 +118,12 @@ class Connection:
             await self._transport.send(message)
         except OSError as exc:
             log.warning("the client's pipe is closed: %s", exc)
+
+
+def domain_error(exc: AgentError) -> dict[str, Any]:
+    """A domain error as a JSON-RPC error object: the v1 face's code, its status name in `data`."""
+    name = status_name(exc)
+    return _error(CODES.get(name, INTERNAL), str(exc), {"status": name})
 
 
 def _error(code: int, message: str, data: object = None) -> dict[str, Any]:
