@@ -200,6 +200,10 @@ async def test_cancel_is_confirmed_by_idle_and_resume_replays_from_the_start(
             "state": "idle",
             "stopReason": "cancelled",
         }
+        listed = await client.result("session/list", {"cwd": str(workspace)})
+        assert [(s["sessionId"], s["cwd"]) for s in listed["sessions"]] == [(session_id, str(workspace))]
+        bad = await client.call("session/list", {"cursor": "not-ours"})
+        assert bad["error"]["code"] == -32602 and "cursor" in bad["error"]["message"]
 
 
 async def test_a_failed_turn_ends_idle_with_the_error(workspace: Path, tmp_path: Path) -> None:

@@ -219,13 +219,7 @@ class EditorAgent:
         self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
     ) -> ListSessionsResponse:
         with answering("session/list", meta=kwargs):
-            page = await self._app.sessions.page(
-                _page_key(cursor) if cursor else None, PAGE_SIZE, workspace=cwd
-            )
-            return ListSessionsResponse(
-                sessions=[_info(s) for s in page.sessions],
-                next_cursor=_cursor(page.next_after) if page.next_after is not None else None,
-            )
+            return await session_page(self._app, cwd, cursor)
 
     async def _set_up(self, session_id: str, cwd: str, servers: ServersGiven | None = None) -> Path:
         """The session's workspace, made `cwd` when the editor moved it, and `servers` (when given)
@@ -305,6 +299,15 @@ class EditorAgent:
 
 def same_directory(path: str, directory: Path) -> bool:
     return Path(path).resolve() == directory
+
+
+async def session_page(app: Application, cwd: str | None, cursor: str | None) -> ListSessionsResponse:
+    """A page of the stored sessions (in `cwd`, when given) after `cursor` (one this agent gave)."""
+    page = await app.sessions.page(_page_key(cursor) if cursor else None, PAGE_SIZE, workspace=cwd)
+    return ListSessionsResponse(
+        sessions=[_info(s) for s in page.sessions],
+        next_cursor=_cursor(page.next_after) if page.next_after is not None else None,
+    )
 
 
 def _info(session: Session) -> SessionInfo:

@@ -40,7 +40,7 @@ from ...app.types import (
 from ...base.errors import AgentError, Cancelled, FailedPrecondition, NotFound
 from ...base.models import Message, SessionConfig
 from ..agent_service import check_message_size
-from .agent import same_directory
+from .agent import same_directory, session_page
 from .content import PromptBlock, user_message
 from .permissions import ALLOW_ONCE, CONFIRMATION_TIMEOUT_MS, REJECT, editor_confirmation, editor_policy
 from .turn import STOP_REASONS
@@ -69,6 +69,11 @@ class SessionParams(_Params):
 
 class PromptParams(SessionParams):
     prompt: list[PromptBlock] = Field(min_length=1)
+
+
+class ListParams(_Params):
+    cwd: str | None = None
+    cursor: str | None = None
 
 
 class ResumeParams(SessionParams):
@@ -115,6 +120,7 @@ class V2Agent:
             "session/cancel": self.cancel,
             "session/resume": self.resume,
             "session/close": self.close_session,
+            "session/list": self.list_sessions,
         }
 
     async def close(self) -> None:
@@ -187,6 +193,12 @@ class V2Agent:
             state["stopReason"] = foreground.stop_reason
         await self._update(given.session_id, state)
         return {}
+
+    async def list_sessions(self, params: dict[str, Any]) -> dict[str, Any]:
+        """v1's listing: its SessionInfo and cursor are the same in v2."""
+        given = ListParams.model_validate(params)
+        listed = await session_page(self._app, given.cwd, given.cursor)
+        return listed.model_dump(by_alias=True, exclude_none=True)
 
     async def close_session(self, params: dict[str, Any]) -> dict[str, Any]:
         session_id = SessionParams.model_validate(params).session_id
