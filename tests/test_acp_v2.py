@@ -200,10 +200,35 @@ async def test_cancel_is_confirmed_by_idle_and_resume_replays_from_the_start(
             "state": "idle",
             "stopReason": "cancelled",
         }
+        # Live updates carry their log seq; replay from one of them (inclusive) shows the same again.
+        client.updates.clear()
+        resume_at = {"sessionId": session_id, "cwd": str(workspace)}
+        first = await _first_text_seq(client, session_id, workspace)
+        replay = {**resume_at, "replayFrom": {"type": "_a3s_seq", "seq": first}}
+        assert await client.result("session/resume", replay) == {}
+        chunks = client.of("agent_message_chunk")
+        assert "".join(u["content"]["text"] for u in chunks) == "the first answer"
+        seqs = [u["_meta"]["a3s/seq"] for u in chunks]
+        assert seqs[0] == first and seqs == sorted(set(seqs))
+        assert client.permission_asks == [] and client.states() == ["idle"]
+        for bad_seq in (0, "1", True):
+            bad = await client.call(
+                "session/resume", {**resume_at, "replayFrom": {"type": "_a3s_seq", "seq": bad_seq}}
+            )
+            assert bad["error"]["code"] == -32602 and "replayFrom.seq" in bad["error"]["message"]
         listed = await client.result("session/list", {"cwd": str(workspace)})
         assert [(s["sessionId"], s["cwd"]) for s in listed["sessions"]] == [(session_id, str(workspace))]
         bad = await client.call("session/list", {"cursor": "not-ours"})
         assert bad["error"]["code"] == -32602 and "cursor" in bad["error"]["message"]
+
+
+async def _first_text_seq(client: V2Client, session_id: str, workspace: Path) -> int:
+    """The seq of the session's first text update, from a replay of its whole log."""
+    replay = {"sessionId": session_id, "cwd": str(workspace), "replayFrom": {"type": "_a3s_seq", "seq": 1}}
+    await client.result("session/resume", replay)
+    seq: int = client.of("agent_message_chunk")[0]["_meta"]["a3s/seq"]
+    client.updates.clear()
+    return seq
 
 
 async def test_a_failed_turn_ends_idle_with_the_error(workspace: Path, tmp_path: Path) -> None:

@@ -4,8 +4,10 @@ with the inserted message's id, and the session's foreground work is reported by
 (`running`, `requires_action` while a permission waits, `idle` with the stop reason); a prompt sent
 while a turn runs steers that turn (app/control.py `steer`: taken in at its next safe point), or,
 when the turn is already giving its last answer, runs next. `session/cancel` stops the turn and
-drops what was queued; the `idle` update confirms it. `session/resume` replays the history with
-`replayFrom: {"type": "start"}` and always ends with the current state.
+drops what was queued; the `idle` update confirms it. A turn's run is logged as every face's
+runs are, its updates carrying their seq; `session/resume` replays the history with
+`replayFrom: {"type": "start"}`, or the log from a seq on with ours (REPLAY_SEQ), and always ends
+with the current state.
 
 Messages are checked by our own pydantic models of the few requests served (the Python SDK has
 none for v2); prompt content blocks are v1's, unchanged in v2."""
@@ -18,7 +20,6 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Sequence
-from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +27,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ... import NAME, __version__
 from ...app import Application
+from ...app.events import MAX_PAGE
 from ...app.types import (
     STEER_APPLIED,
     DoneEvent,
     GenerateOptions,
+    LogEntry,
     NoticeEvent,
     TextEvent,
     ThinkingEvent,
     ToolCallEvent,
     ToolResultEvent,
     TurnEvent,
+    entry_chunk,
 )
 from ...base.errors import AgentError, Cancelled, FailedPrecondition, NotFound
 from ...base.models import Message, SessionConfig
@@ -49,6 +53,10 @@ from .v2_wire import INVALID_PARAMS, Connection, RpcError, domain_error
 log = logging.getLogger(__name__)
 
 PROTOCOL_V2 = 2
+SEQ_META = "a3s/seq"
+"""Where an update of a run carries the seq of the log entry it shows."""
+REPLAY_SEQ = "_a3s_seq"
+"""Our replay cursor: `{"type": "_a3s_seq", "seq": N}`, from the log entry N on (inclusive)."""
 
 
 class _Params(BaseModel):
@@ -170,7 +178,7 @@ class V2Agent:
             return
         foreground.queued.clear()
         assert foreground.task is not None
-        if not self._app.control.cancel_own(session_id, foreground.task):
+        if not await self._app.control.cancel(session_id, None):  # not started yet
             foreground.task.cancel()
 
     async def resume(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -180,11 +188,16 @@ class V2Agent:
             raise RpcError(
                 INVALID_PARAMS, f"cwd: session {given.session_id!r} works in {session.config.workspace}"
             )
-        if given.replay_from is not None:
-            if given.replay_from.get("type") != "start":
-                raise RpcError(INVALID_PARAMS, 'replayFrom: only {"type": "start"} is supported')
+        cursor = given.replay_from
+        if cursor is not None and cursor.get("type") == "start":
             for update in _replayed(await self._app.sessions.history(given.session_id)):
                 await self._update(given.session_id, update)
+        elif cursor is not None and cursor.get("type") == REPLAY_SEQ:
+            await self._replay_log(given.session_id, _seq_cursor(cursor))
+        elif cursor is not None:
+            raise RpcError(
+                INVALID_PARAMS, f'replayFrom: {{"type": "start"}} or {{"type": "{REPLAY_SEQ}", "seq": N}}'
+            )
         foreground = self._foreground.setdefault(given.session_id, Foreground())
         state: dict[str, Any] = {"sessionUpdate": "state_update", "state": "idle"}
         if foreground.running:
@@ -200,6 +213,19 @@ class V2Agent:
         listed = await session_page(self._app, given.cwd, given.cursor)
         return listed.model_dump(by_alias=True, exclude_none=True)
 
+    async def _replay_log(self, session_id: str, first: int) -> None:
+        """The runs' updates the session's log holds from seq `first` on, each with its seq."""
+        after, turn = first - 1, _TurnIds()
+        while True:
+            entries, last = await self._app.events.page(session_id, after, MAX_PAGE)
+            for entry in entries:
+                if isinstance(entry, LogEntry):
+                    with contextlib.suppress(AgentError):  # the entry that ended a run that failed
+                        await self._on(session_id, entry_chunk(entry), turn, entry.seq, live=False)
+            if not entries or entries[-1].seq >= last:
+                return
+            after = entries[-1].seq
+
     async def close_session(self, params: dict[str, Any]) -> dict[str, Any]:
         session_id = SessionParams.model_validate(params).session_id
         foreground = self._foreground.pop(session_id, None)
@@ -207,6 +233,7 @@ class V2Agent:
             foreground.queued.clear()
             foreground.task.cancel()
         with contextlib.suppress(NotFound):
+            await self._app.control.cancel(session_id, None)
             await self._app.sessions.release(session_id)
         return {}
 
@@ -231,19 +258,21 @@ class V2Agent:
             await asyncio.shield(self._update(session_id, {**idle, "stopReason": stop}))
 
     async def _turn(self, session_id: str, message: Message) -> str:
+        """One prompt's run, as every face's runs: logged chunk by chunk with its seq (each update
+        carries it in `_meta`, the position `replayFrom` takes)."""
         turn = _TurnIds()
         try:
-            events = self._app.generation.stream(session_id, [message], GenerateOptions())
-            async with aclosing(events) as run:
-                async for event in run:
-                    if isinstance(event, DoneEvent):
-                        return STOP_REASONS.get(event.generation.finish_reason, "end_turn")
-                    await self._on(session_id, event, turn)
+            async for event, seq in self._app.generation.chunks(session_id, [message], GenerateOptions()):
+                if isinstance(event, DoneEvent):
+                    return STOP_REASONS.get(event.generation.finish_reason, "end_turn")
+                await self._on(session_id, event, turn, seq)
         except (Cancelled, asyncio.CancelledError):
             return "cancelled"
         return "end_turn"
 
-    async def _on(self, session_id: str, event: object, turn: _TurnIds) -> None:
+    async def _on(self, session_id: str, event: object, turn: _TurnIds, seq: int, live: bool = True) -> None:
+        """The update that shows `event` (logged at `seq`); `live`: of the turn going on (not a
+        replay), whose permission requests are asked."""
         if isinstance(event, TextEvent):
             update = {
                 "sessionUpdate": "agent_message_chunk",
@@ -266,14 +295,14 @@ class V2Agent:
             return
         elif isinstance(event, NoticeEvent) and event.data.get("type") == STEER_APPLIED:
             update = _user_message(event.data["steer_id"], event.data.get("content", ""))
-        elif isinstance(event, NoticeEvent) and event.data.get("type") == "confirmation_required":
+        elif isinstance(event, NoticeEvent) and event.data.get("type") == "confirmation_required" and live:
             asking = asyncio.create_task(self._ask(session_id, event.data))
             self._asking.add(asking)
             asking.add_done_callback(self._asking.discard)
             return
         else:
             return
-        await self._update(session_id, update)
+        await self._update(session_id, {**update, "_meta": {SEQ_META: seq}})
 
     async def _ask(self, session_id: str, data: dict[str, str]) -> None:
         """A call waits for confirmation: ask the client (`requires_action` meanwhile), bounded."""
@@ -326,6 +355,15 @@ class _TurnIds:
     def next(self) -> None:
         self.agent = f"agent_{uuid.uuid4().hex[:20]}"
         self.thought = f"thought_{uuid.uuid4().hex[:20]}"
+
+
+def _seq_cursor(cursor: dict[str, Any]) -> int:
+    seq = cursor.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 1 <= seq < 2**63:
+        raise RpcError(
+            INVALID_PARAMS, "replayFrom.seq must be a seq of the session's log (a whole number from 1)"
+        )
+    return seq
 
 
 def _user_message(message_id: str, text: str) -> dict[str, Any]:
