@@ -233,3 +233,23 @@ async def test_a_steer_without_the_token_is_refused(workspace: Path, tmp_path: P
                     assert reply.status == 409  # through the token: no generation runs
         finally:
             await listener.stop()
+
+
+async def test_a_steer_its_run_never_took_in_stays_in_the_history(
+    http: Http, scripted: ScriptedProvider
+) -> None:
+    session_id = await new_session(http.server)
+    released = asyncio.Event()
+    scripted.script(after(released, text("never seen")))
+    body = {"messages": [{"role": "ROLE_USER", "content": "work"}]}
+    stream = asyncio.create_task(http.client.post(f"/sessions/{session_id}/generate/stream", json=body))
+    await eventually(lambda: scripted.requests or None, "the model call")
+    steered = await steer(http, session_id, {"content": "and also this"})
+    assert steered.status == 202
+    cancelled = await http.client.post(f"/sessions/{session_id}/cancel", json={})
+    assert (await cancelled.json())["success"] is True
+    released.set()
+    assert "cancelled" in await error_of(await asyncio.wait_for(stream, 30), 499, "CANCELLED")
+    history = await http.server.runtime.sessions.history(session_id)
+    assert [m.content for m in history if m.role == "user"] == ["work", "and also this"]
+    assert await logged_steers(http, session_id) == []  # never taken in
