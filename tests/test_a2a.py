@@ -275,8 +275,13 @@ async def test_a_message_to_a_working_task_steers_its_next_model_call(
             await client.create_task_push_notification_config(
                 TaskPushNotificationConfig(task_id=task_id, url="http://127.0.0.1:9/hook")
             )
-    said = [m.get("content") for m in fake.requests[-1].messages]
-    assert any("Answer in French." in str(content) for content in said), said
+    said = [(m.get("role"), m.get("content")) for m in fake.requests[-1].messages]
+    assert ("user", "Answer in French.") in said, said  # taken in as the user's, at a safe point
+    async with (
+        over_rest(base) as http,
+        http.get("/sessions/ctx-steer/events", params={"limit": 1000}) as page,
+    ):
+        assert '"steer_applied"' in await page.text()  # the session's log says when the run took it in
 
 
 async def test_push_notifications_go_only_to_the_operators_urls(tmp_path: Path, fake: FakeLLM) -> None:

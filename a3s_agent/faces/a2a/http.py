@@ -3,8 +3,8 @@ well-known path, open as the probes are so that a client learns the token it nee
 at /a2a, behind the face's token, guard and readiness gate, served by the SDK's dispatcher driven
 from aiohttp (faces/asgi.py).
 
-A message to a task that is working steers it: it is injected into the run as context for its
-next model call (app.control.inject) and answered with the task as it is."""
+A message to a task that is working steers it: the run takes it in at its next safe point and
+answers it (app.control.steer), and the message is answered with the task as it is."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from aiohttp import web
 from starlette.applications import Starlette
 
 from ...app import Application
-from ...base.models import Message as Said
+from ...base.errors import FailedPrecondition
 from ..asgi import serve_asgi
 from .card import RPC_PATH, agent_card
 from .executor import Executor
@@ -122,6 +122,8 @@ class Steering(DefaultRequestHandler):
         text = get_message_text(params.message)
         if not text.strip():
             return None
-        if not await self._app.control.inject(task.context_id, [Said(role="user", content=text)]):
+        try:
+            await self._app.control.steer(task.context_id, text)
+        except FailedPrecondition:  # the run has given its answer: the message goes as the SDK sends it
             return None
         return task
