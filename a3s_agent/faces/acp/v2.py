@@ -2,8 +2,9 @@
 (v2_wire.py is its connection). What differs from v1 (agent.py): `session/prompt` answers at once
 with the inserted message's id, and the session's foreground work is reported by `state_update`
 (`running`, `requires_action` while a permission waits, `idle` with the stop reason); a prompt sent
-while a turn runs steers that turn (app/control.py `steer`: taken in at its next safe point), or,
-when the turn is already giving its last answer, runs next. `session/cancel` stops the turn and
+while a generation of the session runs (this connection's turn, or one another face or replica
+started) steers it (app/control.py `steer`: taken in at its next safe point), or, when it is
+already giving its last answer, runs next. `session/cancel` stops the turn and
 drops what was queued; the `idle` update confirms it. A turn's run is logged as every face's
 runs are, its updates carrying their seq; `session/resume` replays the history with
 `replayFrom: {"type": "start"}`, or the log from a seq on with ours (REPLAY_SEQ), and always ends
@@ -162,8 +163,10 @@ class V2Agent:
         check_message_size([message], "prompt")
         await self._app.sessions.get(session_id)  # NotFound for another connection's made-up id
         foreground = self._foreground.setdefault(session_id, Foreground())
-        if foreground.running and not message.attachments and not foreground.queued:
-            with contextlib.suppress(FailedPrecondition):  # the turn is giving its last answer
+        if not message.attachments and not foreground.queued:
+            # Steers the session's running generation, this connection's turn or one another face or
+            # replica started; none, or one giving its last answer: the prompt is a turn of its own.
+            with contextlib.suppress(FailedPrecondition):
                 return {"messageId": await self._app.control.steer(session_id, message.content)}
         message_id = f"msg_{uuid.uuid4().hex[:20]}"
         foreground.queued.append((message_id, message))
