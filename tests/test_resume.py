@@ -606,6 +606,16 @@ async def test_a_cursor_on_a_session_that_never_was_is_not_found_but_a_destroyed
     assert kinds == ["EVENT_TYPE_SESSION_CREATED", "EVENT_TYPE_SESSION_DESTROYED"]
 
 
+def long_answer(scripted: ScriptedProvider, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A 6 MB answer scripted (more than the sockets between client and server hold), and streams
+    that wait half a second for a client that reads nothing."""
+    monkeypatch.setattr(stalled, "STALLED_WRITE_S", 0.5)
+    scripted.text_chunk = 64 * 1024
+    answer = "".join(f"{i:07d} " for i in range(750_000))
+    scripted.script(Reply(content=answer))
+    return answer
+
+
 async def test_a_client_that_reads_nothing_is_closed_and_resumes_with_nothing_lost(
     scripted_agent: LiveServer,
     scripted: ScriptedProvider,
@@ -616,10 +626,7 @@ async def test_a_client_that_reads_nothing_is_closed_and_resumes_with_nothing_lo
     """An SSE client that stops reading holds the frame being written (and the log reader behind
     it) only so long: the server closes its connection, says why in its log, and the client comes
     back after the last event it got, with every chunk once."""
-    monkeypatch.setattr(stalled, "STALLED_WRITE_S", 0.5)
-    scripted.text_chunk = 64 * 1024
-    answer = "".join(f"{i:07d} " for i in range(750_000))  # 6 MB: more than the sockets buffer
-    scripted.script(Reply(content=answer))
+    answer = long_answer(scripted, monkeypatch)
     session_id = await new_session(scripted_agent)
     body = json.dumps({"messages": [{"role": "ROLE_USER", "content": "go"}]}).encode()
     sock = socket.socket()
@@ -676,10 +683,7 @@ async def test_a_websocket_that_reads_nothing_is_closed_and_resumes_with_nothing
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(stalled, "STALLED_WRITE_S", 0.5)
-    scripted.text_chunk = 64 * 1024
-    answer = "".join(f"{i:07d} " for i in range(750_000))
-    scripted.script(Reply(content=answer))
+    answer = long_answer(scripted, monkeypatch)
     session_id = await new_session(scripted_agent)
     params = {"session_id": session_id, "messages": [{"role": "ROLE_USER", "content": "go"}]}
     seen: list[Seen] = []
