@@ -24,7 +24,7 @@ from .common import checkout_of, run_task, task_server, warmed_up
 from .cpu import cpu_ns, spread
 from .report import Row, Skipped
 
-TELEMETRY_BASELINE = "7cb859f"
+TELEMETRY_BASELINE = "5ba062d"
 """The commit before OpenTelemetry: its server runs beside today's with telemetry off."""
 BATCH = 10
 """Tasks per batch: the CPU of ten tasks is well above schedstat's resolution."""
