@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from ...base.backoff import Backoff
 from ...base.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from ...base.models import LLMConfig, Message, SessionConfig, SessionState, Usage
 from ...llm.endpoints import credentials_clash
@@ -355,7 +356,10 @@ class SessionManager:
         """Store `build(header)` as the session's header, with `log`, under the session's header
         lock. On a shared store it is stored only if the stored header is still the one it was
         built from; when another replica changed the session meanwhile, it is built again from
-        theirs (so neither change undoes the other), at most HEADER_TRIES times."""
+        theirs (so neither change undoes the other), at most HEADER_TRIES times, after a random
+        pause that grows with each try: without it, a replica with a queue of changes to the
+        session kept winning against one that must read the header back first."""
+        backoff = Backoff(0.005, 0.2, jitter=1.0)  # replicas changing one session at once take turns
         async with self._header(session_id):
             for _ in range(HEADER_TRIES):
                 session = self.get(session_id)
@@ -363,6 +367,7 @@ class SessionManager:
                 try:
                     await self._update(updated, log, since=session.updated_at if self._store.shared else None)
                 except StaleHeader:
+                    await asyncio.sleep(backoff.next_s())
                     await self.refresh(session_id)
                     continue
                 self._sessions[session_id] = updated
