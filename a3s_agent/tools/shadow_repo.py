@@ -21,7 +21,6 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
 import stat
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
@@ -400,7 +399,3 @@ def _parse_changes(raw: str) -> list[FileChange]:
         new_mode = "" if status == "D" else mode
         changes.append(FileChange(path, _STATUS.get(status, "modified"), added, removed, binary, new_mode))
     return changes
-
-
-def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
