@@ -754,3 +754,42 @@ async def test_an_editor_forks_a_session_at_a_prompt_into_a_copy_over_acp(tmp_pa
     assert (copy / "notes.txt").read_text() == "fork\n" and notes.read_text() == "v2\n"
     seen = [m.get("content") for m in fake.requests[-1].messages]
     assert any("first change" in str(c) for c in seen) and not any("second change" in str(c) for c in seen)
+
+
+async def test_an_editor_reviews_what_a_prompt_changed_whatever_tool_changed_it(tmp_path: Path) -> None:
+    """ACP: after a turn that changed files, the editor gets the turn's changes as diffs (old and
+    new text from the turn's checkpoint and the tree it left), a `bash` command's too."""
+    from acp import text_block
+    from acp.schema import FileEditToolCallContent
+
+    from .test_acp import Editor, acp_agent
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("v0\n")
+    (workspace / "gone.txt").write_text("bye\n")
+    (workspace / "blob.bin").write_bytes(b"\x00\x01")
+    command = (
+        "printf 'new\\n' > made.txt; printf 'v1\\n' > notes.txt; rm gone.txt; printf '\\000\\002' > blob.bin"
+    )
+    async with FakeLLM(
+        fake_call("bash", {"command": command}, id="b1"), text("done"), text("nothing")
+    ) as fake:
+        editor = Editor(answers=["allow-once"])
+        async with acp_agent(editor, workspace, fake, tmp_path / "data") as conn:
+            session = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            reply = await conn.prompt(session_id=session, prompt=[text_block("tidy up")])
+            quiet = await conn.prompt(session_id=session, prompt=[text_block("and now?")])
+
+    assert reply.field_meta is not None
+    checkpoint = reply.field_meta["a3s"]["checkpoint"]
+    [review] = editor.call_updates(f"a3s-changes-{checkpoint}")
+    assert review.kind == "edit" and review.status == "completed"
+    diffs = {
+        Path(c.path).name: (c.old_text, c.new_text)
+        for c in review.content or []
+        if isinstance(c, FileEditToolCallContent)
+    }
+    assert diffs == {"made.txt": (None, "new\n"), "notes.txt": ("v0\n", "v1\n"), "gone.txt": ("bye\n", "")}
+    assert quiet.field_meta is not None  # a checkpoint, but the turn changed nothing: no review
+    assert len([u for u in editor.updates if getattr(u, "tool_call_id", "").startswith("a3s-changes-")]) == 1

@@ -5,21 +5,23 @@ core/sessions/checkpoints.py (records in the store, trees in tools/shadow_repo.p
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from ..base.errors import FailedPrecondition, InvalidArgument
-from ..core.sessions.checkpoints import Diff, Restored
+from ..core.sessions.checkpoints import Diff, FileTexts, Restored
 from ..core.store.checkpoints import CheckpointRecord
 from ..runtime import Runtime
 from ..tools.restore_journal import RestoreFailed
 from ..tools.shadow_repo import FileChange, ShadowUnavailable
 from .sessions import Sessions, SessionView
 
-__all__ = ["CheckpointRecord", "Checkpoints", "Diff", "FileChange", "Restored", "Rewound"]
+__all__ = ["CheckpointRecord", "Checkpoints", "Diff", "FileChange", "FileTexts", "Restored", "Rewound"]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,15 @@ class Checkpoints:
             )
         )
         return await Sessions(self._rt).get(forked.id)
+
+    async def run_texts(self, session_id: str, checkpoint: int) -> list[FileTexts]:
+        """The text files the session's last generation changed since `checkpoint`, before and
+        after ([] when they cannot be read: a review is shown without them)."""
+        try:
+            return await self._rt.checkpoints.run_texts(session_id, checkpoint)
+        except (ShadowUnavailable, OSError) as exc:
+            log.warning("no review of session %s's changes: %s", session_id, exc)
+            return []
 
 
 def _checked(seq: int, field: str) -> int:

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import copy
 import logging
+import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -46,6 +47,8 @@ SESSION_REWOUND = "session_rewound"
 SESSION_FORKED = "session_forked"
 _USER_MESSAGE_CHARS = 500
 _HOUR_MS = 3_600_000
+REVIEW_FILES = 50  # a run's changed files an editor is shown, at most
+REVIEW_FILE_BYTES = 1 << 20  # bigger files are more than an editor's review shows anyway
 
 OwnRun = Callable[[str, str], AbstractAsyncContextManager[list[LogEntry]]]
 FORKS = "forks"
@@ -66,6 +69,13 @@ class Restored:
     changes: list[FileChange]
     overwritten: list[str]
     before: CheckpointRecord | None
+
+
+@dataclass(frozen=True)
+class FileTexts:
+    path: str
+    old: str | None
+    new: str | None
 
 
 @dataclass(frozen=True)
@@ -326,6 +336,31 @@ class Checkpoints:
         changes = await repo.changes(old, left)
         return Diff(changes, await repo.unified_diff(old, left, []) if changes else "")
 
+    async def run_texts(self, session_id: str, from_seq: int) -> list[FileTexts]:
+        """The text files the session's last generation changed since checkpoint `from_seq`, each
+        with its text before and after (None: it did not exist; binary files, files that are not
+        UTF-8 and those over REVIEW_FILE_BYTES are left out; at most REVIEW_FILES), for an editor's
+        review of the run's changes. Read from the shadow repository, never the workspace."""
+        repo = self._repo(self._sessions.get(session_id))
+        left = _left_tree(repo, session_id)
+        if not left:
+            return []
+        old = (await self._record(session_id, from_seq)).tree
+        changed = [c for c in await repo.changes(old, left) if not c.binary][:REVIEW_FILES]
+        if not changed:
+            return []
+        place = repo.root / f"review-{uuid.uuid4().hex}"
+        try:
+            for tree, side in ((old, "old"), (left, "new")):
+                present = [c.path for c in changed if c.status != ("added" if side == "old" else "deleted")]
+                await repo.materialize(tree, present, place / side)
+            return [
+                FileTexts(c.path, _text_of(place / "old" / c.path), _text_of(place / "new" / c.path))
+                for c in changed
+            ]
+        finally:
+            await asyncio.to_thread(shutil.rmtree, place, True)
+
     # --- going back --------------------------------------------------------------------------
 
     async def _refuse_running(self, session_id: str) -> None:
@@ -503,3 +538,13 @@ def _left_tree(repo: ShadowRepo, session_id: str) -> str:
         return _left_file(repo, session_id).read_text().strip()
     except FileNotFoundError:
         return ""
+
+
+def _text_of(path: Path) -> str | None:
+    """A file's text, if it is a regular UTF-8 file of at most REVIEW_FILE_BYTES."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > REVIEW_FILE_BYTES:
+            return None
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None

@@ -51,6 +51,7 @@ from ...base.jsontext import parse_json
 from ...base.models import Message, SessionConfig
 from ..agent_service import check_message_size
 from .content import PromptBlock, user_message
+from .describe import review_of
 from .editor import Editor
 from .errors import answering
 from .mcp_servers import McpServer, servers_given
@@ -259,8 +260,14 @@ class EditorAgent:
             finally:
                 turns.discard(turn)
             taken = await self._newest_checkpoint(session_id)
-            meta = {"a3s": {"checkpoint": taken}} if taken > before else None
-            return PromptResponse(stop_reason=stop, field_meta=meta)
+            if taken <= before:
+                return PromptResponse(stop_reason=stop)
+            changed = await self._app.checkpoints.run_texts(session_id, taken)
+            if changed:  # the turn's changes for the editor's review, before the answer
+                outbox = self._require_outbox()
+                outbox.send(session_id, review_of(taken, changed, workspace))
+                await outbox.drain()
+            return PromptResponse(stop_reason=stop, field_meta={"a3s": {"checkpoint": taken}})
 
     async def _newest_checkpoint(self, session_id: str) -> int:
         """The seq of the session's newest checkpoint (0: none): the one a turn took, when it grew,

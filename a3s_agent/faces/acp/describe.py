@@ -18,6 +18,7 @@ from acp.schema import (
     ToolKind,
 )
 
+from ...app.checkpoints import FileTexts
 from ...app.tool_kit import resolve_in_workspace
 from ...app.types import Tool, ToolFailure
 from ...base.jsontext import model_json
@@ -160,4 +161,19 @@ def started(
         content=diffs_of(call.name, arguments, workspace, current_text) or None,
         locations=locations_of(call.name, arguments, workspace) or None,
         raw_input=parsed_arguments(call),
+    )
+
+
+def review_of(checkpoint: int, files: list[FileTexts], workspace: Path) -> ToolCallStart:
+    """What a prompt's turn changed, as one completed edit with a diff per text file (old and new
+    text from the checkpoint the turn began at and the tree it left): the editor's review of the
+    turn, whatever tool made the change (a `bash` command as well as an edit)."""
+    return ToolCallStart(
+        session_update="tool_call",
+        tool_call_id=f"a3s-changes-{checkpoint}",
+        title=f"Files changed: {len(files)}",
+        kind="edit",
+        status="completed",
+        content=[_diff(_absolute(workspace, f.path), f.old, f.new or "") for f in files],
+        locations=[ToolCallLocation(path=_absolute(workspace, f.path)) for f in files],
     )
