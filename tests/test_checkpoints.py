@@ -769,9 +769,7 @@ async def test_an_editor_reviews_what_a_prompt_changed_whatever_tool_changed_it(
     (workspace / "notes.txt").write_text("v0\n")
     (workspace / "gone.txt").write_text("bye\n")
     (workspace / "blob.bin").write_bytes(b"\x00\x01")
-    command = (
-        "printf 'new\\n' > made.txt; printf 'v1\\n' > notes.txt; rm gone.txt; printf '\\000\\002' > blob.bin"
-    )
+    command = "printf 'new\\n' > made.txt; printf 'v1\\n' > notes.txt; rm gone.txt; printf '\\000\\002' > blob.bin; ln -s /etc/hostname link.txt"
     async with FakeLLM(
         fake_call("bash", {"command": command}, id="b1"), text("done"), text("nothing")
     ) as fake:
@@ -790,6 +788,7 @@ async def test_an_editor_reviews_what_a_prompt_changed_whatever_tool_changed_it(
         for c in review.content or []
         if isinstance(c, FileEditToolCallContent)
     }
+    # A symlink is not followed (to a file outside the workspace here), nor is a binary file shown.
     assert diffs == {"made.txt": (None, "new\n"), "notes.txt": ("v0\n", "v1\n"), "gone.txt": ("bye\n", "")}
     assert quiet.field_meta is not None  # a checkpoint, but the turn changed nothing: no review
     assert len([u for u in editor.updates if getattr(u, "tool_call_id", "").startswith("a3s-changes-")]) == 1

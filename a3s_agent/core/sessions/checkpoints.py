@@ -354,10 +354,11 @@ class Checkpoints:
             for tree, side in ((old, "old"), (left, "new")):
                 present = [c.path for c in changed if c.status != ("added" if side == "old" else "deleted")]
                 await repo.materialize(tree, present, place / side)
-            return [
+            texts = [
                 FileTexts(c.path, _text_of(place / "old" / c.path), _text_of(place / "new" / c.path))
                 for c in changed
             ]
+            return [t for t in texts if t.old is not None or t.new is not None]  # e.g. symlinks: left out
         finally:
             await asyncio.to_thread(shutil.rmtree, place, True)
 
