@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from a3s_agent.base import sqlite as sqlite_base
 from a3s_agent.base.errors import AlreadyExists, Unavailable
 from a3s_agent.base.models import LLMConfig, Message, SessionConfig, SessionState, ToolCall, Usage
 from a3s_agent.core.store import postgres_bounds, postgres_channel
@@ -1028,3 +1030,58 @@ async def test_a_harness_run_is_reserved_once_then_saved_and_loaded(store: Store
     assert await store.reserve_harness_run("s2", "r1", first) is None
     assert await store.load_harness_run("s2", "r1") == first
     assert (await store.load_harness_run("s1", "r1") or {})["state"] == "completed"
+
+
+# --- SQLite: servers beside each other on one file -----------------------------------------------
+
+
+async def test_a_write_waits_for_another_server_s_commit_on_the_same_file(tmp_path: Path) -> None:
+    """Two servers on one data dir (an editor's `acp` beside `serve`): while the other holds the
+    file's write lock, a lease taken here (a read, then writes) waits for it and then succeeds,
+    rather than failing "database is locked" because the other committed after it read."""
+    store = SqliteStore(tmp_path / "sessions.db")
+    await store.open()
+    try:
+        await store.create_session(session("s"), [])
+        await store.create_session(session("t"), [])
+        other = sqlite3.connect(tmp_path / "sessions.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("UPDATE sessions SET updated_at = updated_at + 1 WHERE id = 't'")
+        taking = asyncio.create_task(store.acquire_lease("s", "replica-a", "run-1", LONG_TTL_MS))
+        await asyncio.sleep(0.3)
+        assert not taking.done()  # waiting for the other's lock
+        other.execute("COMMIT")
+        async with asyncio.timeout(WITHIN_S):
+            lease = await taking
+        assert lease is not None and lease.run_id == "run-1"
+        other.close()
+    finally:
+        await store.close()
+
+
+async def test_a_lock_held_past_the_timeout_fails_unavailable_then_the_store_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_base, "BUSY_TIMEOUT_S", 0.3)
+    store = SqliteStore(tmp_path / "sessions.db")
+    await store.open()
+    try:
+        await store.create_session(session("s"), [])
+        other = sqlite3.connect(tmp_path / "sessions.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(Unavailable, match=r"sessions store's SQLite file stayed locked .* for 0.3 s"):
+            await store.append_messages("s", [Message(role="user", content="lost?")], 2_000)
+        other.execute("ROLLBACK")
+        other.close()
+        await store.append_messages("s", [Message(role="user", content="kept")], 3_000)
+        assert [m.content for m in await store.load_messages("s")] == ["kept"]
+    finally:
+        await store.close()
+
+
+async def test_servers_opening_a_new_file_together_migrate_it_once(tmp_path: Path) -> None:
+    stores = [SqliteStore(tmp_path / "sessions.db") for _ in range(4)]
+    await asyncio.gather(*(s.open() for s in stores))
+    await stores[0].create_session(session("s"), [])
+    assert [s.id for s in await stores[3].list_sessions()] == ["s"]
+    await asyncio.gather(*(s.close() for s in stores))

@@ -37,6 +37,11 @@ class Unavailable(AgentError):
     """A dependency (the LLM provider, a backend) cannot be reached or keeps failing."""
 
 
+class Internal(AgentError):
+    """The server failed in a way the caller did not cause (a defect, a broken disk); the message
+    says what failed."""
+
+
 class Cancelled(AgentError):
     """The operation was cancelled on request (Cancel), not by the caller going away."""
 

@@ -14,12 +14,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from .errors import Unavailable
 from .serial_thread import SerialThread
 
 T = TypeVar("T")
 Durability = Literal["full", "normal"]
 DURABILITY_LEVELS: tuple[Durability, ...] = ("full", "normal")
 _SYNCHRONOUS_NAMES = {0: "off", 1: "normal", 2: "full", 3: "extra"}  # PRAGMA synchronous's numbers
+BUSY_TIMEOUT_S = 5.0
+"""How long a write waits for another process on the same file (a server beside this one) to
+release its write lock before it fails UNAVAILABLE."""
 
 
 def connect(path: Path, migrations: Sequence[str], durability: Durability = "full") -> sqlite3.Connection:
@@ -32,14 +36,32 @@ def connect(path: Path, migrations: Sequence[str], durability: Durability = "ful
     if durability not in DURABILITY_LEVELS:
         raise ValueError(f"durability must be one of {DURABILITY_LEVELS}, not {durability!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute(f"PRAGMA synchronous={durability.upper()}")
     db.execute("PRAGMA foreign_keys=ON")
-    (version,) = db.execute("PRAGMA user_version").fetchone()
-    for number, script in enumerate(migrations[version:], start=version + 1):
-        db.executescript(f"BEGIN; {script}; PRAGMA user_version={number}; COMMIT;")
+    _migrate(db, migrations)
     return db
+
+
+def _migrate(db: sqlite3.Connection, migrations: Sequence[str]) -> None:
+    """Apply the migrations the file lacks, one transaction each. A server starting beside another
+    on the same file may find a step it was about to take done meanwhile: it goes on from there."""
+    while (version := _user_version(db)) < len(migrations):
+        try:
+            db.executescript(
+                f"BEGIN IMMEDIATE; {migrations[version]}; PRAGMA user_version={version + 1}; COMMIT;"
+            )
+        except sqlite3.OperationalError:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            if _user_version(db) == version:
+                raise
+
+
+def _user_version(db: sqlite3.Connection) -> int:
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    return int(version)
 
 
 def synchronous_level(db: sqlite3.Connection) -> str:
@@ -50,14 +72,19 @@ def synchronous_level(db: sqlite3.Connection) -> str:
 
 @contextmanager
 def transaction(db: sqlite3.Connection) -> Iterator[None]:
-    """BEGIN ... COMMIT, or ROLLBACK when the body raises."""
-    db.execute("BEGIN")
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK when the body raises.
+
+    IMMEDIATE takes the write lock at the start, waiting (the connection's timeout) while another
+    process holds it. A deferred BEGIN would read first and, if another server on the same file
+    committed meanwhile, fail "database is locked" at its first write without waiting at all."""
+    db.execute("BEGIN IMMEDIATE")
     try:
         yield
+        db.execute("COMMIT")
     except BaseException:
-        db.execute("ROLLBACK")
+        if db.in_transaction:
+            db.execute("ROLLBACK")
         raise
-    db.execute("COMMIT")
 
 
 class Database:
@@ -81,7 +108,15 @@ class Database:
         """Run fn with the connection on the database's thread."""
         if self._db is None or self._thread is None:
             raise RuntimeError(f"the {self._name} store is not open")
-        return await self._thread.run(fn, self._db)
+        try:
+            return await self._thread.run(fn, self._db)
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            raise Unavailable(
+                f"the {self._name} store's SQLite file stayed locked by another process for"
+                f" {BUSY_TIMEOUT_S:g} s: try again"
+            ) from exc
 
     async def close(self) -> None:
         if self._db is not None:

@@ -26,6 +26,7 @@ STATUS_NAMES: dict[type[errors.AgentError], str] = {
     errors.ResourceExhausted: "RESOURCE_EXHAUSTED",
     errors.Unavailable: "UNAVAILABLE",
     errors.Cancelled: "CANCELLED",
+    errors.Internal: "INTERNAL",
 }
 
 
@@ -39,9 +40,10 @@ def status_name(exc: BaseException) -> str:
 
 
 def failure(exc: BaseException) -> tuple[str, str]:
-    """(status name, message) for a call that raised `exc`; an INTERNAL one names the exception's type."""
+    """(status name, message) for a call that raised `exc`; an INTERNAL one that is not a domain
+    error names the exception's type."""
     name = status_name(exc)
-    if name == "INTERNAL":
+    if name == "INTERNAL" and not isinstance(exc, errors.AgentError):
         return name, f"internal error: {type(exc).__name__}: {exc}"
     return name, str(exc)
 

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
-from ..base.errors import AgentError, InvalidArgument, Unavailable
+from ..base.errors import AgentError, Internal, InvalidArgument, Unavailable
 from ..base.models import Message
 from ..core.loop.agent import Agent, AgentEvent, DoneEvent, GenerateOptions
 from ..core.loop.chunks import chunk_entry, entry_chunk, failure_entry
@@ -115,7 +115,7 @@ class Runs:
         )
         if not isinstance(exc, (AgentError, asyncio.CancelledError)):
             log.exception("generation of session %s failed", session_id)
-            error = AgentError(f"the generation failed: {exc}")
+            error = Internal(f"the generation failed: {exc}")
         await self._bus.append(failure_entry(session_id, run_id, error))
 
     async def _execute(
