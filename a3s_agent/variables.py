@@ -150,8 +150,8 @@ SECTIONS: dict[str, tuple[Variable, ...]] = {
         ),
         Variable(
             "A3S_A2A_MAX_TASKS",
-            "how many A2A tasks the server keeps (in memory); past it the oldest ended ones are"
-            " forgotten (GetTask: task not found)",
+            "how many A2A tasks the server keeps (in the session store); past it the oldest ended"
+            " ones are forgotten (GetTask: task not found)",
             _number(DEFAULT_A2A_MAX_TASKS),
         ),
         Variable(

@@ -50,23 +50,26 @@ def served(tmp_path: Path, fake: FakeLLM) -> Iterator[ServerProcess]:
         yield server
 
 
-@contextmanager
-def serving(tmp_path: Path, fake: FakeLLM, **more: str) -> Iterator[ServerProcess]:
-    """`a3s-agent serve --a2a` with the fake model, behind TOKEN (`more`: variables added)."""
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    (workspace / "README.md").write_text("a project, not a git work tree\n")
-    env = {
+def a2a_env(fake: FakeLLM, **more: str) -> dict[str, str]:
+    """The variables of a server with `--a2a`, the fake model and TOKEN (`more`: added)."""
+    return {
         "A3S_LLM_BASE_URL": fake.base_url,
         "A3S_LLM_MODEL": "fake-model",
         "A3S_LLM_API_KEY": "sk-test",
         "A3S_LLM_RETRIES": "0",
         "A3S_AUTH_TOKEN": TOKEN,
         "A3S_A2A": "1",
-        "A3S_GRACE_SECONDS": "0.5",
         **more,
     }
-    server = ServerProcess(workspace, tmp_path / "data", env=env)
+
+
+@contextmanager
+def serving(tmp_path: Path, fake: FakeLLM, **more: str) -> Iterator[ServerProcess]:
+    """`a3s-agent serve --a2a` with the fake model, behind TOKEN (`more`: variables added)."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "README.md").write_text("a project, not a git work tree\n")
+    server = ServerProcess(workspace, tmp_path / "data", env=a2a_env(fake, A3S_GRACE_SECONDS="0.5", **more))
     server.proc = subprocess.Popen(
         server.command(), env=server.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )

@@ -23,6 +23,7 @@ from a3s_agent.base import sqlite as sqlite_base
 from a3s_agent.base.errors import AlreadyExists, Unavailable
 from a3s_agent.base.models import LLMConfig, Message, SessionConfig, SessionState, ToolCall, Usage
 from a3s_agent.core.store import postgres_bounds, postgres_channel
+from a3s_agent.core.store.a2a_tasks import A2aTaskRecord
 from a3s_agent.core.store.channel_seal import ChannelSeal
 from a3s_agent.core.store.events import EventBus, Filter
 from a3s_agent.core.store.postgres_channel import (
@@ -1085,3 +1086,37 @@ async def test_servers_opening_a_new_file_together_migrate_it_once(tmp_path: Pat
     await stores[0].create_session(session("s"), [])
     assert [s.id for s in await stores[3].list_sessions()] == ["s"]
     await asyncio.gather(*(s.close() for s in stores))
+
+
+# --- the A2A face's tasks ------------------------------------------------------------------------
+
+
+def a2a_task(
+    task_id: str, *, owner: str = "alice", context: str = "c1", ended: bool = False, at: int = 1
+) -> A2aTaskRecord:
+    return A2aTaskRecord(task_id, owner, context, ended, at, f"{task_id} at {at}".encode())
+
+
+async def test_a2a_tasks_are_kept_found_by_owner_and_context_and_an_ended_one_is_final(store: Store) -> None:
+    table = store.a2a_tasks
+    await table.save_a2a_task(a2a_task("t1", at=1), keep=10)
+    await table.save_a2a_task(a2a_task("t2", context="c2", at=2), keep=10)
+    await table.save_a2a_task(a2a_task("t3", owner="bob", at=3), keep=10)
+    assert [r.id for r in await table.a2a_tasks_of("alice", "")] == ["t2", "t1"]  # newest first
+    assert [r.id for r in await table.a2a_tasks_of("alice", "c1")] == ["t1"]
+    await table.save_a2a_task(a2a_task("t1", ended=True, at=4), keep=10)
+    await table.save_a2a_task(a2a_task("t1", at=5), keep=10)  # a late copy still going: not taken
+    assert await table.load_a2a_task("t1") == a2a_task("t1", ended=True, at=4)
+    await table.delete_a2a_task("t1")
+    assert await table.load_a2a_task("t1") is None
+
+
+async def test_past_the_bound_the_oldest_ended_a2a_tasks_go_and_none_still_going(store: Store) -> None:
+    table = store.a2a_tasks
+    await table.save_a2a_task(a2a_task("going", at=1), keep=2)
+    await table.save_a2a_task(a2a_task("old", ended=True, at=2), keep=2)
+    await table.save_a2a_task(a2a_task("new", ended=True, at=3), keep=2)
+    assert {r.id for r in await table.a2a_tasks_of("alice", "")} == {"going", "new"}
+    await table.save_a2a_task(a2a_task("also going", at=4), keep=2)
+    await table.save_a2a_task(a2a_task("more going", at=5), keep=2)
+    assert {r.id for r in await table.a2a_tasks_of("alice", "")} == {"going", "also going", "more going"}

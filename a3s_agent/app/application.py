@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..core.store.a2a_tasks import A2aTaskTable
 from ..runtime import Runtime
 from .agentic import Agentic
 from .asking import Asking
@@ -60,6 +61,8 @@ class Application:
         self.checkpoints = Checkpoints(runtime)
         self.asking = Asking(runtime, self.generation, self.control)
         self.push = Push(runtime)
+        self.a2a_tasks: A2aTaskTable = runtime.store.a2a_tasks
+        """The A2A face's tasks, kept in the session store."""
         self._runtime = runtime
 
     @property

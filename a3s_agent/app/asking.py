@@ -5,13 +5,16 @@ files a run changed (from the session's checkpoints).
 The run outlives its follower (runtime/runs.py): a follower that stops at a question leaves the
 run waiting (for as long as the session's confirmation or external-task timeout allows), and the
 next one answers it and follows on from the seq where the first stopped, so nothing of the run is
-missed or seen twice. The questions are read from the session's log from that same seq, and one
-no longer waiting (answered meanwhile, timed out) is skipped."""
+missed or seen twice. A follower that was lost (its server stopped, its client went away) is
+replaced the same way, on any replica, by the run's id and the last seq it had. The questions are
+read from the session's log from that same seq, and one no longer waiting (answered meanwhile,
+timed out) is skipped."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Literal
@@ -49,6 +52,14 @@ class Changes:
     patch: str
 
 
+@dataclass(frozen=True)
+class Started:
+    after: int
+    """The session's last seq before the run: where following it begins, and `changes`' base."""
+    run_id: str
+    items: AsyncGenerator[Chunk | Question, None]
+
+
 class Asking:
     def __init__(self, runtime: Runtime, generation: Generation, control: Control) -> None:
         self._rt = runtime
@@ -67,19 +78,24 @@ class Asking:
         except NotFound:
             await self._rt.sessions.create(session_id, SessionConfig(), [])
 
-    async def start(self, session_id: str, prompt: str) -> tuple[int, AsyncGenerator[Chunk | Question, None]]:
-        """A new generation of `prompt`: the session's last seq before it (for `changes`), and its
-        chunks and the questions it asks, until it ends (with a DoneEvent, or what the run raised)
-        or the caller stops at a question."""
+    async def start(self, session_id: str, prompt: str) -> Started:
+        """A new generation of `prompt`: its chunks and the questions it asks, until it ends (with a
+        DoneEvent, or what the run raised) or the caller stops at a question."""
         _, after = await self._rt.store.log_bounds(session_id)
-        return after, self._follow(session_id, after, [Message(role="user", content=prompt)])
+        run_id = f"run_{uuid.uuid4().hex}"
+        prompt_message = Message(role="user", content=prompt)
+        return Started(after, run_id, self._follow(session_id, run_id, after, [prompt_message]))
+
+    def follow(self, session_id: str, run_id: str, after_seq: int) -> AsyncGenerator[Chunk | Question, None]:
+        """The run `run_id` followed on from `after_seq` (the last seq the caller had), as `start`'s."""
+        return self._follow(session_id, run_id, after_seq, None)
 
     async def answer(
-        self, session_id: str, question: Question, reply: str, after_seq: int
+        self, session_id: str, question: Question, reply: str, run_id: str, after_seq: int
     ) -> AsyncGenerator[Chunk | Question, None]:
-        """Answer `question` with `reply` and follow the run on from its chunk `after_seq` (the
-        last one the caller had). A question no longer waiting (its timeout's action was taken, or
-        the run was stopped) takes no answer: the run is followed on as it went."""
+        """Answer `question` with `reply` and follow the run on from `after_seq` (the last seq the
+        caller had). A question no longer waiting (its timeout's action was taken, or the run was
+        stopped) takes no answer: the run is followed on as it went."""
         try:
             if question.kind == "confirmation":
                 approved = reply.strip().lower().rstrip(".!") in YES
@@ -89,10 +105,10 @@ class Asking:
         except NotFound:
             await self._rt.sessions.refresh(session_id)
             self._rt.sessions.get(session_id)  # NotFound still: the session is gone
-        return self._follow(session_id, after_seq, None)
+        return self.follow(session_id, run_id, after_seq)
 
     async def _follow(
-        self, session_id: str, after: int, messages: list[Message] | None
+        self, session_id: str, run_id: str, after: int, messages: list[Message] | None
     ) -> AsyncGenerator[Chunk | Question, None]:
         subscription = await self._rt.events.subscribe(Filter(session_id, EVENT, ASKED), after_seq=after)
         queue: asyncio.Queue[Chunk | Question | BaseException | None] = asyncio.Queue()
@@ -100,9 +116,11 @@ class Asking:
         async def run() -> None:
             try:
                 if messages is None:
-                    chunks = await self._generation.follow(session_id, [], GenerateOptions(), after)
+                    chunks = await self._generation.follow_run(session_id, run_id, after)
                 else:
-                    chunks = await self._generation.follow(session_id, messages, GenerateOptions())
+                    chunks = await self._generation.follow(
+                        session_id, messages, GenerateOptions(run_id=run_id)
+                    )
                 async for chunk in chunks:
                     queue.put_nowait(chunk)
             except Exception as exc:

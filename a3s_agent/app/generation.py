@@ -39,6 +39,10 @@ class Generation:
             return await self._rt.runs.start(session_id, messages, options)
         return await self._rt.runs.resume(session_id, after_seq)
 
+    async def follow_run(self, session_id: str, run_id: str, after_seq: int) -> AsyncIterator[Chunk]:
+        """The chunks of the run `run_id` after `after_seq`, to its end (see Runs.follow_run)."""
+        return await self._rt.runs.follow_run(session_id, run_id, after_seq)
+
     async def stop_runs(self) -> None:
         """Stop every run still going (at a stop, once the grace is over): their tools are killed
         and each one's stream ends with the reason."""

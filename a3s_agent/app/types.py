@@ -31,6 +31,7 @@ from ..core.loop.tool_runner import tool_message
 from ..core.policy.permissions import PermissionPolicy
 from ..core.sessions.control import Lane, PendingTask
 from ..core.sessions.manager import SESSION_ID_PATTERN
+from ..core.store.a2a_tasks import A2aTaskRecord, A2aTaskTable
 from ..core.store.events import Event, EventType, Resync, parse_event_types
 from ..core.store.protocol import LogEntry
 from ..core.store.session import ConfirmationPolicy, HandlerMode, LaneHandler, Session
@@ -41,6 +42,8 @@ __all__ = [
     "DEFAULT_MAX_TOOL_CALLS",
     "SESSION_ID_PATTERN",
     "STEER_APPLIED",
+    "A2aTaskRecord",
+    "A2aTaskTable",
     "AgentEvent",
     "ConfirmationPolicy",
     "ContextUsage",

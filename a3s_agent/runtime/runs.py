@@ -71,6 +71,17 @@ class Runs:
         wanted = Filter(session_id, CHUNK, run_id=named[0].body["run"])
         return _follow(await self._bus.subscribe(wanted, after_seq=after_seq))
 
+    async def follow_run(self, session_id: str, run_id: str, after_seq: int) -> AsyncIterator[Chunk]:
+        """Follow the run `run_id` from its first chunk after `after_seq` (to its end, which may
+        be in the log already): for a caller that kept the run's id from its start, and the seq
+        it had seen, which need not be one of the run's chunks."""
+        await self._sessions.refresh(session_id)
+        self._sessions.get(session_id)
+        await self._bus.check_cursor(session_id, after_seq)  # Resync when the log no longer has it
+        return _follow(
+            await self._bus.subscribe(Filter(session_id, CHUNK, run_id=run_id), after_seq=after_seq)
+        )
+
     async def here(
         self, session_id: str, messages: list[Message], options: GenerateOptions
     ) -> AsyncIterator[AgentEvent]:

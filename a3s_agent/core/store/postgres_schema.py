@@ -21,6 +21,7 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from ...base.models import Usage
+from .a2a_tasks_postgres import SCHEMA as A2A_TASK_SCHEMA
 from .checkpoints_postgres import SCHEMA as CHECKPOINT_SCHEMA
 from .cron_postgres import SCHEMA as CRON_SCHEMA
 from .postgres_memories import MIGRATION as MEMORY_MIGRATION
@@ -134,6 +135,8 @@ MIGRATIONS: list[str] = [
     CHECKPOINT_SCHEMA,
     # The trace a run was started in, for the replica that takes it over (Lease.trace).
     "ALTER TABLE run_leases ADD COLUMN trace TEXT NOT NULL DEFAULT ''",
+    # The A2A face's tasks (core/store/a2a_tasks.py).
+    A2A_TASK_SCHEMA,
 ]
 
 # The session row's usage columns: one per field of Usage, named as the field.

@@ -20,6 +20,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from ...base.errors import AlreadyExists, Unavailable
 from ...base.models import Message, SessionConfig, SessionState, Usage
+from .a2a_tasks import A2aTaskTable
+from .a2a_tasks_postgres import PostgresA2aTasks
 from .channel_seal import ChannelSeal
 from .checkpoints import CheckpointTable
 from .checkpoints_postgres import PostgresCheckpoints
@@ -92,6 +94,7 @@ class PostgresStore:
         self.checkpoints: CheckpointTable = PostgresCheckpoints(
             self._transaction, self._connection, self._append
         )
+        self.a2a_tasks: A2aTaskTable = PostgresA2aTasks(self._connection)
 
     async def open(self) -> None:
         # A connection of its own first: it fails with the server's reason (a pool only times out).

@@ -18,6 +18,7 @@ from .providers import ProviderTable
 from .session import Session
 
 if TYPE_CHECKING:
+    from .a2a_tasks import A2aTaskTable
     from .checkpoints import CheckpointTable
     from .memories import MemoryTable
 
@@ -78,6 +79,8 @@ class Store(Protocol):
     """The provider entries and the default model (providers.py), in the same database."""
     checkpoints: CheckpointTable
     """The records of sessions' checkpoints (checkpoints.py), in the same database."""
+    a2a_tasks: A2aTaskTable
+    """The A2A face's tasks (a2a_tasks.py), in the same database."""
 
     @property
     def cron(self) -> CronStore:

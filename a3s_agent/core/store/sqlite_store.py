@@ -20,6 +20,9 @@ from typing import Any
 from ...base.errors import AlreadyExists
 from ...base.models import Message, SessionConfig, SessionState, Usage
 from ...base.sqlite import Database, Durability, transaction
+from .a2a_tasks import A2aTaskTable
+from .a2a_tasks_sqlite import SCHEMA as A2A_TASK_SCHEMA
+from .a2a_tasks_sqlite import SqliteA2aTasks
 from .checkpoints import CheckpointTable
 from .checkpoints_sqlite import SCHEMA as CHECKPOINT_SCHEMA
 from .checkpoints_sqlite import SqliteCheckpoints
@@ -118,6 +121,8 @@ MIGRATIONS: list[str] = [
     CHECKPOINT_SCHEMA,
     # The trace a run was started in, for the replica that takes it over (Lease.trace).
     "ALTER TABLE run_leases ADD COLUMN trace TEXT NOT NULL DEFAULT ''",
+    # The A2A face's tasks (core/store/a2a_tasks.py).
+    A2A_TASK_SCHEMA,
 ]
 # The session row's usage columns: one per field of Usage, named as the field.
 _USAGE_COLUMNS = tuple(item.name for item in fields(Usage))
@@ -144,6 +149,7 @@ class SqliteStore:
         self.cron = SqliteCronStore(self._db)
         self.providers: ProviderTable = SqliteProviders(self._db)
         self.checkpoints: CheckpointTable = SqliteCheckpoints(self._db, _append_log)
+        self.a2a_tasks: A2aTaskTable = SqliteA2aTasks(self._db)
 
     async def open(self) -> None:
         self.durability = await self._db.open()

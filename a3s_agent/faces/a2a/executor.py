@@ -1,9 +1,12 @@
 """A task's turns as the SDK runs them: the first message starts a generation of the context's
 session, a question the run waits on ends the turn in input-required, and the next message to the
-task answers it and follows the run on from the last chunk the task had.
+task answers it and follows the run on from the last chunk the task had. A turn without a message
+(a resubscription to a working task no turn here follows: its server stopped, or it runs on
+another replica; http.py) follows the run on from the last chunk the stored task shows.
 
-What the task needs between turns (the last chunk's seq, the session's last seq before the
-run, the question waiting) is in its metadata under `a3s`, which the SDK's task store keeps."""
+What the task needs between turns (the run's id, the last chunk's seq, the session's last seq
+before the run, the question waiting) is in its metadata under `a3s`, which the task store keeps
+(tasks.py); the response artifact's metadata names the seq of the last chunk it holds."""
 
 from __future__ import annotations
 
@@ -33,8 +36,39 @@ CHANGES = "changes"
 class Executor(AgentExecutor):
     def __init__(self, app: Application) -> None:
         self._app = app
+        self.turning: set[str] = set()
+        """The tasks a turn runs for in this process now."""
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id = context.task_id or ""
+        self.turning.add(task_id)
+        try:
+            if context.message is None:
+                await self._follow_on(context, event_queue)
+            else:
+                await self._execute(context, event_queue)
+        finally:
+            self.turning.discard(task_id)
+
+    async def _follow_on(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """The turn of a resubscription: follow the run on from what the stored task holds."""
+        task = context.current_task
+        if task is None or task.status.state != TaskState.TASK_STATE_WORKING:
+            return  # another turn ended it meanwhile
+        kept = _kept(task)
+        response = next((a for a in task.artifacts if a.artifact_id == RESPONSE), None)
+        if response is not None and "seq" in response.metadata:
+            kept["cursor"] = max(int(kept.get("cursor", 0)), int(response.metadata["seq"]))
+        session_id = task.context_id
+        updater = TaskUpdater(event_queue, task.id, session_id)
+        # First, the task this turn goes on from: the resubscriber is shown it (http.py).
+        await updater.update_status(
+            TaskState.TASK_STATE_WORKING, metadata={STATE: {**kept, "question": None}}
+        )
+        items = self._app.asking.follow(session_id, str(kept.get("run", "")), int(kept.get("cursor", 0)))
+        await self._turn(session_id, updater, items, kept, response is not None)
+
+    async def _execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id, session_id = context.task_id or "", context.context_id or ""
         if context.message is None or context.message.role != Role.ROLE_USER:
             raise InvalidParamsError(
@@ -50,7 +84,7 @@ class Executor(AgentExecutor):
         if task is not None and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED and question:
             try:
                 items = await self._app.asking.answer(
-                    session_id, Question(**question), reply, int(kept["cursor"])
+                    session_id, Question(**question), reply, str(kept["run"]), int(kept["cursor"])
                 )
             except AgentError as exc:  # the session is gone
                 await updater.failed(updater.new_agent_message([Part(text=str(exc))]))
@@ -62,9 +96,12 @@ class Executor(AgentExecutor):
                 raise InvalidParamsError(message=str(exc)) from None
             if task is None:
                 await event_queue.enqueue_event(new_task_from_user_message(context.message))
-            start, items = await self._app.asking.start(session_id, reply)
-            kept = {"cursor": 0, "start": start}
-        await updater.start_work()
+            started = await self._app.asking.start(session_id, reply)
+            items = started.items
+            kept = {"run": started.run_id, "cursor": started.after, "start": started.after}
+        await updater.update_status(
+            TaskState.TASK_STATE_WORKING, metadata={STATE: {**kept, "question": None}}
+        )
         answered = any(a.artifact_id == RESPONSE for a in task.artifacts) if task is not None else False
         await self._turn(session_id, updater, items, kept, answered)
 

@@ -4,7 +4,12 @@ at /a2a, behind the face's token, guard and readiness gate, served by the SDK's 
 from aiohttp (faces/asgi.py).
 
 A message to a task that is working steers it: the run takes it in at its next safe point and
-answers it (app.control.steer), and the message is answered with the task as it is."""
+answers it (app.control.steer), and the message is answered with the task as it is.
+
+A resubscription to a working task whose turn runs here taps that turn (the SDK's way); to one
+whose turn does not (its server stopped, or another replica runs it) it gets the stored task and
+then a turn of its own that follows the run on from the last chunk that task holds (executor.py):
+what it was shown and what follows meet at that seq, so nothing is lost or shown twice."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from a2a.helpers.proto_helpers import get_message_text
+from a2a.server.agent_execution import RequestContext
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
 from a2a.server.request_handlers import DefaultRequestHandler
@@ -21,7 +27,15 @@ from a2a.server.tasks import (
     BasePushNotificationSender,
     InMemoryPushNotificationConfigStore,
 )
-from a2a.types.a2a_pb2 import AgentCard, Message, SendMessageRequest, Task, TaskState
+from a2a.types.a2a_pb2 import (
+    AgentCard,
+    Message,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+    TaskStatusUpdateEvent,
+)
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from aiohttp import web
 from starlette.applications import Starlette
@@ -31,7 +45,7 @@ from ...base.errors import FailedPrecondition
 from ..asgi import serve_asgi
 from .card import RPC_PATH, agent_card
 from .executor import Executor
-from .tasks import BoundedTaskStore
+from .tasks import StoredTasks
 
 CARD_PATH = AGENT_CARD_WELL_KNOWN_PATH
 
@@ -66,7 +80,8 @@ class Steering(DefaultRequestHandler):
     """The SDK's handler over our executor, with a message to a working task taken as a steer."""
 
     def __init__(self, app: Application, card: AgentCard) -> None:
-        self._tasks = BoundedTaskStore(app.lifecycle.settings.a2a_max_tasks)
+        self._tasks = StoredTasks(app.a2a_tasks, app.lifecycle.settings.a2a_max_tasks)
+        self._executor = Executor(app)
         self._pushing = None
         push: dict[str, Any] = {}
         if app.push.offered:  # to the operator's URLs only, through the checked fetcher
@@ -79,7 +94,7 @@ class Steering(DefaultRequestHandler):
                 "push_url_validator": app.push.allowed,
             }
         super().__init__(
-            Executor(app),
+            self._executor,
             self._tasks,
             card,
             extended_agent_card=card,
@@ -95,6 +110,7 @@ class Steering(DefaultRequestHandler):
 
     async def aclose(self) -> None:
         await super().aclose()
+        await self._tasks.aclose()
         if self._pushing is not None:
             await self._pushing.aclose()
 
@@ -111,6 +127,34 @@ class Steering(DefaultRequestHandler):
             return
         async for event in super().on_message_send_stream(params, context):
             yield event
+
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event]:
+        task = await self._tasks.get(params.id, context)
+        if (
+            task is None
+            or task.status.state != TaskState.TASK_STATE_WORKING
+            or task.id in self._executor.turning
+        ):
+            async for event in super().on_subscribe_to_task(params, context):
+                yield event
+            return
+        active = await self._active_task_registry.get_or_create(task.id, call_context=context)
+        follow = RequestContext(context, task_id=task.id, context_id=task.context_id)
+        # The turn's first status update comes as the task it applies to: the one the turn follows
+        # on from, shown first as the protocol wants; later ones as the updates they are.
+        shown = False
+        async for event in active.subscribe(request=follow, replace_status_update_with_task=True):
+            if shown and isinstance(event, Task):
+                yield TaskStatusUpdateEvent(
+                    task_id=event.id, context_id=event.context_id, status=event.status
+                )
+            else:
+                yield event
+            shown = True
+        if not shown:  # another turn ended the task meanwhile
+            yield await self._tasks.get(task.id, context) or task
 
     async def _steer(self, params: SendMessageRequest, context: ServerCallContext) -> Task | None:
         """The task, when the message names one that is working and its run took the message in."""
