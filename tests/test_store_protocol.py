@@ -1081,11 +1081,13 @@ async def test_a_lock_held_past_the_timeout_fails_unavailable_then_the_store_goe
 
 
 async def test_servers_opening_a_new_file_together_migrate_it_once(tmp_path: Path) -> None:
-    stores = [SqliteStore(tmp_path / "sessions.db") for _ in range(4)]
-    await asyncio.gather(*(s.open() for s in stores))
-    await stores[0].create_session(session("s"), [])
-    assert [s.id for s in await stores[3].list_sessions()] == ["s"]
-    await asyncio.gather(*(s.close() for s in stores))
+    """Each store has its own connection and thread: as servers starting together on one data dir."""
+    for attempt in range(5):
+        stores = [SqliteStore(tmp_path / f"sessions-{attempt}.db") for _ in range(6)]
+        await asyncio.gather(*(s.open() for s in stores))
+        await stores[0].create_session(session("s"), [])
+        assert [s.id for s in await stores[-1].list_sessions()] == ["s"]
+        await asyncio.gather(*(s.close() for s in stores))
 
 
 # --- the A2A face's tasks ------------------------------------------------------------------------

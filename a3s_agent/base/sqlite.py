@@ -9,6 +9,7 @@ as a single function: a transaction costs one hop from the event loop and back, 
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,11 +38,26 @@ def connect(path: Path, migrations: Sequence[str], durability: Durability = "ful
         raise ValueError(f"durability must be one of {DURABILITY_LEVELS}, not {durability!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-    db.execute("PRAGMA journal_mode=WAL")
+    _use_wal(db)
     db.execute(f"PRAGMA synchronous={durability.upper()}")
     db.execute("PRAGMA foreign_keys=ON")
     _migrate(db, migrations)
     return db
+
+
+def _use_wal(db: sqlite3.Connection) -> None:
+    """Put the file in WAL mode (it stays so). A new file's switch fails at once, without waiting,
+    while another process has it open too (servers starting together): it is tried again, for as
+    long as a write would wait."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _migrate(db: sqlite3.Connection, migrations: Sequence[str]) -> None:
