@@ -514,19 +514,25 @@ def test_count_tools_counts_the_schema_json() -> None:
 # --- caching ----------------------------------------------------------------------------------
 
 
-def test_cached_counts_are_fast_and_equal_fresh_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cached_counts_encode_nothing_again_and_equal_fresh_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tokens, "_CACHE", tokens._LRU(maxsize=50_000))
     messages = _conversation(3000)
     counter = TokenCounter("gpt-4o")
     counter.count_text("warm up")
-    start = time.perf_counter()
+    encoded: list[str] = []
+    count_text = counter.count_text
+
+    def counting(text: str) -> int:
+        encoded.append(text)
+        return count_text(text)
+
+    monkeypatch.setattr(counter, "count_text", counting)
     first = counter.count_messages(messages)
-    cold = time.perf_counter() - start
-    start = time.perf_counter()
+    assert encoded  # the first count encodes the conversation
+    encoded.clear()
     second = counter.count_messages(messages)
-    warm = time.perf_counter() - start
     assert second == first
-    assert warm < cold / 3
+    assert encoded == []  # the second is the cache's alone
     assert [counter.count_message(m) for m in messages[:50]] == [
         counter._count_key(tokens._message_key(m, False)) for m in messages[:50]
     ]
