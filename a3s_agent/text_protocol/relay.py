@@ -259,9 +259,20 @@ class RelayProvider:
             outcome.files,
             continuation,
         )
-        # Synced writes, on a worker thread: a busy disk must not stall every other session.
-        await asyncio.to_thread(write_atomically, self._outbox_path(session), document.encode("utf-8"))
-        await asyncio.to_thread(save_sessions, self.relay_dir, sessions)
+        outbox = self._outbox_path(session)
+
+        def write() -> None:
+            write_atomically(outbox, document.encode("utf-8"))
+            save_sessions(self.relay_dir, sessions)
+
+        # Synced writes, on a worker thread: a busy disk must not stall every other session. A turn
+        # cancelled meanwhile waits for both: an outbox is never left without its record.
+        writing = asyncio.ensure_future(asyncio.to_thread(write))
+        try:
+            await asyncio.shield(writing)
+        except asyncio.CancelledError:
+            await writing
+            raise
 
     async def _wait_for_reply(self, session: RelaySession) -> Path:
         """The reply file, polled for: a person saves it, no event announces it."""
