@@ -9,6 +9,7 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import cast
 
+import pytest
 from a2a.helpers.proto_helpers import get_artifact_text, get_message_text
 from a2a.types.a2a_pb2 import (
     GetTaskRequest,
@@ -17,6 +18,7 @@ from a2a.types.a2a_pb2 import (
     Task,
     TaskState,
 )
+from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 
 from a3s_agent.testing.fake_llm import FakeLLM, text, tool_call
 
@@ -99,6 +101,11 @@ async def test_a_stream_lost_on_one_replica_is_resumed_on_another_whole(
                 got = await client.get_task(GetTaskRequest(id=task_id))
                 assert got.status.state == TaskState.TASK_STATE_COMPLETED, got.status
                 assert texts(got) == BEFORE + AFTER
+                # An ended task is not followed again, and an id no replica knows is not found.
+                with pytest.raises(UnsupportedOperationError, match="terminal state"):
+                    await anext(client.subscribe(SubscribeToTaskRequest(id=task_id)))
+                with pytest.raises(TaskNotFoundError):
+                    await anext(client.subscribe(SubscribeToTaskRequest(id=f"{task_id}-forged")))
     finally:
         for server in (a, b):
             if server.proc is not None and server.proc.poll() is None:
